@@ -1,0 +1,131 @@
+#pragma once
+/// @file pool.hpp
+/// @brief The caching pool: carves segments from a SegmentSource into stream-ordered blocks.
+///
+/// Behaviour in brief (docs/pool.md has the long form):
+///  * Sizes are rounded up to `alignment` (>= 256 bytes). Free blocks sit in size-binned lists (TLSF
+///    style: 16 bins per power of two, two bitmaps), so finding a block is O(1); blocks split on
+///    allocation and coalesce with free neighbours on free. No free list is ever scanned.
+///  * Stream-ordered reuse: a block freed on stream S is reusable at once by requests on S. A request
+///    on another stream T takes it only after the source's StreamOrdering made T wait on S.
+///  * Decisions never depend on addresses (only on the request sequence), so pools on different ranks
+///    fed the same requests place blocks at the same (segment sequence, offset). With
+///    `deterministic = true` they never depend on timing either (no event polling).
+///  * Growth takes segments of round_up(request, growth_chunk) from the source. On a source OOM the
+///    pool releases its empty segments and retries once before throwing OutOfMemory.
+///  * Observers hear of every segment created (with its creation sequence number) and of every
+///    segment about to be released, before its memory goes back to the source.
+///  * Thread safe: one lock per pool. Observer callbacks run under it and must not call the pool.
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/export.hpp>
+#include <ncclpool/segment_source.hpp>
+#include <ncclpool/stats.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ncclpool {
+
+/// Per-pool settings. Validated by the Pool constructor (InvalidArgument on a bad value).
+struct PoolConfig {
+  std::string name = "ncclpool";          ///< used in every message about this pool
+  std::size_t alignment = 256;            ///< power of two, 256 .. source alignment (4096 for windows)
+  std::size_t growth_chunk = 2ull << 20;  ///< minimum segment size; segments are multiples of it
+  std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
+  bool deterministic = false;             ///< never let timing (event polls) steer a decision
+};
+
+/// A segment as observers and callers see it.
+struct SegmentInfo {
+  std::uint64_t sequence = 0;  ///< creation order within the pool, from 0; equal across ranks
+  void* base = nullptr;
+  std::size_t size = 0;
+  int device = 0;
+  SourceKind kind = SourceKind::sim;
+  std::uintptr_t handle = 0;   ///< the source's handle of the segment
+};
+
+/// Where a live block sits: the same on every rank of a deterministic pool fed the same requests.
+struct BlockLocation {
+  std::uint64_t segment_sequence = 0;
+  std::size_t offset = 0;  ///< from the segment base
+  std::size_t size = 0;    ///< rounded size of the block
+};
+
+/// @brief Told of segment creation and release. Callbacks run under the pool lock.
+class NCCLPOOL_API PoolObserver {
+ public:
+  virtual ~PoolObserver() = default;
+  /// A segment was created. Throwing rolls the creation back: observers told before this one get
+  /// on_segment_releasing, the memory returns to the source and the allocation fails with the error.
+  virtual void on_segment_created(const SegmentInfo& segment) = 0;
+  /// Asked before an empty segment is trimmed; false keeps it (e.g. a collective deregistration is
+  /// needed first). Not asked on pool destruction.
+  [[nodiscard]] virtual bool may_release(const SegmentInfo& /*segment*/) { return true; }
+  /// The segment is about to go back to the source (its memory is still valid). Must not throw;
+  /// anything thrown is counted in PoolStats::hook_errors and ignored.
+  virtual void on_segment_releasing(const SegmentInfo& segment) noexcept = 0;
+};
+
+namespace detail {
+class PoolImpl;
+}
+
+/// @brief A thread-safe caching pool over one SegmentSource (one device).
+class NCCLPOOL_API Pool {
+ public:
+  /// @throws InvalidArgument if the config is invalid or source is null.
+  explicit Pool(std::shared_ptr<SegmentSource> source, PoolConfig config = {});
+  /// Releases every segment (observers are told first), live blocks included.
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  /// @brief A block of at least `bytes`, aligned to config().alignment, ordered on `stream`.
+  /// @throws InvalidArgument (zero size), SizeTooLarge, OutOfMemory, or an observer's error.
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = 0);
+  /// @brief Frees a block; it becomes reusable on the stream it was allocated on. Null is a no-op.
+  /// @throws DoubleFree, ForeignPointer, InvalidPointer; the pool is unchanged when it throws.
+  void deallocate(void* ptr);
+  /// @brief Frees a block last used on `stream` (reusable at once there, elsewhere behind a wait).
+  void deallocate(void* ptr, stream_t stream);
+
+  /// @brief Grows the pool up front so that at least `bytes` are reserved (one new segment).
+  void reserve(std::size_t bytes);
+  /// @brief Releases every empty segment that all observers allow; returns the bytes released.
+  std::size_t trim();
+
+  [[nodiscard]] PoolStats stats() const;
+  [[nodiscard]] std::string stats_json() const;
+
+  /// @brief Adds an observer. With replay_existing, it is first told of every existing segment in
+  /// creation order, atomically with respect to growth. @throws InvalidArgument if already added.
+  void add_observer(PoolObserver& observer, bool replay_existing = false);
+  void remove_observer(PoolObserver& observer) noexcept;
+
+  /// @brief Every segment, in creation order.
+  [[nodiscard]] std::vector<SegmentInfo> segments() const;
+  /// @brief The segment containing ptr, in O(log segments).
+  [[nodiscard]] std::optional<SegmentInfo> segment_of(const void* ptr) const;
+  /// @brief Segment sequence and offset of the live block that starts at ptr.
+  [[nodiscard]] std::optional<BlockLocation> locate(const void* ptr) const;
+
+  /// @brief Checks every internal invariant (each byte of each segment in exactly one block, free
+  /// index and pointer map agree with the blocks, counters match a recount).
+  /// @throws InvariantViolation naming the first broken invariant.
+  void check_invariants() const;
+
+  [[nodiscard]] const PoolConfig& config() const noexcept;
+  [[nodiscard]] const SourceProperties& source_properties() const noexcept;
+  [[nodiscard]] SegmentSource& source() noexcept;
+
+ private:
+  std::unique_ptr<detail::PoolImpl> impl_;
+};
+
+}  // namespace ncclpool

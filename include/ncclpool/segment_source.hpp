@@ -1,0 +1,83 @@
+#pragma once
+/// @file segment_source.hpp
+/// @brief The platform contract under the pool: where segments come from and how streams are ordered.
+///
+/// A SegmentSource hands out large, aligned segments of device (or host) memory; the pool carves them
+/// into blocks. Implementations: `sim` (host memory), `cuda` (cuMemAlloc), `vmm` (cuMem virtual memory,
+/// device or host-NUMA), and `nccl` (ncclMemAlloc, in the NCCL backend).
+///
+/// Contract for implementers:
+///  * allocate(size) is called with size a positive multiple of granularity(); it returns a segment of
+///    exactly that size whose base is aligned to at least `alignment`, or throws OutOfMemory when the
+///    memory is not there (the pool then releases cached segments and retries once), or another
+///    ncclpool::Error for any other failure. A throwing allocate leaves nothing allocated.
+///  * deallocate() never throws; it is called exactly once per successful allocate.
+///  * All calls come with the owning pool's lock held: a source need not be thread safe by itself.
+
+#include <ncclpool/export.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ncclpool {
+
+/// Opaque stream handle. On CUDA sources it is a CUstream (0 = the legacy default stream); the
+/// simulator treats it as an id.
+using stream_t = std::uintptr_t;
+
+/// What backs a segment.
+enum class SourceKind : int { sim = 0, cuda = 1, vmm = 2, nccl = 3 };
+
+/// @brief Short name of a source kind ("sim", "cuda", "vmm", "nccl").
+NCCLPOOL_API const char* to_string(SourceKind kind) noexcept;
+
+/// Static facts about a source, fixed at creation.
+struct SourceProperties {
+  SourceKind kind = SourceKind::sim;
+  std::string description;        ///< e.g. "vmm device 0 (posix-fd)"; used in messages
+  int device = 0;                 ///< CUDA device ordinal the memory belongs to
+  std::size_t granularity = 0;    ///< every segment size is a multiple of this
+  std::size_t alignment = 0;      ///< every segment base is aligned to this
+  std::size_t capacity = 0;       ///< the most memory the device could ever give (total memory)
+  bool device_accessible = false; ///< kernels on `device` can read and write it
+  bool window_capable = false;    ///< can back an NCCL symmetric window (ncclMemAlloc or cuMem memory)
+};
+
+/// One segment handed out by a source.
+struct SegmentAllocation {
+  void* base = nullptr;
+  std::size_t size = 0;
+  std::uintptr_t handle = 0;  ///< source-private (e.g. a CUmemGenericAllocationHandle)
+};
+
+/// @brief How a free block moves safely from the stream that freed it to another stream.
+///
+/// The pool calls on_free(s) whenever a block is freed on stream s, and wait(consumer, producer)
+/// before handing a block freed on `producer` to a request on `consumer`. wait() must make all work
+/// enqueued on `producer` up to its latest on_free complete before later work on `consumer` starts
+/// (CUDA: an event recorded at on_free, cuStreamWaitEvent in wait). It returns false when such a
+/// dependency cannot be made now (e.g. a stream is capturing a graph); the pool then looks elsewhere.
+/// is_complete() may poll (CUDA: cuEventQuery); deterministic pools never call it. synchronize()
+/// blocks the host until `producer`'s latest on_free completed; the pool calls it before returning
+/// a segment that holds blocks freed on `producer` to the source.
+class NCCLPOOL_API StreamOrdering {
+ public:
+  virtual ~StreamOrdering() = default;
+  virtual void on_free(stream_t stream) = 0;
+  [[nodiscard]] virtual bool wait(stream_t consumer, stream_t producer) = 0;
+  [[nodiscard]] virtual bool is_complete(stream_t producer) = 0;
+  virtual void synchronize(stream_t producer) = 0;
+};
+
+/// @brief Where a pool's segments come from. See the contract at the top of this file.
+class NCCLPOOL_API SegmentSource {
+ public:
+  virtual ~SegmentSource() = default;
+  [[nodiscard]] virtual const SourceProperties& properties() const noexcept = 0;
+  [[nodiscard]] virtual SegmentAllocation allocate(std::size_t size) = 0;
+  virtual void deallocate(const SegmentAllocation& segment) noexcept = 0;
+  [[nodiscard]] virtual StreamOrdering& ordering() noexcept = 0;
+};
+
+}  // namespace ncclpool

@@ -1,0 +1,69 @@
+#include "stream_ordering.hpp"
+
+namespace ncclpool::cuda {
+
+namespace {
+CUstream as_stream(stream_t s) { return reinterpret_cast<CUstream>(s); }
+}  // namespace
+
+CudaStreamOrdering::~CudaStreamOrdering() {
+  const Driver& d = driver();
+  for (auto& [stream, p] : producers_) d.cuEventDestroy_v2(p.event);
+}
+
+bool CudaStreamOrdering::capturing(stream_t stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().cuStreamIsCapturing(as_stream(stream), &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// Called before the pool changes anything, so a failure (e.g. a destroyed stream) leaves the block live.
+void CudaStreamOrdering::on_free(stream_t stream) {
+  const Driver& d = driver();
+  ScopedContext scope(context_);  // stream 0 means the current context's default stream
+  auto [it, inserted] = producers_.try_emplace(stream);
+  Producer& p = it->second;
+  if (inserted) {
+    CUresult r = d.cuEventCreate(&p.event, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+      producers_.erase(it);
+      check(r, "cuEventCreate");
+    }
+  }
+  if (capturing(stream)) {
+    p.captured = true;
+    return;
+  }
+  check(d.cuEventRecord(p.event, as_stream(stream)), "cuEventRecord (free on stream)");
+  p.recorded = true;
+  p.captured = false;
+}
+
+bool CudaStreamOrdering::wait(stream_t consumer, stream_t producer) {
+  auto it = producers_.find(producer);
+  if (it == producers_.end() || it->second.captured || !it->second.recorded) return false;
+  ScopedContext scope(context_);
+  if (capturing(consumer)) return false;  // an outside event cannot join a capture
+  check(driver().cuStreamWaitEvent(as_stream(consumer), it->second.event, 0), "cuStreamWaitEvent (cross-stream reuse)");
+  return true;
+}
+
+bool CudaStreamOrdering::is_complete(stream_t producer) {
+  auto it = producers_.find(producer);
+  if (it == producers_.end() || it->second.captured || !it->second.recorded) return false;
+  return driver().cuEventQuery(it->second.event) == CUDA_SUCCESS;
+}
+
+void CudaStreamOrdering::synchronize(stream_t producer) {
+  auto it = producers_.find(producer);
+  if (it == producers_.end()) return;
+  if (it->second.captured) {
+    // Work captured into a graph runs only when the graph is launched; wait for the whole device.
+    ScopedContext scope(context_);
+    driver().cuCtxSynchronize();
+    return;
+  }
+  if (it->second.recorded) driver().cuEventSynchronize(it->second.event);
+}
+
+}  // namespace ncclpool::cuda

@@ -1,0 +1,396 @@
+// The pool's allocation, free, growth and release paths. See pool.hpp for the behaviour.
+
+#include "pool_impl.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace ncclpool::detail {
+
+PoolImpl::PoolImpl(std::shared_ptr<SegmentSource> source, PoolConfig config)
+    : source_(std::move(source)), config_(std::move(config)) {
+  if (!source_) throw InvalidArgument("pool '" + config_.name + "': segment source is null");
+  const SourceProperties& props = source_->properties();
+  const std::size_t a = config_.alignment;
+  if (a < 256 || !std::has_single_bit(a) || a > props.alignment) {
+    throw InvalidArgument(describe() + ": alignment " + std::to_string(a) +
+                          " must be a power of two from 256 to the source alignment (" +
+                          std::to_string(props.alignment) + ")");
+  }
+  if (props.granularity == 0 || props.granularity % a != 0) {
+    throw InvalidArgument(describe() + ": source granularity " + std::to_string(props.granularity) +
+                          " is not a multiple of the alignment " + std::to_string(a));
+  }
+  if (config_.growth_chunk == 0) throw InvalidArgument(describe() + ": growth_chunk must be positive");
+  growth_chunk_ = round_up_multiple(config_.growth_chunk, props.granularity);
+  if (growth_chunk_ == 0 || growth_chunk_ > props.capacity) {
+    throw InvalidArgument(describe() + ": growth_chunk " + format_bytes(config_.growth_chunk) +
+                          " exceeds the device capacity " + format_bytes(props.capacity));
+  }
+  fresh_.fresh = true;
+}
+
+PoolImpl::~PoolImpl() {
+  std::lock_guard lock(mutex_);
+  // Newest first, so that observers see releases in reverse creation order.
+  while (!segments_.empty()) release_segment(segments_.back().get());
+}
+
+std::string PoolImpl::describe() const {
+  const SourceProperties& props = source_->properties();
+  return "pool '" + config_.name + "' (device " + std::to_string(props.device) + ", " + to_string(props.kind) + ")";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hot path. Cost with no growth: one lock, a stream lookup (one-entry cache), two bitmap searches
+// and a pointer-map insert; no allocation, no scan.
+// ---------------------------------------------------------------------------------------------
+
+void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
+  if (bytes == 0) throw InvalidArgument(describe() + ": cannot allocate 0 bytes");
+  const std::size_t size = round_up(bytes, config_.alignment);
+  const std::size_t capacity = source_->properties().capacity;
+  if (size == 0 || size > capacity || (config_.max_reserved != 0 && size > config_.max_reserved)) {
+    std::lock_guard lock(mutex_);
+    ++stats_.oom_count;
+    throw SizeTooLarge(describe() + ": request of " + format_bytes(bytes) + " exceeds " +
+                       (config_.max_reserved != 0 && size <= capacity
+                            ? "the pool limit max_reserved=" + format_bytes(config_.max_reserved)
+                            : "the device capacity " + format_bytes(capacity)));
+  }
+
+  std::lock_guard lock(mutex_);
+  StreamState* requester = stream_state(stream);
+  Block* block = take_free_block(size, requester);
+  if (block == nullptr) block = grow(size);  // returns a fresh block, not in any index
+  split(block, size);
+  block->is_free = false;
+  block->owner = requester;
+  block->requested = bytes;
+  ++block->segment->live_blocks;
+  void* ptr = block->segment->base + block->offset;
+  live_.insert(reinterpret_cast<std::uintptr_t>(ptr), block);
+
+  stats_.allocated_bytes += block->size;
+  stats_.requested_bytes += bytes;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  ++stats_.active_allocations;
+  ++stats_.allocation_count;
+  return ptr;
+}
+
+void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
+  if (ptr == nullptr) return;
+  std::lock_guard lock(mutex_);
+  Block* block = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (block == nullptr) throw_bad_free(ptr);  // nothing changed yet
+  StreamState* owner = stream != nullptr ? stream_state(*stream) : block->owner;
+  live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  source_->ordering().on_free(owner->id);
+
+  stats_.allocated_bytes -= block->size;
+  stats_.requested_bytes -= block->requested;
+  --stats_.active_allocations;
+  ++stats_.deallocation_count;
+  --block->segment->live_blocks;
+
+  block->is_free = true;
+  block->owner = owner;
+  block->requested = 0;
+  owner->index.insert(coalesce(block));
+}
+
+StreamState* PoolImpl::stream_state(stream_t stream) {
+  if (last_stream_ != nullptr && last_stream_->id == stream) return last_stream_;
+  auto it = stream_by_id_.find(stream);
+  if (it == stream_by_id_.end()) {
+    streams_.push_back(std::make_unique<StreamState>());
+    streams_.back()->id = stream;
+    it = stream_by_id_.emplace(stream, streams_.back().get()).first;
+  }
+  last_stream_ = it->second;
+  return last_stream_;
+}
+
+// Own stream first (no wait), then memory never used (no wait), then other streams in first-use
+// order behind a wait. Nothing here depends on addresses; with deterministic=false, a completed
+// event lets a block cross streams without adding a dependency.
+Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
+  if (Block* b = requester->index.find(size)) {
+    requester->index.remove(b);
+    return b;
+  }
+  if (Block* b = fresh_.index.find(size)) {
+    fresh_.index.remove(b);
+    return b;
+  }
+  StreamOrdering& ordering = source_->ordering();
+  for (auto& other : streams_) {
+    if (other.get() == requester) continue;
+    Block* b = other->index.find(size);
+    if (b == nullptr) continue;
+    const bool done = !config_.deterministic && ordering.is_complete(other->id);
+    if (!done && !ordering.wait(requester->id, other->id)) continue;
+    other->index.remove(b);
+    ++stats_.cross_stream_reuses;
+    return b;
+  }
+  return nullptr;
+}
+
+// Cuts `block` (taken out of its index) down to `size`; the tail stays free with the same owner.
+// The tail cannot merge further: `block` was already coalesced with its free neighbours.
+void PoolImpl::split(Block* block, std::size_t size) {
+  if (block->size - size < config_.alignment) return;
+  Block* tail = arena_.make();
+  tail->segment = block->segment;
+  tail->offset = block->offset + size;
+  tail->size = block->size - size;
+  tail->owner = block->owner;
+  tail->is_free = true;
+  tail->phys_prev = block;
+  tail->phys_next = block->phys_next;
+  if (block->phys_next != nullptr) block->phys_next->phys_prev = tail;
+  block->phys_next = tail;
+  block->size = size;
+  tail->owner->index.insert(tail);
+}
+
+// Merges a newly freed block with free neighbours it may absorb: those of the same owner, and fresh
+// memory (never used, so it carries no stream obligation and may take on the freeing stream's).
+// Blocks of two different streams stay apart: their stream-order obligations differ.
+// Returns the merged block, not yet in any index.
+Block* PoolImpl::coalesce(Block* block) {
+  auto absorbable = [&](const Block* n) { return n != nullptr && n->is_free && (n->owner == block->owner || n->owner->fresh); };
+  if (Block* next = block->phys_next; absorbable(next)) {
+    next->owner->index.remove(next);
+    block->size += next->size;
+    block->phys_next = next->phys_next;
+    if (next->phys_next != nullptr) next->phys_next->phys_prev = block;
+    arena_.recycle(next);
+  }
+  if (Block* prev = block->phys_prev; absorbable(prev)) {
+    prev->owner->index.remove(prev);
+    prev->size += block->size;
+    prev->owner = block->owner;
+    prev->phys_next = block->phys_next;
+    if (block->phys_next != nullptr) block->phys_next->phys_prev = prev;
+    arena_.recycle(block);
+    block = prev;
+  }
+  return block;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Growth and release (rare paths).
+// ---------------------------------------------------------------------------------------------
+
+std::size_t PoolImpl::segment_size_for(std::size_t size) const {
+  return round_up_multiple(size, growth_chunk_);
+}
+
+Block* PoolImpl::grow(std::size_t size) {
+  const std::size_t segment_size = segment_size_for(size);
+  Segment* segment = adopt_segment(allocate_segment(segment_size, size));
+  return segment->first;
+}
+
+// Gets memory from the source; on OOM (or past max_reserved) releases empty segments and retries once.
+SegmentAllocation PoolImpl::allocate_segment(std::size_t segment_size, std::size_t request) {
+  std::string reason;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 1) {
+      if (release_empty_segments() == 0) break;  // nothing to give back: retrying cannot help
+    }
+    if (config_.max_reserved != 0 && stats_.reserved_bytes + segment_size > config_.max_reserved) {
+      reason = "the pool limit max_reserved=" + format_bytes(config_.max_reserved) + " would be exceeded";
+      continue;
+    }
+    try {
+      SegmentAllocation allocation = source_->allocate(segment_size);
+      if (attempt == 1) ++stats_.oom_recoveries;
+      return allocation;
+    } catch (const OutOfMemory& e) {
+      reason = e.what();
+    }
+  }
+  ++stats_.oom_count;
+  throw OutOfMemory(describe() + ": out of memory allocating " + format_bytes(request) + " (new segment of " +
+                    format_bytes(segment_size) + "; reserved " + format_bytes(stats_.reserved_bytes) +
+                    ", allocated " + format_bytes(stats_.allocated_bytes) + "): " + reason);
+}
+
+// Turns a source allocation into a segment with one fresh block, and tells the observers. If an
+// observer throws, those already told hear of the release and the memory goes back: no trace left.
+Segment* PoolImpl::adopt_segment(const SegmentAllocation& allocation) {
+  auto segment = std::make_unique<Segment>();
+  segment->allocation = allocation;
+  segment->base = static_cast<char*>(allocation.base);
+  segment->size = allocation.size;
+  segment->sequence = next_sequence_;
+  const SegmentInfo seg_info = info(*segment);
+  for (std::size_t i = 0; i < observers_.size(); ++i) {
+    try {
+      observers_[i]->on_segment_created(seg_info);
+    } catch (...) {
+      for (std::size_t j = i; j-- > 0;) observers_[j]->on_segment_releasing(seg_info);
+      source_->deallocate(allocation);
+      throw;
+    }
+  }
+  ++next_sequence_;
+  Block* block = arena_.make();
+  block->segment = segment.get();
+  block->size = segment->size;
+  block->owner = &fresh_;
+  block->is_free = true;
+  segment->first = block;
+  segment_by_base_.emplace(reinterpret_cast<std::uintptr_t>(segment->base), segment.get());
+  segments_.push_back(std::move(segment));
+  stats_.reserved_bytes += allocation.size;
+  stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  ++stats_.segments_created;
+  ++stats_.segment_count;
+  return segments_.back().get();
+}
+
+void PoolImpl::reserve(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (bytes <= stats_.reserved_bytes) return;
+  const std::size_t missing = bytes - stats_.reserved_bytes;
+  const std::size_t segment_size = segment_size_for(missing);
+  if (segment_size == 0 || segment_size > source_->properties().capacity) {
+    throw SizeTooLarge(describe() + ": cannot reserve " + format_bytes(bytes) + ": exceeds the device capacity " +
+                       format_bytes(source_->properties().capacity));
+  }
+  Segment* segment = adopt_segment(allocate_segment(segment_size, missing));
+  fresh_.index.insert(segment->first);
+}
+
+std::size_t PoolImpl::trim() {
+  std::lock_guard lock(mutex_);
+  return release_empty_segments();
+}
+
+bool PoolImpl::observers_allow_release(const Segment& segment) {
+  const SegmentInfo seg_info = info(segment);
+  for (PoolObserver* o : observers_)
+    if (!o->may_release(seg_info)) return false;
+  return true;
+}
+
+std::size_t PoolImpl::release_empty_segments() {
+  std::size_t released = 0;
+  // Creation order; collect first, since release_segment edits segments_.
+  std::vector<Segment*> empty;
+  for (auto& s : segments_)
+    if (s->live_blocks == 0 && observers_allow_release(*s)) empty.push_back(s.get());
+  for (Segment* s : empty) {
+    released += s->size;
+    release_segment(s);
+  }
+  return released;
+}
+
+// Frees a segment: waits for the streams that freed its blocks, tells observers, returns memory.
+void PoolImpl::release_segment(Segment* segment) {
+  std::set<stream_t> producers;
+  for (Block* b = segment->first; b != nullptr;) {
+    Block* next = b->phys_next;
+    if (b->is_free) {
+      b->owner->index.remove(b);
+      if (!b->owner->fresh) producers.insert(b->owner->id);
+    } else {
+      // Only on destruction: a live block is dropped with its segment.
+      live_.erase(reinterpret_cast<std::uintptr_t>(segment->base + b->offset));
+      stats_.allocated_bytes -= b->size;
+      stats_.requested_bytes -= b->requested;
+      --stats_.active_allocations;
+    }
+    arena_.recycle(b);
+    b = next;
+  }
+  for (stream_t s : producers) source_->ordering().synchronize(s);
+  const SegmentInfo seg_info = info(*segment);
+  for (auto it = observers_.rbegin(); it != observers_.rend(); ++it) {
+    try {
+      (*it)->on_segment_releasing(seg_info);
+    } catch (...) {
+      ++stats_.hook_errors;
+    }
+  }
+  source_->deallocate(segment->allocation);
+  stats_.reserved_bytes -= segment->size;
+  ++stats_.segments_released;
+  --stats_.segment_count;
+  segment_by_base_.erase(reinterpret_cast<std::uintptr_t>(segment->base));
+  auto it = std::find_if(segments_.begin(), segments_.end(), [&](auto& s) { return s.get() == segment; });
+  segments_.erase(it);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries and observers.
+// ---------------------------------------------------------------------------------------------
+
+SegmentInfo PoolImpl::info(const Segment& segment) const {
+  const SourceProperties& props = source_->properties();
+  return SegmentInfo{segment.sequence, segment.base, segment.size, props.device, props.kind, segment.allocation.handle};
+}
+
+PoolStats PoolImpl::stats() const {
+  std::lock_guard lock(mutex_);
+  PoolStats s = stats_;
+  std::size_t largest = fresh_.index.largest();
+  for (const auto& st : streams_) largest = std::max(largest, st->index.largest());
+  s.largest_free_block = largest;
+  return s;
+}
+
+void PoolImpl::add_observer(PoolObserver& observer, bool replay_existing) {
+  std::lock_guard lock(mutex_);
+  if (std::find(observers_.begin(), observers_.end(), &observer) != observers_.end())
+    throw InvalidArgument(describe() + ": observer already added");
+  if (replay_existing)
+    for (const auto& s : segments_) observer.on_segment_created(info(*s));
+  observers_.push_back(&observer);
+}
+
+void PoolImpl::remove_observer(PoolObserver& observer) noexcept {
+  std::lock_guard lock(mutex_);
+  observers_.erase(std::remove(observers_.begin(), observers_.end(), &observer), observers_.end());
+}
+
+std::vector<SegmentInfo> PoolImpl::segments() const {
+  std::lock_guard lock(mutex_);
+  std::vector<SegmentInfo> out;
+  out.reserve(segments_.size());
+  for (const auto& s : segments_) out.push_back(info(*s));
+  return out;
+}
+
+const Segment* PoolImpl::segment_containing(std::uintptr_t address) const {
+  auto it = segment_by_base_.upper_bound(address);
+  if (it == segment_by_base_.begin()) return nullptr;
+  --it;
+  const Segment* s = it->second;
+  return address < it->first + s->size ? s : nullptr;
+}
+
+std::optional<SegmentInfo> PoolImpl::segment_of(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const Segment* s = segment_containing(reinterpret_cast<std::uintptr_t>(ptr));
+  if (s == nullptr) return std::nullopt;
+  return info(*s);
+}
+
+std::optional<BlockLocation> PoolImpl::locate(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const Block* b = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (b == nullptr) return std::nullopt;
+  return BlockLocation{b->segment->sequence, b->offset, b->size};
+}
+
+}  // namespace ncclpool::detail

@@ -1,0 +1,104 @@
+#pragma once
+// PoolImpl: the state behind ncclpool::Pool. Split by concern:
+//   pool_impl.cpp   allocate / deallocate / grow / release (the hot path and growth)
+//   invariants.cpp  check_invariants()
+//   diagnostics.cpp error messages for bad frees and OOM
+
+#include "block.hpp"
+#include "free_index.hpp"
+#include "pointer_map.hpp"
+
+#include <ncclpool/pool.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ncclpool::detail {
+
+// The free blocks that one stream owns. The "fresh" pseudo-stream owns memory never handed out,
+// which any stream may take without waiting.
+struct StreamState {
+  stream_t id = 0;
+  bool fresh = false;
+  FreeIndex index;
+};
+
+class PoolImpl {
+ public:
+  PoolImpl(std::shared_ptr<SegmentSource> source, PoolConfig config);
+  ~PoolImpl();
+
+  void* allocate(std::size_t bytes, stream_t stream);
+  void deallocate(void* ptr, const stream_t* stream);
+  void reserve(std::size_t bytes);
+  std::size_t trim();
+  PoolStats stats() const;
+  void add_observer(PoolObserver& observer, bool replay_existing);
+  void remove_observer(PoolObserver& observer) noexcept;
+  std::vector<SegmentInfo> segments() const;
+  std::optional<SegmentInfo> segment_of(const void* ptr) const;
+  std::optional<BlockLocation> locate(const void* ptr) const;
+  void check_invariants() const;
+
+  const PoolConfig& config() const noexcept { return config_; }
+  const SourceProperties& source_properties() const noexcept { return source_->properties(); }
+  SegmentSource& source() noexcept { return *source_; }
+
+ private:
+  // --- all below run with mutex_ held ---
+  StreamState* stream_state(stream_t stream);
+  Block* take_free_block(std::size_t size, StreamState* requester);
+  Block* grow(std::size_t size);
+  SegmentAllocation allocate_segment(std::size_t segment_size, std::size_t request);
+  Segment* adopt_segment(const SegmentAllocation& allocation);
+  void split(Block* block, std::size_t size);
+  Block* coalesce(Block* block);
+  std::size_t release_empty_segments();
+  void release_segment(Segment* segment);
+  [[nodiscard]] bool observers_allow_release(const Segment& segment);
+  SegmentInfo info(const Segment& segment) const;
+  const Segment* segment_containing(std::uintptr_t address) const;
+  std::size_t segment_size_for(std::size_t size) const;
+  [[noreturn]] void throw_bad_free(void* ptr) const;
+  std::string describe() const;  // "pool 'name' (device 0, sim)"
+
+  std::shared_ptr<SegmentSource> source_;
+  PoolConfig config_;
+  std::size_t growth_chunk_ = 0;  // config_.growth_chunk rounded up to the source granularity
+
+  mutable std::mutex mutex_;
+  BlockArena arena_;
+  PointerMap live_;
+  StreamState fresh_;
+  std::vector<std::unique_ptr<StreamState>> streams_;     // first-use order (deterministic)
+  std::unordered_map<stream_t, StreamState*> stream_by_id_;
+  StreamState* last_stream_ = nullptr;                    // one-entry cache for the hot path
+  std::vector<std::unique_ptr<Segment>> segments_;        // creation order
+  std::map<std::uintptr_t, Segment*> segment_by_base_;    // address lookups, O(log n)
+  std::vector<PoolObserver*> observers_;
+  std::uint64_t next_sequence_ = 0;
+  PoolStats stats_;
+};
+
+// Rounds up to a multiple of `align` (a power of two); returns 0 on overflow.
+inline std::size_t round_up(std::size_t value, std::size_t align) noexcept {
+  if (value > SIZE_MAX - (align - 1)) return 0;
+  return (value + align - 1) & ~(align - 1);
+}
+// Same for any multiple; 0 on overflow.
+inline std::size_t round_up_multiple(std::size_t value, std::size_t multiple) noexcept {
+  const std::size_t rem = value % multiple;
+  if (rem == 0) return value;
+  if (value > SIZE_MAX - (multiple - rem)) return 0;
+  return value + (multiple - rem);
+}
+
+std::string format_bytes(std::size_t bytes);
+std::string format_pointer(const void* ptr);
+
+}  // namespace ncclpool::detail

@@ -1,0 +1,158 @@
+// GPU suite for the segment sources: the typed pool suite over `cuda`, `vmm` (device memory) and
+// `vmm` host-NUMA, writing and reading device memory through the driver; then stream ordering on
+// real CUDA streams and pool behaviour under graph capture. Run by scripts/gpu-check.sh.
+
+#include "common/pool_suite.hpp"
+
+#include "backends/cuda/driver.hpp"
+
+#include <ncclpool/cuda.hpp>
+
+#include <gtest/gtest.h>
+
+namespace ncclpool::testing {
+
+namespace {
+
+// Makes device 0's primary context current on the calling thread (what the CUDA runtime does).
+void use_device0() {
+  const auto& d = cuda::driver();
+  static cuda::PrimaryContext* context = new cuda::PrimaryContext(0);  // kept for the process
+  cuda::check(d.cuCtxSetCurrent(context->get()), "cuCtxSetCurrent");
+}
+
+struct DeviceMemory {
+  static bool available(std::string* why) { return cuda_available(why); }
+  static void fill(void* ptr, std::size_t n, std::uint8_t value) {
+    use_device0();
+    cuda::check(cuda::driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(ptr), value, n), "cuMemsetD8");
+  }
+  static std::vector<std::uint8_t> read(const void* ptr, std::size_t n) {
+    use_device0();
+    std::vector<std::uint8_t> out(n);
+    cuda::check(cuda::driver().cuMemcpyDtoH_v2(out.data(), reinterpret_cast<CUdeviceptr>(ptr), n), "cuMemcpyDtoH");
+    return out;
+  }
+};
+
+struct CudaFixture : DeviceMemory {
+  static constexpr const char* kName = "cuda";
+  static std::shared_ptr<SegmentSource> make() { return make_cuda_source(0); }
+};
+
+struct VmmFixture : DeviceMemory {
+  static constexpr const char* kName = "vmm";
+  static std::shared_ptr<SegmentSource> make() { return make_vmm_source(VmmSourceOptions{}); }
+};
+
+struct VmmHostFixture : DeviceMemory {
+  static constexpr const char* kName = "vmm-host-numa";
+  static bool available(std::string* why) {
+    if (!cuda_available(why)) return false;
+    try {
+      (void)make();
+      return true;
+    } catch (const Unsupported& e) {
+      *why = e.what();
+      return false;
+    }
+  }
+  static std::shared_ptr<SegmentSource> make() {
+    VmmSourceOptions o;
+    o.location = VmmLocation::host_numa;
+    o.numa_node = 0;
+    return make_vmm_source(o);
+  }
+};
+
+}  // namespace
+
+using GpuFixtures = ::testing::Types<CudaFixture, VmmFixture, VmmHostFixture>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Gpu, PoolSuite, GpuFixtures);
+
+namespace {
+
+class RealStreams : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda_available(&why)) GTEST_SKIP() << why;
+    use_device0();
+    const auto& d = cuda::driver();
+    cuda::check(d.cuStreamCreate(&a_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    cuda::check(d.cuStreamCreate(&b_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  }
+  void TearDown() override {
+    if (a_ == nullptr) return;
+    const auto& d = cuda::driver();
+    d.cuStreamDestroy_v2(a_);
+    d.cuStreamDestroy_v2(b_);
+  }
+  static stream_t id(CUstream s) { return reinterpret_cast<stream_t>(s); }
+  CUstream a_ = nullptr;
+  CUstream b_ = nullptr;
+};
+
+TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
+  const auto& d = cuda::driver();
+  for (auto make : {+[] { return make_cuda_source(0); }, +[] { return make_vmm_source(VmmSourceOptions{}); }}) {
+    PoolConfig config;
+    config.deterministic = true;  // always take the wait path
+    Pool pool(make(), config);
+    const std::size_t n = 64u << 20;
+    void* p = pool.allocate(n, id(a_));
+    // Queue a lot of work on A, free on A, then reuse on B and overwrite there.
+    for (int i = 0; i < 20; ++i) cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p), 0x11, n, a_), "memset A");
+    pool.deallocate(p);
+    void* q = pool.allocate(n, id(b_));
+    ASSERT_EQ(p, q);
+    EXPECT_EQ(pool.stats().cross_stream_reuses, 1u);
+    cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(q), 0x22, n, b_), "memset B");
+    cuda::check(d.cuStreamSynchronize(b_), "sync B");
+    cuda::check(d.cuStreamSynchronize(a_), "sync A");
+    const auto bytes = DeviceMemory::read(q, n);
+    // Without the wait, A's memsets could land after B's.
+    EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t v) { return v == 0x22; }));
+    pool.deallocate(q);
+    pool.check_invariants();
+  }
+}
+
+TEST_F(RealStreams, CaptureNeverWaitsOnAnOutsideEvent) {
+  const auto& d = cuda::driver();
+  Pool pool(make_cuda_source(0));
+  void* p = pool.allocate(8u << 20, id(a_));
+  pool.deallocate(p);  // free on A, outside capture
+  cuda::check(d.cuStreamBeginCapture_v2(b_, CU_STREAM_CAPTURE_MODE_RELAXED), "begin capture");
+  void* q = pool.allocate(8u << 20, id(b_));  // must not wait on A's event inside the capture
+  cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(q), 1, 8u << 20, b_), "captured memset");
+  CUgraph graph = nullptr;
+  cuda::check(d.cuStreamEndCapture(b_, &graph), "end capture (fails if the capture was invalidated)");
+  d.cuGraphDestroy(graph);
+  EXPECT_NE(p, q) << "the pool grew instead of making a captured stream wait";
+  EXPECT_EQ(pool.stats().cross_stream_reuses, 0u);
+  pool.deallocate(q);
+  pool.check_invariants();
+}
+
+TEST_F(RealStreams, OutOfDeviceMemoryIsAClearErrorAndRecoverable) {
+  auto source = make_cuda_source(0);
+  PoolConfig config;
+  config.name = "oom-probe";
+  Pool pool(source, config);
+  const std::size_t capacity = source->properties().capacity;
+  void* most = pool.allocate(capacity / 2);
+  try {
+    (void)pool.allocate(capacity / 2 + (capacity / 4));
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("pool 'oom-probe' (device 0, cuda)"), std::string::npos) << e.what();
+  }
+  pool.deallocate(most);
+  pool.check_invariants();
+  void* again = pool.allocate(capacity / 2);
+  pool.deallocate(again);
+}
+
+}  // namespace
+}  // namespace ncclpool::testing

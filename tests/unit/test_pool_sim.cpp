@@ -1,0 +1,324 @@
+// The typed pool suite over the simulator, plus the rules that need the simulator's knobs:
+// stream-ordered reuse, OOM release-and-retry, observer hooks, fault injection.
+
+#include "../common/pool_suite.hpp"
+
+#include <gtest/gtest.h>
+
+#include <ncclpool/pool.hpp>
+#include <ncclpool/sim.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ncclpool::testing {
+
+INSTANTIATE_TYPED_TEST_SUITE_P(Sim, PoolSuite, ::testing::Types<SimFixture>);
+
+namespace {
+
+constexpr std::size_t MiB = 1u << 20;
+
+std::shared_ptr<SimSource> sim(std::size_t capacity = 64ull << 30) {
+  SimSourceConfig c;
+  c.capacity = capacity;
+  return std::make_shared<SimSource>(c);
+}
+
+// ---------------------------------------------------------------- stream-ordered reuse
+
+TEST(StreamOrdering, OtherStreamTakesAFreedBlockOnlyBehindAWait) {
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 2 * MiB;
+  Pool pool(source, config);
+  void* a = pool.allocate(2 * MiB, /*stream=*/1);  // the whole segment
+  pool.deallocate(a);                               // freed on stream 1
+  const auto epoch = source->sim_ordering().epoch(1);
+  void* b = pool.allocate(2 * MiB, /*stream=*/2);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(source->sim_ordering().waited_epoch(2, 1), epoch) << "stream 2 waited for stream 1's free";
+  EXPECT_EQ(pool.stats().cross_stream_reuses, 1u);
+  pool.deallocate(b);
+  pool.check_invariants();
+}
+
+TEST(StreamOrdering, SameStreamAndFreshMemoryNeedNoWait) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(MiB, 1);  // fresh memory: no wait
+  void* c = pool.allocate(256, 2);  // the rest of the segment is still fresh: no wait
+  pool.deallocate(a);
+  void* b = pool.allocate(MiB, 1);  // same stream: no wait
+  EXPECT_EQ(source->sim_ordering().wait_count(), 0u);
+  pool.deallocate(b);
+  pool.deallocate(c);
+}
+
+TEST(StreamOrdering, FreedBlockAbsorbsAdjacentFreshMemory) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(MiB, 1);
+  pool.deallocate(a);  // joins the fresh tail: the whole segment is now stream 1's
+  EXPECT_EQ(pool.stats().largest_free_block, 2 * MiB);
+  void* b = pool.allocate(2 * MiB, 2);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(source->sim_ordering().wait_count(), 1u) << "taking stream 1's memory needs a wait";
+  pool.deallocate(b);
+  pool.check_invariants();
+}
+
+TEST(StreamOrdering, RefusedWaitMakesThePoolGrowInstead) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(2 * MiB, 1);
+  pool.deallocate(a);
+  source->sim_ordering().set_refuse_waits(true);  // like a capturing stream
+  void* b = pool.allocate(2 * MiB, 2);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(pool.stats().segments_created, 2u);
+  EXPECT_EQ(pool.stats().cross_stream_reuses, 0u);
+  pool.deallocate(b);
+}
+
+TEST(StreamOrdering, ExplicitFreeStreamOverridesTheAllocationStream) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(2 * MiB, 1);
+  pool.deallocate(a, 3);  // last used on stream 3
+  void* b = pool.allocate(2 * MiB, 3);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(source->sim_ordering().wait_count(), 0u);
+  pool.deallocate(b);
+}
+
+TEST(StreamOrdering, CompletedEventSkipsTheWaitUnlessDeterministic) {
+  for (bool deterministic : {false, true}) {
+    auto source = sim();
+    source->sim_ordering().set_complete(true);
+    PoolConfig config;
+    config.deterministic = deterministic;
+    Pool pool(source, config);
+    void* a = pool.allocate(2 * MiB, 1);
+    pool.deallocate(a);
+    void* b = pool.allocate(2 * MiB, 2);
+    EXPECT_EQ(a, b);
+    if (deterministic) {
+      EXPECT_EQ(source->sim_ordering().poll_count(), 0u) << "deterministic pools never poll events";
+      EXPECT_EQ(source->sim_ordering().wait_count(), 1u);
+    } else {
+      EXPECT_EQ(source->sim_ordering().wait_count(), 0u) << "a completed free needs no dependency";
+    }
+    pool.deallocate(b);
+  }
+}
+
+TEST(StreamOrdering, TrimSynchronizesStreamsThatFreedBlocks) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(MiB, 5);
+  pool.deallocate(a);
+  EXPECT_EQ(pool.trim(), 2 * MiB);
+  EXPECT_EQ(source->sim_ordering().synchronize_count(), 1u);
+}
+
+// ---------------------------------------------------------------- OOM
+
+TEST(OutOfMemory, ReleasesCachedSegmentsAndRetriesOnce) {
+  auto source = sim(8 * MiB);  // four 2 MiB granules
+  Pool pool(source);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(pool.allocate(2 * MiB));
+  pool.deallocate(blocks[0]);
+  pool.deallocate(blocks[1]);  // two empty 2 MiB segments stay cached
+  void* big = pool.allocate(4 * MiB);  // needs a new 4 MiB segment: OOM, release, retry
+  EXPECT_NE(big, nullptr);
+  const auto s = pool.stats();
+  EXPECT_EQ(s.oom_recoveries, 1u);
+  EXPECT_EQ(s.oom_count, 0u);
+  EXPECT_EQ(s.segments_released, 2u);
+  pool.check_invariants();
+  pool.deallocate(big);
+  pool.deallocate(blocks[2]);
+  pool.deallocate(blocks[3]);
+}
+
+TEST(OutOfMemory, FailsWithAClearErrorAndLeavesThePoolUsable) {
+  auto source = sim(4 * MiB);
+  PoolConfig config;
+  config.name = "acts";
+  Pool pool(source, config);
+  void* a = pool.allocate(3 * MiB);
+  try {
+    (void)pool.allocate(2 * MiB);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("pool 'acts' (device 0, sim)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("2.00 MiB"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reserved 4.00 MiB"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(pool.stats().oom_count, 1u);
+  pool.check_invariants();
+  pool.deallocate(a);
+  void* b = pool.allocate(4 * MiB);  // usable again
+  pool.deallocate(b);
+}
+
+TEST(OutOfMemory, InjectedOomIsRecoveredOnlyWhenSomethingCanBeReleased) {
+  auto source = sim();
+  Pool pool(source);
+  source->inject_oom(1);
+  EXPECT_THROW((void)pool.allocate(MiB), OutOfMemory) << "nothing cached: no retry helps";
+  void* a = pool.allocate(MiB);
+  pool.deallocate(a);
+  source->inject_oom(1);
+  void* b = pool.allocate(4 * MiB);  // OOM once, releases the empty segment, retries
+  EXPECT_EQ(pool.stats().oom_recoveries, 1u);
+  pool.deallocate(b);
+  EXPECT_EQ(source->live_segments(), pool.stats().segment_count);
+}
+
+TEST(OutOfMemory, BackendErrorsPropagateWithoutRetryOrLeak) {
+  auto source = sim();
+  Pool pool(source);
+  source->inject_error(1);
+  EXPECT_THROW((void)pool.allocate(MiB), BackendError);
+  EXPECT_EQ(source->live_segments(), 0u);
+  pool.check_invariants();
+}
+
+TEST(OutOfMemory, MaxReservedCapsTheGrowth) {
+  auto source = sim();
+  PoolConfig config;
+  config.max_reserved = 4 * MiB;
+  Pool pool(source, config);
+  void* a = pool.allocate(3 * MiB);
+  EXPECT_THROW((void)pool.allocate(2 * MiB), OutOfMemory);
+  EXPECT_THROW((void)pool.allocate(5 * MiB), SizeTooLarge);
+  pool.deallocate(a);
+  void* b = pool.allocate(4 * MiB);  // the empty 4 MiB segment is reused
+  pool.deallocate(b);
+  pool.check_invariants();
+}
+
+// ---------------------------------------------------------------- observers
+
+struct Recorder : PoolObserver {
+  explicit Recorder(SimSource* s) : source(s) {}
+  void on_segment_created(const SegmentInfo& s) override {
+    if (fail_create) throw BackendError("registration refused");
+    events.push_back("create " + std::to_string(s.sequence));
+  }
+  bool may_release(const SegmentInfo&) override { return allow_release; }
+  void on_segment_releasing(const SegmentInfo& s) noexcept override {
+    // The memory must still be there when we are told.
+    memory_alive_at_release = memory_alive_at_release && source->live_segments() > 0;
+    events.push_back("release " + std::to_string(s.sequence));
+  }
+  SimSource* source;
+  std::vector<std::string> events;
+  bool fail_create = false;
+  bool allow_release = true;
+  bool memory_alive_at_release = true;
+};
+
+TEST(Observers, SeeCreationInSequenceAndReleaseBeforeFree) {
+  auto source = sim();
+  Recorder rec(source.get());
+  {
+    Pool pool(source);
+    pool.add_observer(rec);
+    void* a = pool.allocate(MiB);
+    void* b = pool.allocate(3 * MiB);
+    pool.deallocate(b);
+    pool.trim();
+    pool.deallocate(a);
+  }
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"create 0", "create 1", "release 1", "release 0"}));
+  EXPECT_TRUE(rec.memory_alive_at_release);
+  EXPECT_EQ(source->live_segments(), 0u);
+}
+
+TEST(Observers, ReplayTellsOfExistingSegmentsInCreationOrder) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(3 * MiB);
+  void* b = pool.allocate(3 * MiB);
+  Recorder rec(source.get());
+  pool.add_observer(rec, /*replay_existing=*/true);
+  EXPECT_EQ(rec.events, (std::vector<std::string>{"create 0", "create 1"}));
+  EXPECT_THROW(pool.add_observer(rec), InvalidArgument);
+  pool.deallocate(a);
+  pool.deallocate(b);
+  pool.remove_observer(rec);
+}
+
+TEST(Observers, AThrowingCreateHookRollsTheSegmentBack) {
+  auto source = sim();
+  Pool pool(source);
+  Recorder first(source.get()), second(source.get());
+  pool.add_observer(first);
+  pool.add_observer(second);
+  second.fail_create = true;
+  EXPECT_THROW((void)pool.allocate(MiB), BackendError);
+  EXPECT_EQ(first.events, (std::vector<std::string>{"create 0", "release 0"}));
+  EXPECT_EQ(source->live_segments(), 0u);
+  EXPECT_EQ(pool.stats().segment_count, 0u);
+  pool.check_invariants();
+  second.fail_create = false;
+  void* a = pool.allocate(MiB);
+  EXPECT_EQ(pool.segment_of(a)->sequence, 0u) << "a rolled-back segment does not use up a sequence number";
+  pool.deallocate(a);
+  pool.remove_observer(first);
+  pool.remove_observer(second);
+}
+
+TEST(Observers, MayReleaseFalseKeepsTheSegmentThroughTrimAndOom) {
+  auto source = sim(4 * MiB);
+  Pool pool(source);
+  Recorder rec(source.get());
+  rec.allow_release = false;
+  pool.add_observer(rec);
+  void* a = pool.allocate(2 * MiB);
+  pool.deallocate(a);
+  EXPECT_EQ(pool.trim(), 0u);
+  EXPECT_THROW((void)pool.allocate(4 * MiB), OutOfMemory);
+  rec.allow_release = true;
+  EXPECT_EQ(pool.trim(), 2 * MiB);
+  pool.remove_observer(rec);
+}
+
+// ---------------------------------------------------------------- config validation
+
+TEST(Config, RejectsBadValues) {
+  auto source = sim();
+  PoolConfig c;
+  c.alignment = 100;
+  EXPECT_THROW(Pool(source, c), InvalidArgument);
+  c.alignment = 128;
+  EXPECT_THROW(Pool(source, c), InvalidArgument);
+  c.alignment = 8192;  // above the sim's page alignment
+  EXPECT_THROW(Pool(source, c), InvalidArgument);
+  c = {};
+  c.growth_chunk = 0;
+  EXPECT_THROW(Pool(source, c), InvalidArgument);
+  c.growth_chunk = 128ull << 30;  // above the sim's 64 GiB
+  EXPECT_THROW(Pool(source, c), InvalidArgument);
+  EXPECT_THROW(Pool(nullptr), InvalidArgument);
+  c = {};
+  c.growth_chunk = 3 * MiB;  // rounded up to the 2 MiB granularity
+  Pool pool(source, c);
+  void* a = pool.allocate(1);
+  EXPECT_EQ(pool.segment_of(a)->size, 4 * MiB);
+  pool.deallocate(a);
+}
+
+TEST(Config, NullFreeIsANoOp) {
+  Pool pool(sim());
+  pool.deallocate(nullptr);
+  EXPECT_EQ(pool.stats().deallocation_count, 0u);
+}
+
+}  // namespace
+}  // namespace ncclpool::testing
