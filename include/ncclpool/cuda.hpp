@@ -31,13 +31,15 @@ enum class VmmLocation : int {
 struct VmmSourceOptions {
   int device = 0;
   VmmLocation location = VmmLocation::device;
-  int numa_node = 0;           ///< with location == host_numa
+  int numa_node = -1;          ///< with host_numa: the node; -1 = the node closest to the device
   bool allow_fabric = true;    ///< add the fabric handle type where the device supports it
   std::size_t granularity = 0; ///< 0 = the driver's recommended granularity
 };
 
 /// @brief cuMem virtual memory (cuMemCreate + cuMemAddressReserve + cuMemMap + cuMemSetAccess) with
-/// the shareable handle types NCCL needs for peer mapping (POSIX FD, plus fabric where supported).
+/// the shareable handle types NCCL needs for peer mapping (POSIX FD, plus fabric where supported) and
+/// the GPUDirect RDMA flag where supported. Optional properties the driver refuses at the first
+/// allocation are dropped; properties().description then says which handle types remain.
 /// Can back symmetric windows. @throws Unsupported / InvalidArgument / BackendError.
 NCCLPOOL_API std::shared_ptr<SegmentSource> make_vmm_source(const VmmSourceOptions& options);
 

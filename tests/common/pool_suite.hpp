@@ -1,7 +1,8 @@
 #pragma once
 // The typed pool suite: every rule a pool must keep whatever its source. Instantiate with
 // INSTANTIATE_TYPED_TEST_SUITE_P(Name, PoolSuite, ::testing::Types<Fixture...>).
-// A fixture provides: kName, available(std::string*), make(), fill(ptr, n, byte), read(ptr, n).
+// A fixture provides: kName, available(std::string*), make(), fill(ptr, n, byte), read(ptr, n),
+// stream(i) for i in 0..3 (real streams on CUDA sources; 0 is the default stream).
 
 #include "source_fixtures.hpp"
 
@@ -69,10 +70,10 @@ TYPED_TEST_P(PoolSuite, AlignmentAndRounding) {
 
 TYPED_TEST_P(PoolSuite, SameStreamReuseDoesNotGrow) {
   auto pool = this->make_pool();
-  void* a = pool->allocate(1 << 20, 7);
+  void* a = pool->allocate(1 << 20, TypeParam::stream(3));
   pool->deallocate(a);
   const auto before = pool->stats();
-  void* b = pool->allocate(1 << 20, 7);
+  void* b = pool->allocate(1 << 20, TypeParam::stream(3));
   EXPECT_EQ(a, b) << "a block freed on a stream is reusable at once on that stream";
   EXPECT_EQ(pool->stats().segments_created, before.segments_created);
   pool->deallocate(b);
@@ -165,13 +166,14 @@ TYPED_TEST_P(PoolSuite, SameRequestsGiveSameOffsets) {
     const bool do_free = !live_a.empty() && (state >> 60) < 6;
     if (do_free) {
       const std::size_t k = (state >> 20) % live_a.size();
-      first->deallocate(live_a[k], (state >> 10) % 3);
-      second->deallocate(live_b[k], (state >> 10) % 3);
+      const stream_t stream = TypeParam::stream(static_cast<int>((state >> 10) % 3));
+      first->deallocate(live_a[k], stream);
+      second->deallocate(live_b[k], stream);
       live_a.erase(live_a.begin() + static_cast<long>(k));
       live_b.erase(live_b.begin() + static_cast<long>(k));
     } else {
       const std::size_t size = 1 + (state >> 40) % (3 << 20);
-      const stream_t stream = (state >> 8) % 3;
+      const stream_t stream = TypeParam::stream(static_cast<int>((state >> 8) % 3));
       live_a.push_back(first->allocate(size, stream));
       live_b.push_back(second->allocate(size, stream));
       const auto la = first->locate(live_a.back());

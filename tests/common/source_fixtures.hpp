@@ -17,6 +17,8 @@ struct SimFixture {
   static constexpr const char* kName = "sim";
   static bool available(std::string*) { return true; }
   static std::shared_ptr<SegmentSource> make() { return std::make_shared<SimSource>(); }
+  // Stream number i (0..3); 0 is the default stream.
+  static stream_t stream(int i) { return static_cast<stream_t>(i); }
   static void fill(void* ptr, std::size_t n, std::uint8_t value) { std::memset(ptr, value, n); }
   static std::vector<std::uint8_t> read(const void* ptr, std::size_t n) {
     std::vector<std::uint8_t> out(n);

@@ -23,6 +23,16 @@ void use_device0() {
 
 struct DeviceMemory {
   static bool available(std::string* why) { return cuda_available(why); }
+  // Real streams, created once for the process; 0 is the legacy default stream.
+  static stream_t stream(int i) {
+    static const std::vector<CUstream> streams = [] {
+      use_device0();
+      std::vector<CUstream> out(4, nullptr);
+      for (int k = 1; k < 4; ++k) cuda::check(cuda::driver().cuStreamCreate(&out[k], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      return out;
+    }();
+    return reinterpret_cast<stream_t>(streams.at(static_cast<std::size_t>(i)));
+  }
   static void fill(void* ptr, std::size_t n, std::uint8_t value) {
     use_device0();
     cuda::check(cuda::driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(ptr), value, n), "cuMemsetD8");
@@ -60,7 +70,6 @@ struct VmmHostFixture : DeviceMemory {
   static std::shared_ptr<SegmentSource> make() {
     VmmSourceOptions o;
     o.location = VmmLocation::host_numa;
-    o.numa_node = 0;
     return make_vmm_source(o);
   }
 };
@@ -120,7 +129,9 @@ TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
 
 TEST_F(RealStreams, CaptureNeverWaitsOnAnOutsideEvent) {
   const auto& d = cuda::driver();
-  Pool pool(make_cuda_source(0));
+  PoolConfig config;
+  config.deterministic = true;  // no event polling: A's block could only come behind a wait
+  Pool pool(make_cuda_source(0), config);
   void* p = pool.allocate(8u << 20, id(a_));
   pool.deallocate(p);  // free on A, outside capture
   cuda::check(d.cuStreamBeginCapture_v2(b_, CU_STREAM_CAPTURE_MODE_RELAXED), "begin capture");

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# GPU check: builds ncclpool (or uses a carried build), runs the GPU test suite and the benchmarks on
+# the real GPUs of this machine, and prints a short summary table last. Full logs go under $OUT
+# (default: build/gpu-check).
+#
+#   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
+#   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
+#
+# The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
+# carried. NVLink multicast stays off in every process this script starts.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-build/gpu-check}
+mkdir -p "$OUT"
+BUILD=build/gpu
+LOG="$OUT/gpu-check.log"
+: >"$LOG"
+
+build() {
+  cmake --preset gpu >/dev/null && cmake --build --preset gpu || return 1
+  # Google Benchmark is a shared library on Debian: ship it with the build.
+  mkdir -p "$BUILD/runtime"
+  ldd "$BUILD/bench/ncclpool_bench_pool" | awk '/libbenchmark/ {print $3}' | xargs -r -I{} cp -L {} "$BUILD/runtime/"
+  cat /proc/sys/kernel/random/boot_id >"$BUILD/.built-on"
+}
+
+if [ "${1:-}" = "--build" ]; then
+  scripts/install-deps.sh && build
+  exit $?
+fi
+
+# A build made on another machine (see --build) records that machine's boot id: use it as it is.
+built_on=$(cat "$BUILD/.built-on" 2>/dev/null)
+if [ -x "$BUILD/tests/ncclpool_gpu_tests" ] && [ -n "$built_on" ] && [ "$built_on" != "$(cat /proc/sys/kernel/random/boot_id)" ]; then
+  echo "gpu-check: using the build carried from $built_on" | tee -a "$LOG"
+elif [ -f /usr/lib/x86_64-linux-gnu/libgtest.a ] || [ -f /usr/lib/libgtest.a ]; then
+  build 2>&1 | tee -a "$LOG" || { echo "build failed"; exit 1; }
+else
+  echo "gpu-check: no GoogleTest here and no carried $BUILD: run 'scripts/gpu-check.sh --build' on a build machine and carry $BUILD" >&2
+  exit 1
+fi
+export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+declare -a rows=()
+row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
+
+{
+  echo "=== machine"
+  date -u
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+  nvidia-smi topo -m 2>/dev/null | head -8
+  python3 -c 'import torch, nvidia.nccl, os; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), os.path.dirname(nvidia.nccl.__file__))' 2>&1
+  echo "=== binaries load"
+  ldd "$BUILD/tests/ncclpool_gpu_tests" | grep -E "not found|ncclpool|libstdc" || true
+} >>"$LOG" 2>&1
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+row "device" "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) x ${gpus}"
+
+summarize_gtest() {  # name, log file, rc
+  local name=$1 file=$2 rc=$3
+  local passed failed skipped
+  passed=$(grep -c '^\[       OK \]' "$file")
+  failed=$(grep -c '^\[  FAILED  \] .*(' "$file")
+  skipped=$(grep -c '^\[  SKIPPED \]' "$file")
+  row "$name" "$passed passed, $failed failed, $skipped skipped (rc=$rc)"
+}
+
+# 1. GPU test suite.
+"$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_output="xml:$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+rc=$?
+cat "$OUT/gpu-tests.log" >>"$LOG"
+summarize_gtest "gpu tests (cuda, vmm sources)" "$OUT/gpu-tests.log" $rc
+
+# 2. The same suite under compute-sanitizer (memcheck), if present.
+if command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 \
+    "$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_filter='-*OutOfDeviceMemory*' >"$OUT/sanitizer.log" 2>&1
+  rc=$?
+  cat "$OUT/sanitizer.log" >>"$LOG"
+  # API errors from the expected cuMemCreate capability probes are reported apart from real errors.
+  probes=$(grep -c 'Program hit CUDA_ERROR_[A-Z_]* .* on CUDA API call to cuMemCreate' "$OUT/sanitizer.log")
+  total=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$OUT/sanitizer.log" | tail -1)
+  row "compute-sanitizer memcheck" "$(( ${total:-0} - probes )) errors, $probes expected cuMemCreate probe refusals (rc=$rc)"
+fi
+
+# 3. Benchmarks: the pool hot path over each real source, and the simulator for comparison.
+for src in sim cuda vmm; do
+  NCCLPOOL_BENCH_SOURCE=$src "$BUILD/bench/ncclpool_bench_pool" --benchmark_repetitions=5 \
+    --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
+    --benchmark_out="$OUT/bench-$src.json" --benchmark_out_format=json >"$BUILD/bench-$src.txt" 2>&1
+  rc=$?
+  cat "$BUILD/bench-$src.txt" >>"$LOG"
+  for b in "BM_AllocFreeSameStream/4096" "BM_AllocFreeWithLiveBlocks/20000" "BM_CrossStreamReuse"; do
+    t=$(grep -E "^${b}_median" "$BUILD/bench-$src.txt" | awk '{print $2, $3}')
+    row "bench $src $b (median)" "${t:-missing (rc=$rc)}"
+  done
+done
+
+# 4. The demo on the GPU.
+"$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
+row "demo (vmm source)" "rc=$?"
+
+echo
+echo "=== ncclpool gpu-check summary ($(date -u +%FT%TZ))"
+printf '%s\n' "${rows[@]}"

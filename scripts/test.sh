@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds ncclpool and runs every CPU test: the unit suite on the simulator in the default build, then
+# again under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer. GPU tests
+# (label `gpu`) are left to scripts/gpu-check.sh. NCCLPOOL_TSAN=0 skips the TSan build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+presets=(default asan)
+[ "${NCCLPOOL_TSAN:-1}" = 1 ] && presets+=(tsan)
+
+for preset in "${presets[@]}"; do
+  echo "=== ${preset}: build"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  echo "=== ${preset}: tests"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    TSAN_OPTIONS=halt_on_error=1 \
+    ctest --preset "$preset" -j "$jobs"
+done
+echo "=== all CPU tests passed (${presets[*]})"
