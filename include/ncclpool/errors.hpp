@@ -22,6 +22,8 @@ enum class ErrorCode : int {
   unsupported = 8,          ///< the feature is not available in this build or on this machine
   invariant_violation = 9,  ///< an internal consistency check failed (a bug: please report it)
   invalid_state = 10,       ///< the call is not allowed in the object's current state
+  registration_error = 11,  ///< NCCL (or the simulator) refused a registration or deregistration
+  agreement_error = 12,     ///< ranks disagree at an agreement point, or a collective timed out
 };
 
 /// @brief Short, stable name of an error code ("out_of_memory", ...).
@@ -53,6 +55,8 @@ NCCLPOOL_DECLARE_ERROR(BackendError, backend_error);
 NCCLPOOL_DECLARE_ERROR(Unsupported, unsupported);
 NCCLPOOL_DECLARE_ERROR(InvariantViolation, invariant_violation);
 NCCLPOOL_DECLARE_ERROR(InvalidState, invalid_state);
+NCCLPOOL_DECLARE_ERROR(RegistrationError, registration_error);
+NCCLPOOL_DECLARE_ERROR(AgreementError, agreement_error);
 
 #undef NCCLPOOL_DECLARE_ERROR
 

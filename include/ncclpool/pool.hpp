@@ -110,6 +110,8 @@ class NCCLPOOL_API Pool {
 
   /// @brief Every segment, in creation order.
   [[nodiscard]] std::vector<SegmentInfo> segments() const;
+  /// @brief Segments with no live block, in creation order (what trim() would release).
+  [[nodiscard]] std::vector<SegmentInfo> empty_segments() const;
   /// @brief The segment containing ptr, in O(log segments).
   [[nodiscard]] std::optional<SegmentInfo> segment_of(const void* ptr) const;
   /// @brief Segment sequence and offset of the live block that starts at ptr.

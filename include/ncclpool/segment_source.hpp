@@ -68,6 +68,11 @@ class NCCLPOOL_API StreamOrdering {
   [[nodiscard]] virtual bool wait(stream_t consumer, stream_t producer) = 0;
   [[nodiscard]] virtual bool is_complete(stream_t producer) = 0;
   virtual void synchronize(stream_t producer) = 0;
+  /// The pool announces every stream the first time it serves it (with its lock held).
+  virtual void on_new_stream(stream_t /*stream*/) {}
+  /// Whether a stream of this device that the pool has served (or the default stream) is capturing
+  /// a CUDA graph now. Thread safe: the registry asks without the pool lock.
+  [[nodiscard]] virtual bool device_capturing() { return false; }
 };
 
 /// @brief Where a pool's segments come from. See the contract at the top of this file.

@@ -6,6 +6,7 @@
 #include <ncclpool/export.hpp>
 #include <ncclpool/segment_source.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,6 +35,9 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   /// Test knobs: what is_complete() answers, and whether wait() refuses (models graph capture).
   void set_complete(bool complete) noexcept { complete_ = complete; }
   void set_refuse_waits(bool refuse) noexcept { refuse_waits_ = refuse; }
+  /// Models a CUDA graph capture in progress on the device.
+  void set_capturing(bool capturing) noexcept { capturing_.store(capturing); }
+  [[nodiscard]] bool device_capturing() override { return capturing_.load(); }
 
  private:
   std::map<stream_t, std::uint64_t> epochs_;
@@ -43,6 +47,7 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   std::uint64_t synchronizes_ = 0;
   bool complete_ = false;
   bool refuse_waits_ = false;
+  std::atomic<bool> capturing_{false};
 };
 
 /// Settings of a simulated device.

@@ -21,6 +21,8 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::unsupported: return "unsupported";
     case ErrorCode::invariant_violation: return "invariant_violation";
     case ErrorCode::invalid_state: return "invalid_state";
+    case ErrorCode::registration_error: return "registration_error";
+    case ErrorCode::agreement_error: return "agreement_error";
   }
   return "unknown";
 }
@@ -62,6 +64,7 @@ std::string Pool::stats_json() const { return to_json(impl_->stats()); }
 void Pool::add_observer(PoolObserver& observer, bool replay_existing) { impl_->add_observer(observer, replay_existing); }
 void Pool::remove_observer(PoolObserver& observer) noexcept { impl_->remove_observer(observer); }
 std::vector<SegmentInfo> Pool::segments() const { return impl_->segments(); }
+std::vector<SegmentInfo> Pool::empty_segments() const { return impl_->empty_segments(); }
 std::optional<SegmentInfo> Pool::segment_of(const void* ptr) const { return impl_->segment_of(ptr); }
 std::optional<BlockLocation> Pool::locate(const void* ptr) const { return impl_->locate(ptr); }
 void Pool::check_invariants() const { impl_->check_invariants(); }

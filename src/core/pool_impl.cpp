@@ -109,6 +109,7 @@ StreamState* PoolImpl::stream_state(stream_t stream) {
   if (it == stream_by_id_.end()) {
     streams_.push_back(std::make_unique<StreamState>());
     streams_.back()->id = stream;
+    source_->ordering().on_new_stream(stream);
     it = stream_by_id_.emplace(stream, streams_.back().get()).first;
   }
   last_stream_ = it->second;
@@ -368,6 +369,14 @@ std::vector<SegmentInfo> PoolImpl::segments() const {
   std::vector<SegmentInfo> out;
   out.reserve(segments_.size());
   for (const auto& s : segments_) out.push_back(info(*s));
+  return out;
+}
+
+std::vector<SegmentInfo> PoolImpl::empty_segments() const {
+  std::lock_guard lock(mutex_);
+  std::vector<SegmentInfo> out;
+  for (const auto& s : segments_)
+    if (s->live_blocks == 0) out.push_back(info(*s));
   return out;
 }
 

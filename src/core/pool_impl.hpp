@@ -41,6 +41,7 @@ class PoolImpl {
   void add_observer(PoolObserver& observer, bool replay_existing);
   void remove_observer(PoolObserver& observer) noexcept;
   std::vector<SegmentInfo> segments() const;
+  std::vector<SegmentInfo> empty_segments() const;
   std::optional<SegmentInfo> segment_of(const void* ptr) const;
   std::optional<BlockLocation> locate(const void* ptr) const;
   void check_invariants() const;

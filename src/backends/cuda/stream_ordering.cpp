@@ -67,3 +67,28 @@ void CudaStreamOrdering::synchronize(stream_t producer) {
 }
 
 }  // namespace ncclpool::cuda
+
+namespace ncclpool::cuda {
+
+void CudaStreamOrdering::on_new_stream(stream_t stream) {
+  std::lock_guard lock(known_mutex_);
+  known_streams_.push_back(stream);
+}
+
+// The default stream answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream captures
+// in global mode; the streams the pool served are asked one by one.
+bool CudaStreamOrdering::device_capturing() {
+  const Driver& d = driver();
+  ScopedContext scope(context_);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult legacy = d.cuStreamIsCapturing(CU_STREAM_LEGACY, &status);
+  if (legacy == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || status != CU_STREAM_CAPTURE_STATUS_NONE) return true;
+  std::lock_guard lock(known_mutex_);
+  for (stream_t s : known_streams_) {
+    status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.cuStreamIsCapturing(as_stream(s), &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE) return true;
+  }
+  return false;
+}
+
+}  // namespace ncclpool::cuda

@@ -8,7 +8,9 @@
 
 #include <ncclpool/segment_source.hpp>
 
+#include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace ncclpool::cuda {
 
@@ -23,6 +25,8 @@ class CudaStreamOrdering final : public StreamOrdering {
   [[nodiscard]] bool wait(stream_t consumer, stream_t producer) override;
   [[nodiscard]] bool is_complete(stream_t producer) override;
   void synchronize(stream_t producer) override;
+  void on_new_stream(stream_t stream) override;
+  [[nodiscard]] bool device_capturing() override;
 
  private:
   struct Producer {
@@ -33,6 +37,8 @@ class CudaStreamOrdering final : public StreamOrdering {
   static bool capturing(stream_t stream);
   CUcontext context_;
   std::unordered_map<stream_t, Producer> producers_;
+  std::mutex known_mutex_;                 // device_capturing() runs without the pool lock
+  std::vector<stream_t> known_streams_;
 };
 
 }  // namespace ncclpool::cuda

@@ -1,0 +1,240 @@
+// LoopbackGroup / LoopbackCommunicator: collective semantics for threads-as-ranks.
+//
+// Each rank numbers its collective calls 0, 1, 2, ...; call k of every rank meets in slot k. The last
+// rank to arrive lets everyone compare: all ranks must make the same operation with the same
+// argument (segment size for a window, window id for a deregistration). A mismatch, or an injected
+// fault, fails the call on every rank. A rank missing past the timeout breaks the group.
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/loopback.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace ncclpool {
+
+namespace detail {
+
+namespace {
+const char* op_name(int op) {
+  switch (op) {
+    case 0: return "register_local";
+    case 1: return "deregister_local";
+    case 2: return "register_window";
+    case 3: return "deregister_window";
+    case 4: return "all_gather";
+  }
+  return "?";
+}
+constexpr int kAllGather = 4;
+}  // namespace
+
+class LoopbackState {
+ public:
+  LoopbackState(std::string name, int size, std::chrono::milliseconds timeout)
+      : name_(std::move(name)), size_(size), timeout_(timeout), calls_(static_cast<std::size_t>(size), 0),
+        injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)) {}
+
+  struct Result {
+    std::vector<AgreementRecord> records;
+    std::uint64_t window_id = 0;
+  };
+
+  // One collective call by `rank`. `argument` must match across ranks.
+  Result collective(int rank, int op, std::uint64_t argument, const AgreementRecord& record, const std::string& who) {
+    std::unique_lock lock(mutex_);
+    if (broken_) throw AgreementError(who + ": " + broken_reason_);
+    const bool fail_here = count_and_check(rank, op);
+    const std::uint64_t k = calls_[static_cast<std::size_t>(rank)]++;
+    Slot& slot = slots_[k];
+    if (slot.posts.empty()) slot.posts.resize(static_cast<std::size_t>(size_));
+    slot.posts[static_cast<std::size_t>(rank)] = Post{op, argument, record, fail_here};
+    ++slot.arrived;
+    ++collective_calls_;
+    cv_.notify_all();
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    if (!cv_.wait_until(lock, deadline, [&] { return slot.arrived == size_ || broken_; })) {
+      std::ostringstream msg;
+      msg << "collective call #" << k << " (" << op_name(op) << ") timed out after " << timeout_.count()
+          << " ms: ranks";
+      for (int r = 0; r < size_; ++r)
+        if (!slot.posts[static_cast<std::size_t>(r)]) msg << ' ' << r;
+      msg << " never made it (did they skip a commit or register in another order?); the group is broken";
+      broken_ = true;
+      broken_reason_ = msg.str();
+      cv_.notify_all();
+      throw AgreementError(who + ": " + broken_reason_);
+    }
+    if (slot.arrived != size_) throw AgreementError(who + ": " + broken_reason_);
+    if (!slot.evaluated) evaluate(slot, k);
+    Result result{slot.records, slot.window_id};
+    const std::string error = slot.error;
+    const bool agreement = slot.agreement_error;
+    if (++slot.readers == size_) slots_.erase(k);
+    if (!error.empty()) {
+      if (agreement) throw AgreementError(who + ": " + error);
+      throw RegistrationError(who + ": " + error);
+    }
+    return result;
+  }
+
+  // Counts a non-collective call; true if it must fail.
+  bool local_call(int rank, int op) {
+    std::lock_guard lock(mutex_);
+    return count_and_check(rank, op);
+  }
+
+  void inject(int op, int rank, int nth) {
+    std::lock_guard lock(mutex_);
+    for (int r = 0; r < size_; ++r)
+      if (rank < 0 || rank == r) injected_[static_cast<std::size_t>(r)][op] = counters_[static_cast<std::size_t>(r)][op] + static_cast<std::uint64_t>(nth);
+  }
+
+  std::uint64_t next_local_handle() { return ++local_handles_; }
+  std::atomic<std::int64_t> live{0};
+  std::uint64_t collective_calls() {
+    std::lock_guard lock(mutex_);
+    return collective_calls_;
+  }
+  const std::string& name() const { return name_; }
+  int size() const { return size_; }
+
+ private:
+  struct Post {
+    int op;
+    std::uint64_t argument;
+    AgreementRecord record;
+    bool inject_failure;
+  };
+  struct Slot {
+    std::vector<std::optional<Post>> posts;
+    int arrived = 0;
+    int readers = 0;
+    bool evaluated = false;
+    bool agreement_error = false;
+    std::string error;
+    std::vector<AgreementRecord> records;
+    std::uint64_t window_id = 0;
+  };
+
+  bool count_and_check(int rank, int op) {
+    auto& counter = counters_[static_cast<std::size_t>(rank)][op];
+    ++counter;
+    auto& inj = injected_[static_cast<std::size_t>(rank)];
+    auto it = inj.find(op);
+    if (it != inj.end() && it->second == counter) {
+      inj.erase(it);
+      return true;
+    }
+    return false;
+  }
+
+  void evaluate(Slot& slot, std::uint64_t k) {
+    slot.evaluated = true;
+    const Post& first = *slot.posts[0];
+    std::ostringstream diff;
+    for (int r = 1; r < size_; ++r) {
+      const Post& p = *slot.posts[static_cast<std::size_t>(r)];
+      if (p.op != first.op || p.argument != first.argument)
+        diff << " rank " << r << " called " << op_name(p.op) << '(' << p.argument << ");";
+    }
+    if (!diff.str().empty()) {
+      slot.agreement_error = true;
+      slot.error = "collective call #" + std::to_string(k) + " does not match across ranks: rank 0 called " +
+                   op_name(first.op) + "(" + std::to_string(first.argument) + ");" + diff.str();
+      return;
+    }
+    for (int r = 0; r < size_; ++r) {
+      if (slot.posts[static_cast<std::size_t>(r)]->inject_failure) {
+        slot.error = std::string("injected failure of ") + op_name(first.op) + " on rank " + std::to_string(r) +
+                     " (the collective fails on every rank)";
+        return;
+      }
+    }
+    if (first.op == kAllGather) {
+      for (auto& p : slot.posts) slot.records.push_back(p->record);
+    }
+    slot.window_id = ++windows_;
+  }
+
+  std::string name_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::uint64_t> calls_;
+  std::map<std::uint64_t, Slot> slots_;
+  std::vector<std::map<int, std::uint64_t>> injected_;
+  std::vector<std::map<int, std::uint64_t>> counters_;
+  bool broken_ = false;
+  std::string broken_reason_;
+  std::uint64_t windows_ = 0;
+  std::uint64_t local_handles_ = 0;
+  std::uint64_t collective_calls_ = 0;
+};
+
+}  // namespace detail
+
+LoopbackGroup::LoopbackGroup(std::string name, int size, std::chrono::milliseconds timeout) {
+  if (size < 1) throw InvalidArgument("loopback group '" + name + "': size must be >= 1");
+  state_ = std::make_unique<detail::LoopbackState>(std::move(name), size, timeout);
+}
+LoopbackGroup::~LoopbackGroup() = default;
+const std::string& LoopbackGroup::name() const noexcept { return state_->name(); }
+int LoopbackGroup::size() const noexcept { return state_->size(); }
+void LoopbackGroup::inject_failure(LoopbackOp op, int rank, int nth) { state_->inject(static_cast<int>(op), rank, nth); }
+std::int64_t LoopbackGroup::live_registrations() const { return state_->live.load(); }
+std::uint64_t LoopbackGroup::collective_calls() const { return state_->collective_calls(); }
+
+LoopbackCommunicator::LoopbackCommunicator(std::shared_ptr<LoopbackGroup> group, int rank, int device)
+    : group_(std::move(group)), rank_(rank), device_(device) {
+  if (!group_) throw InvalidArgument("loopback communicator: group is null");
+  if (rank < 0 || rank >= group_->size())
+    throw InvalidArgument("loopback communicator: rank " + std::to_string(rank) + " outside group '" + group_->name() + "' of " + std::to_string(group_->size()));
+}
+
+int LoopbackCommunicator::size() const { return group_->size(); }
+std::uintptr_t LoopbackCommunicator::native_handle() const {
+  // One identity per (group, rank): wrappers of the same rank compare equal.
+  return reinterpret_cast<std::uintptr_t>(group_.get()) + static_cast<std::uintptr_t>(rank_);
+}
+std::string LoopbackCommunicator::describe() const {
+  return "loopback comm '" + group_->name() + "' (rank " + std::to_string(rank_) + " of " + std::to_string(group_->size()) +
+         ", device " + std::to_string(device_) + ")";
+}
+bool LoopbackCommunicator::supports_windows(std::string*) const { return true; }
+
+void* LoopbackCommunicator::register_local(void* base, std::size_t size) {
+  if (group_->state().local_call(rank_, static_cast<int>(LoopbackOp::register_local)))
+    throw RegistrationError(describe() + ": injected failure of register_local(" + std::to_string(reinterpret_cast<std::uintptr_t>(base)) + ", " + std::to_string(size) + ")");
+  ++group_->state().live;
+  return reinterpret_cast<void*>(group_->state().next_local_handle());
+}
+
+void LoopbackCommunicator::deregister_local(void* /*handle*/) {
+  if (group_->state().local_call(rank_, static_cast<int>(LoopbackOp::deregister_local)))
+    throw RegistrationError(describe() + ": injected failure of deregister_local");
+  --group_->state().live;
+}
+
+void* LoopbackCommunicator::register_window(void* /*base*/, std::size_t size) {
+  auto r = group_->state().collective(rank_, static_cast<int>(LoopbackOp::register_window), size, {}, describe());
+  ++group_->state().live;
+  return reinterpret_cast<void*>(r.window_id);
+}
+
+void LoopbackCommunicator::deregister_window(void* window) {
+  (void)group_->state().collective(rank_, static_cast<int>(LoopbackOp::deregister_window), reinterpret_cast<std::uintptr_t>(window), {}, describe());
+  --group_->state().live;
+}
+
+std::vector<AgreementRecord> LoopbackCommunicator::all_gather(const AgreementRecord& mine) {
+  return group_->state().collective(rank_, 4, sizeof(AgreementRecord), mine, describe()).records;
+}
+
+}  // namespace ncclpool

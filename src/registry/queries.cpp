@@ -1,0 +1,117 @@
+// Registry lookups, statistics, invariant checks, the public facade and Scope.
+
+#include "registry_impl.hpp"
+
+#include <algorithm>
+
+namespace ncclpool {
+
+const char* to_string(RegistrationKind kind) noexcept { return kind == RegistrationKind::local ? "local" : "symmetric"; }
+
+namespace detail {
+
+std::optional<SegmentRegistrations> RegistryImpl::lookup(const void* ptr) const {
+  std::lock_guard lock(mutex_);
+  const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+  auto it = segments_.upper_bound(address);
+  if (it == segments_.begin()) return std::nullopt;
+  --it;
+  if (address >= it->first + it->second.info.size) return std::nullopt;
+  SegmentRegistrations out{it->second.info, {}};
+  for (auto& [cs, handle] : it->second.handles) out.registrations.push_back({cs->comm.get(), cs->kind, handle});
+  return out;
+}
+
+void* RegistryImpl::handle_of(const void* ptr, const Communicator& comm) const {
+  auto found = lookup(ptr);
+  if (!found) return nullptr;
+  for (auto& r : found->registrations)
+    if (r.comm->native_handle() == comm.native_handle()) return r.handle;
+  return nullptr;
+}
+
+CommunicatorStats RegistryImpl::stats(const Communicator& comm) const {
+  std::lock_guard lock(mutex_);
+  const CommState& cs = require(comm, "stats");
+  CommunicatorStats s = cs.stats;
+  s.pending = cs.pending.size();
+  return s;
+}
+
+std::size_t RegistryImpl::attached() const {
+  std::lock_guard lock(mutex_);
+  return comms_.size();
+}
+
+void RegistryImpl::check_invariants() const {
+  const std::vector<SegmentInfo> pool_segments = pool_->segments();  // before mutex_: lock order
+  std::lock_guard lock(mutex_);
+  const std::string who = "registry of pool '" + pool_->config().name + "': invariant broken: ";
+  auto fail = [&](const std::string& what) { throw InvariantViolation(who + what); };
+  if (pool_segments.size() != segments_.size()) fail("the registry tracks " + std::to_string(segments_.size()) + " segments, the pool has " + std::to_string(pool_segments.size()));
+  for (const auto& s : pool_segments)
+    if (!by_sequence_.count(s.sequence)) fail("pool segment " + std::to_string(s.sequence) + " is unknown to the registry");
+  std::size_t pending = 0;
+  for (const auto& cs : comms_) {
+    std::size_t registered = 0, bytes = 0;
+    for (const auto& [base, entry] : segments_) {
+      const auto n = std::count_if(entry.handles.begin(), entry.handles.end(), [&](auto& h) { return h.first == cs.get(); });
+      const auto p = std::count(cs->pending.begin(), cs->pending.end(), entry.info.sequence);
+      if (n + p != 1)
+        fail("segment " + std::to_string(entry.info.sequence) + " is registered " + std::to_string(n) + " and pending " +
+             std::to_string(p) + " times with " + cs->comm->describe() + " (must be exactly once)");
+      registered += static_cast<std::size_t>(n);
+      bytes += static_cast<std::size_t>(n) * entry.info.size;
+    }
+    if (registered != cs->stats.registered_segments || bytes != cs->stats.bytes_registered)
+      fail("registration counters of " + cs->comm->describe() + " disagree with a recount");
+    if (cs->kind == RegistrationKind::local && cs->stats.registrations - cs->stats.deregistrations != registered)
+      fail("registrations minus deregistrations of " + cs->comm->describe() + " do not count back to what is registered");
+    pending += cs->pending.size();
+  }
+  for (const auto& [base, entry] : segments_)
+    for (auto& [cs, handle] : entry.handles)
+      if (std::none_of(comms_.begin(), comms_.end(), [&](auto& c) { return c.get() == cs; })) fail("a handle outlived its communicator");
+  if (pending != pending_total_.load()) fail("pending counter disagrees with a recount");
+}
+
+}  // namespace detail
+
+Registry::Registry(std::shared_ptr<Pool> pool) : impl_(std::make_unique<detail::RegistryImpl>(std::move(pool))) {}
+Registry::~Registry() = default;
+void Registry::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind) { impl_->attach(std::move(comm), kind); }
+void Registry::detach(const Communicator& comm) { impl_->detach(comm); }
+void Registry::forget(const Communicator& comm) { impl_->forget(comm); }
+void Registry::commit() { impl_->commit(); }
+std::size_t Registry::trim() { return impl_->trim(); }
+std::optional<SegmentRegistrations> Registry::lookup(const void* ptr) const { return impl_->lookup(ptr); }
+void* Registry::handle_of(const void* ptr, const Communicator& comm) const { return impl_->handle_of(ptr, comm); }
+CommunicatorStats Registry::stats(const Communicator& comm) const { return impl_->stats(comm); }
+std::size_t Registry::pending() const { return impl_->pending(); }
+std::size_t Registry::attached() const { return impl_->attached(); }
+void Registry::check_invariants() const { impl_->check_invariants(); }
+Pool& Registry::pool() noexcept { return *impl_->pool_; }
+const std::shared_ptr<Pool>& Registry::shared_pool() const noexcept { return impl_->pool_; }
+
+// ---- Scope: a thread-local stack of open scopes ----
+
+namespace {
+thread_local Scope* innermost = nullptr;
+}
+
+Scope::Scope(Registry& registry) : registry_(&registry), previous_(innermost) { innermost = this; }
+
+Scope::~Scope() {
+  if (open_) innermost = previous_;  // no commit here: nothing collective runs in a destructor
+}
+
+void Scope::close() {
+  if (!open_) throw InvalidState("scope: close() called twice");
+  open_ = false;
+  innermost = previous_;
+  registry_->commit();
+}
+
+Scope* current_scope() noexcept { return innermost; }
+
+}  // namespace ncclpool

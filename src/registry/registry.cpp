@@ -1,0 +1,342 @@
+// The registration state machine: attach, growth, commit, release, detach, forget.
+
+#include "registry_impl.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ncclpool::detail {
+
+RegistryImpl::RegistryImpl(std::shared_ptr<Pool> pool) : pool_(std::move(pool)) {
+  if (!pool_) throw InvalidArgument("registry: pool is null");
+  pool_->add_observer(*this, /*replay_existing=*/true);
+}
+
+RegistryImpl::~RegistryImpl() {
+  {
+    std::lock_guard lock(mutex_);
+    while (!comms_.empty()) {
+      CommState* cs = comms_.back().get();
+      if (cs->kind == RegistrationKind::local) {
+        for (auto& [base, entry] : segments_) {
+          auto it = std::find_if(entry.handles.begin(), entry.handles.end(), [&](auto& h) { return h.first == cs; });
+          if (it == entry.handles.end()) continue;
+          try {
+            deregister_one(*cs, entry, it->second);
+          } catch (const Error& e) {
+            std::fprintf(stderr, "ncclpool: registry teardown: %s\n", e.what());
+          }
+        }
+      } else if (cs->stats.registered_segments > 0) {
+        std::fprintf(stderr,
+                     "ncclpool: registry destroyed with %s still attached (%zu windows): forgetting them; "
+                     "detach symmetric communicators collectively before destroying the registry\n",
+                     cs->comm->describe().c_str(), cs->stats.registered_segments);
+      }
+      remove_comm(cs);
+    }
+  }
+  pool_->remove_observer(*this);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Helpers (mutex_ held)
+// ------------------------------------------------------------------------------------------------
+
+CommState* RegistryImpl::find(const Communicator& comm) const {
+  for (const auto& cs : comms_)
+    if (cs->comm->native_handle() == comm.native_handle()) return cs.get();
+  return nullptr;
+}
+
+CommState& RegistryImpl::require(const Communicator& comm, const char* operation) const {
+  CommState* cs = find(comm);
+  if (cs == nullptr) throw InvalidArgument(std::string(operation) + ": " + comm.describe() + " is not attached to pool '" + pool_->config().name + "'");
+  return *cs;
+}
+
+bool RegistryImpl::capturing() const { return pool_->source().ordering().device_capturing(); }
+
+SegmentEntry& RegistryImpl::entry_of(std::uint64_t sequence) { return segments_.at(by_sequence_.at(sequence)); }
+
+void RegistryImpl::register_one(CommState& cs, SegmentEntry& entry) {
+  void* handle = nullptr;
+  {
+    RegistrationTimer timer(cs.stats);
+    try {
+      handle = cs.kind == RegistrationKind::local ? cs.comm->register_local(entry.info.base, entry.info.size)
+                                                  : cs.comm->register_window(entry.info.base, entry.info.size);
+    } catch (const Error& e) {
+      ++cs.stats.errors;
+      throw RegistrationError(std::string(cs.kind == RegistrationKind::local ? "local" : "window") +
+                              " registration of segment " + std::to_string(entry.info.sequence) + " (" +
+                              std::to_string(entry.info.size) + " bytes at " + std::to_string(reinterpret_cast<std::uintptr_t>(entry.info.base)) +
+                              ") of pool '" + pool_->config().name + "' with " + cs.comm->describe() + " failed: " + e.what());
+    }
+  }
+  entry.handles.emplace_back(&cs, handle);
+  ++cs.stats.registrations;
+  ++cs.stats.registered_segments;
+  cs.stats.bytes_registered += entry.info.size;
+}
+
+void RegistryImpl::deregister_one(CommState& cs, SegmentEntry& entry, void* handle) {
+  // The handle is dropped whatever NCCL answers: a registration NCCL refused to remove is not ours.
+  entry.handles.erase(std::find(entry.handles.begin(), entry.handles.end(), std::make_pair(&cs, handle)));
+  --cs.stats.registered_segments;
+  cs.stats.bytes_registered -= entry.info.size;
+  ++cs.stats.deregistrations;
+  RegistrationTimer timer(cs.stats);
+  try {
+    if (cs.kind == RegistrationKind::local) {
+      cs.comm->deregister_local(handle);
+    } else {
+      cs.comm->deregister_window(handle);
+    }
+  } catch (const Error& e) {
+    ++cs.stats.errors;
+    throw RegistrationError("deregistration of segment " + std::to_string(entry.info.sequence) + " of pool '" +
+                            pool_->config().name + "' from " + cs.comm->describe() + " failed: " + e.what());
+  }
+}
+
+void RegistryImpl::drop_pending(std::uint64_t sequence) {
+  for (auto& cs : comms_) {
+    auto it = std::find(cs->pending.begin(), cs->pending.end(), sequence);
+    if (it != cs->pending.end()) {
+      cs->pending.erase(it);
+      --pending_total_;
+    }
+  }
+}
+
+std::vector<std::pair<std::uint64_t, std::size_t>> RegistryImpl::describe_segments(const std::vector<std::uint64_t>& sequences) const {
+  std::vector<std::pair<std::uint64_t, std::size_t>> out;
+  out.reserve(sequences.size());
+  for (std::uint64_t s : sequences) out.emplace_back(s, segments_.at(by_sequence_.at(s)).info.size);
+  return out;
+}
+
+void RegistryImpl::agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences) {
+  const AgreementRecord mine = make_agreement(phase, describe_segments(sequences));
+  std::vector<AgreementRecord> all;
+  {
+    RegistrationTimer timer(cs.stats);
+    all = cs.comm->all_gather(mine);
+  }
+  ++cs.stats.agreements;
+  check_agreement(all, *cs.comm, phase);
+}
+
+void RegistryImpl::remove_comm(CommState* cs) {
+  for (auto& [base, entry] : segments_)
+    std::erase_if(entry.handles, [&](auto& h) { return h.first == cs; });
+  pending_total_ -= cs->pending.size();
+  std::erase_if(comms_, [&](auto& p) { return p.get() == cs; });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Pool hooks (pool lock held)
+// ------------------------------------------------------------------------------------------------
+
+// Local communicators register the new segment now (unless a graph is being captured: then later, at
+// commit); symmetric ones mark it pending. A failed local registration undoes the ones made for this
+// segment and throws, so the pool rolls the segment back: never half registered.
+void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
+  std::lock_guard lock(mutex_);
+  SegmentEntry entry{segment, {}};
+  const bool in_capture = std::any_of(comms_.begin(), comms_.end(), [](auto& cs) { return cs->kind == RegistrationKind::local; }) && capturing();
+  std::vector<CommState*> pend;
+  for (auto& cs : comms_) {
+    if (cs->kind == RegistrationKind::symmetric || in_capture) {
+      pend.push_back(cs.get());
+      continue;
+    }
+    try {
+      register_one(*cs, entry);
+    } catch (...) {
+      while (!entry.handles.empty()) {
+        auto [done, handle] = entry.handles.back();
+        try {
+          deregister_one(*done, entry, handle);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "ncclpool: rollback: %s\n", e.what());
+        }
+      }
+      throw;
+    }
+  }
+  for (CommState* cs : pend) {
+    cs->pending.push_back(segment.sequence);
+    ++pending_total_;
+  }
+  by_sequence_.emplace(segment.sequence, reinterpret_cast<std::uintptr_t>(segment.base));
+  segments_.emplace(reinterpret_cast<std::uintptr_t>(segment.base), std::move(entry));
+}
+
+// Windows (registered or pending) are collective: only a collective trim may release them.
+bool RegistryImpl::may_release(const SegmentInfo& segment) {
+  std::lock_guard lock(mutex_);
+  if (approved_release_.count(segment.sequence)) return true;
+  for (auto& cs : comms_) {
+    if (cs->kind != RegistrationKind::symmetric) continue;
+    if (std::find(cs->pending.begin(), cs->pending.end(), segment.sequence) != cs->pending.end()) return false;
+  }
+  auto it = segments_.find(reinterpret_cast<std::uintptr_t>(segment.base));
+  if (it == segments_.end()) return true;
+  return std::none_of(it->second.handles.begin(), it->second.handles.end(), [](auto& h) { return h.first->kind == RegistrationKind::symmetric; });
+}
+
+void RegistryImpl::on_segment_releasing(const SegmentInfo& segment) noexcept {
+  std::lock_guard lock(mutex_);
+  auto it = segments_.find(reinterpret_cast<std::uintptr_t>(segment.base));
+  if (it == segments_.end()) return;
+  SegmentEntry& entry = it->second;
+  // Communicators in attach order: the same on every rank, so windows go in the same order.
+  for (auto& cs : comms_) {
+    auto h = std::find_if(entry.handles.begin(), entry.handles.end(), [&](auto& p) { return p.first == cs.get(); });
+    if (h == entry.handles.end()) continue;
+    try {
+      deregister_one(*cs, entry, h->second);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "ncclpool: %s\n", e.what());
+    }
+  }
+  drop_pending(segment.sequence);
+  approved_release_.erase(segment.sequence);
+  by_sequence_.erase(segment.sequence);
+  segments_.erase(it);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Public operations
+// ------------------------------------------------------------------------------------------------
+
+void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind) {
+  if (!comm) throw InvalidArgument("attach: communicator is null");
+  const std::string who = comm->describe();
+  const std::string pool_name = "pool '" + pool_->config().name + "'";
+  const SourceProperties& props = pool_->source_properties();
+  if (comm->device() != props.device)
+    throw InvalidArgument("attach: " + who + " is on device " + std::to_string(comm->device()) + " but " + pool_name + " is on device " + std::to_string(props.device));
+  if (kind == RegistrationKind::symmetric) {
+    if (!pool_->config().deterministic)
+      throw InvalidArgument("attach: symmetric registration needs a deterministic pool (PoolConfig::deterministic = true), so that every rank carves the same layout; " + pool_name + " is not");
+    if (!props.window_capable)
+      throw InvalidArgument("attach: " + pool_name + " gets its memory from " + props.description +
+                            ", which cannot back NCCL windows: use the `nccl` source (ncclMemAlloc) or the `vmm` source (cuMem with POSIX-FD handles)");
+    std::string why;
+    if (!comm->supports_windows(&why)) throw Unsupported("attach: " + who + " cannot register windows: " + why);
+    if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach symmetric communicators outside capture");
+  }
+  std::lock_guard lock(mutex_);
+  if (find(*comm) != nullptr) throw InvalidArgument("attach: " + who + " is already attached to " + pool_name);
+  auto owned = std::make_unique<CommState>();
+  CommState& cs = *owned;
+  cs.comm = std::move(comm);
+  cs.kind = kind;
+  cs.stats.kind = kind;
+  std::vector<std::uint64_t> existing;
+  for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
+
+  const bool defer = kind == RegistrationKind::local && !existing.empty() && capturing();
+  if (kind == RegistrationKind::symmetric) agree(cs, AgreementPhase::attach, existing);
+  if (defer) {
+    cs.pending = existing;
+    pending_total_ += existing.size();
+  } else {
+    std::size_t done = 0;
+    try {
+      for (std::uint64_t s : existing) {
+        register_one(cs, entry_of(s));
+        ++done;
+      }
+    } catch (...) {
+      // Undo in reverse: the communicator ends with nothing registered.
+      for (std::size_t i = done; i-- > 0;) {
+        SegmentEntry& e = entry_of(existing[i]);
+        auto h = std::find_if(e.handles.begin(), e.handles.end(), [&](auto& p) { return p.first == &cs; });
+        try {
+          deregister_one(cs, e, h->second);
+        } catch (const Error& err) {
+          std::fprintf(stderr, "ncclpool: attach rollback: %s\n", err.what());
+        }
+      }
+      throw;
+    }
+  }
+  comms_.push_back(std::move(owned));
+}
+
+void RegistryImpl::commit() {
+  if (pending_total_.load() == 0) return;  // steady state: O(1), nothing collective
+  if (capturing())
+    throw InvalidState("commit: a CUDA graph is being captured on device " + std::to_string(pool_->source_properties().device) +
+                       "; registration during capture is not allowed: commit after the capture ends");
+  std::lock_guard lock(mutex_);
+  for (auto& owned : comms_) {
+    CommState& cs = *owned;
+    if (cs.pending.empty()) continue;
+    if (cs.kind == RegistrationKind::symmetric) agree(cs, AgreementPhase::commit, cs.pending);
+    // Creation order; a failure leaves the rest pending (and the failed one unregistered).
+    while (!cs.pending.empty()) {
+      register_one(cs, entry_of(cs.pending.front()));
+      cs.pending.erase(cs.pending.begin());
+      --pending_total_;
+    }
+  }
+}
+
+void RegistryImpl::detach(const Communicator& comm) {
+  std::lock_guard lock(mutex_);
+  CommState& cs = require(comm, "detach");
+  std::vector<std::uint64_t> registered;
+  for (auto& [sequence, base] : by_sequence_) {
+    auto& handles = segments_.at(base).handles;
+    if (std::any_of(handles.begin(), handles.end(), [&](auto& h) { return h.first == &cs; })) registered.push_back(sequence);
+  }
+  if (cs.kind == RegistrationKind::symmetric) {
+    if (capturing()) throw InvalidState("detach: a CUDA graph is being captured; detach symmetric communicators outside capture");
+    agree(cs, AgreementPhase::detach, registered);
+  }
+  std::string first_error;
+  for (std::uint64_t s : registered) {
+    SegmentEntry& e = entry_of(s);
+    auto h = std::find_if(e.handles.begin(), e.handles.end(), [&](auto& p) { return p.first == &cs; });
+    try {
+      deregister_one(cs, e, h->second);
+    } catch (const Error& err) {
+      if (first_error.empty()) first_error = err.what();
+    }
+  }
+  remove_comm(&cs);
+  if (!first_error.empty()) throw RegistrationError("detach: " + first_error + " (the communicator is detached regardless)");
+}
+
+void RegistryImpl::forget(const Communicator& comm) {
+  std::lock_guard lock(mutex_);
+  remove_comm(&require(comm, "forget"));
+}
+
+std::size_t RegistryImpl::trim() {
+  const std::vector<SegmentInfo> empty = pool_->empty_segments();  // before mutex_: lock order
+  {
+    std::lock_guard lock(mutex_);
+    std::vector<std::uint64_t> candidates;
+    for (const auto& s : empty)
+      if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);
+    const bool any_symmetric = std::any_of(comms_.begin(), comms_.end(), [](auto& cs) { return cs->kind == RegistrationKind::symmetric; });
+    if (any_symmetric) {
+      if (capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
+      for (auto& cs : comms_)
+        if (cs->kind == RegistrationKind::symmetric) agree(*cs, AgreementPhase::trim, candidates);
+    }
+    approved_release_.insert(candidates.begin(), candidates.end());
+  }
+  const std::size_t released = pool_->trim();
+  std::lock_guard lock(mutex_);
+  approved_release_.clear();
+  return released;
+}
+
+}  // namespace ncclpool::detail
