@@ -67,7 +67,7 @@ summarize_gtest() {  # name, log file, rc
 }
 
 # 1. GPU test suite.
-"$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_output="xml:$OUT/gpu-tests.xml" >"$OUT/gpu-tests.log" 2>&1
+"$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no >"$OUT/gpu-tests.log" 2>&1
 rc=$?
 cat "$OUT/gpu-tests.log" >>"$LOG"
 summarize_gtest "gpu tests (cuda, vmm sources)" "$OUT/gpu-tests.log" $rc
@@ -75,20 +75,51 @@ summarize_gtest "gpu tests (cuda, vmm sources)" "$OUT/gpu-tests.log" $rc
 # 2. The same suite under compute-sanitizer (memcheck), if present.
 if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 \
-    "$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_filter='-*OutOfDeviceMemory*' >"$OUT/sanitizer.log" 2>&1
+    "$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_filter='-*OutOfDeviceMemory*' >"$BUILD/sanitizer.log" 2>&1
   rc=$?
-  cat "$OUT/sanitizer.log" >>"$LOG"
+  cat "$BUILD/sanitizer.log" >>"$LOG"
   # API errors from the expected cuMemCreate capability probes are reported apart from real errors.
-  probes=$(grep -c 'Program hit CUDA_ERROR_[A-Z_]* .* on CUDA API call to cuMemCreate' "$OUT/sanitizer.log")
-  total=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$OUT/sanitizer.log" | tail -1)
+  probes=$(grep -c 'Program hit CUDA_ERROR_[A-Z_]* .* on CUDA API call to cuMemCreate' "$BUILD/sanitizer.log")
+  total=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$BUILD/sanitizer.log" | tail -1)
   row "compute-sanitizer memcheck" "$(( ${total:-0} - probes )) errors, $probes expected cuMemCreate probe refusals (rc=$rc)"
 fi
 
-# 3. Benchmarks: the pool hot path over each real source, and the simulator for comparison.
+# 3. Registration with real NCCL (the NCCL torch ships), on 2 and on all (up to 4) GPUs, with
+#    NCCL's own log kept as evidence that it used the registrations.
+NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+[ -n "$NCCL_DIR" ] && [ -f "$NCCL_DIR/libnccl.so.2" ] && export NCCLPOOL_NCCL_LIBRARY="$NCCL_DIR/libnccl.so.2"
+echo "=== NCCL library: ${NCCLPOOL_NCCL_LIBRARY:-default search path}" >>"$LOG"
+if [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
+  for n in 2 4; do
+    [ "$n" -gt "$gpus" ] && continue
+    NCCLPOOL_TEST_GPUS=$n NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,TUNING,COLL NCCL_DEBUG_FILE="$BUILD/nccl-debug-$n.%h.%p.log" \
+      timeout 300 "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$OUT/nccl-tests-$n.log" 2>&1
+    rc=$?
+    cat "$OUT/nccl-tests-$n.log" >>"$LOG"
+    summarize_gtest "nccl registry tests, $n GPUs" "$OUT/nccl-tests-$n.log" $rc
+    cat "$BUILD"/nccl-debug-$n.*.log >"$BUILD/nccl-debug-$n.log" 2>/dev/null
+    row "  NCCL log: registration lines" "$(grep -ciE 'regist' "$BUILD/nccl-debug-$n.log")"
+    row "  NCCL log: [Symmetric] lines" "$(grep -c 'Symmetric' "$BUILD/nccl-debug-$n.log")"
+    grep -iE 'regist|Symmetric' "$BUILD/nccl-debug-$n.log" | head -40 >"$OUT/nccl-evidence-$n.txt"
+  done
+  if command -v compute-sanitizer >/dev/null; then
+    NCCLPOOL_TEST_GPUS=2 timeout 420 compute-sanitizer --tool memcheck --error-exitcode 99 \
+      "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$BUILD/nccl-sanitizer.log" 2>&1
+    rc=$?
+    cat "$BUILD/nccl-sanitizer.log" >>"$LOG"
+    probes=$(grep -c 'Program hit CUDA_ERROR_[A-Z_]* .* on CUDA API call to cuMemCreate' "$BUILD/nccl-sanitizer.log")
+    total=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$BUILD/nccl-sanitizer.log" | tail -1)
+    row "compute-sanitizer, nccl tests (2 GPUs)" "$(grep -c '^\[       OK \]' "$BUILD/nccl-sanitizer.log") passed, $(( ${total:-0} - probes )) errors, $probes probe refusals (rc=$rc)"
+  fi
+else
+  row "nccl registry tests" "not run (needs 2+ GPUs and the nccl test binary)"
+fi
+
+# 4. Benchmarks: the pool hot path over each real source, and the simulator for comparison.
 for src in sim cuda vmm; do
   NCCLPOOL_BENCH_SOURCE=$src "$BUILD/bench/ncclpool_bench_pool" --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
-    --benchmark_out="$OUT/bench-$src.json" --benchmark_out_format=json >"$BUILD/bench-$src.txt" 2>&1
+    --benchmark_out="$BUILD/bench-$src.json" --benchmark_out_format=json >"$BUILD/bench-$src.txt" 2>&1
   rc=$?
   cat "$BUILD/bench-$src.txt" >>"$LOG"
   for b in "BM_AllocFreeSameStream/4096" "BM_AllocFreeWithLiveBlocks/20000" "BM_CrossStreamReuse"; do
@@ -97,7 +128,7 @@ for src in sim cuda vmm; do
   done
 done
 
-# 4. The demo on the GPU.
+# 5. The demo on the GPU.
 "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
 row "demo (vmm source)" "rc=$?"
 

@@ -19,7 +19,7 @@ namespace ncclpool::cuda {
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)         \
   X(cuMemUnmap) X(cuMemSetAccess) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)        \
   X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuStreamIsCapturing)             \
-  X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuMemcpyHtoD_v2)             \
+  X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuMemcpyHtoD_v2)             \
   X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemsetD8Async) X(cuGetErrorName) X(cuGetErrorString)     \
   X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphDestroy)
 

@@ -1,0 +1,40 @@
+#pragma once
+// NCCL loaded at run time. If the process already has libnccl.so.2 (PyTorch loads one), that same
+// library instance is used: a communicator must be used with the library that created it. Else
+// NCCLPOOL_NCCL_LIBRARY names the file, else the default search path finds libnccl.so.2.
+// nccl.h supplies the types; nothing links against libnccl.
+
+#include <ncclpool/nccl.hpp>
+
+#include <nccl.h>
+
+#include <string>
+
+namespace ncclpool::nccl {
+
+#define NCCLPOOL_NCCL_REQUIRED(X)                                                                \
+  X(ncclGetVersion) X(ncclGetErrorString) X(ncclCommRegister) X(ncclCommDeregister)              \
+  X(ncclCommCuDevice) X(ncclCommUserRank) X(ncclCommCount) X(ncclAllGather) X(ncclCommGetAsyncError) \
+  X(ncclMemAlloc) X(ncclMemFree)
+// Optional: windows (NCCL >= 2.27), the last-error text, and what the GPU tests use to make
+// communicators of their own.
+#define NCCLPOOL_NCCL_OPTIONAL(X)                                                                \
+  X(ncclCommWindowRegister) X(ncclCommWindowDeregister) X(ncclGetLastError) X(ncclCommInitAll)   \
+  X(ncclCommSplit) X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclReduceScatter)      \
+  X(ncclGroupStart) X(ncclGroupEnd)
+
+struct Library {
+#define NCCLPOOL_DECLARE_NCCL_FN(name) decltype(&::name) name = nullptr;
+  NCCLPOOL_NCCL_REQUIRED(NCCLPOOL_DECLARE_NCCL_FN)
+  NCCLPOOL_NCCL_OPTIONAL(NCCLPOOL_DECLARE_NCCL_FN)
+#undef NCCLPOOL_DECLARE_NCCL_FN
+  NcclInfo info;
+};
+
+// The loaded library; throws Unsupported (with the reason) when there is none.
+const Library& library();
+
+// "ncclInvalidUsage: invalid usage (run with NCCL_DEBUG=WARN for details); last error: ...".
+std::string error_text(ncclResult_t result);
+
+}  // namespace ncclpool::nccl

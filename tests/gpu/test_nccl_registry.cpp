@@ -1,0 +1,253 @@
+// GPU suite for registration with real NCCL: one thread per GPU, communicators made by the test
+// (world + two split sub-groups shaped like FSDP+EP: dp = {0,1},{2,3}, ep = {0,2},{1,3}), one pool
+// per rank shared by all three. Collectives run on pool memory and must give the right results.
+// NCCLPOOL_TEST_GPUS picks how many GPUs (default: up to 4).
+
+#include "backends/cuda/driver.hpp"
+#include "backends/nccl/library.hpp"
+
+#include <ncclpool/cuda.hpp>
+#include <ncclpool/nccl.hpp>
+#include <ncclpool/registry.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+namespace ncclpool {
+namespace {
+
+constexpr std::size_t MiB = 1u << 20;
+
+int gpus_wanted() {
+  const char* env = std::getenv("NCCLPOOL_TEST_GPUS");
+  const int have = cuda_device_count();
+  const int want = env ? std::atoi(env) : 4;
+  return std::min(have, want);
+}
+
+struct Comms {
+  int n = 0;
+  std::vector<ncclComm_t> world, dp, ep;
+};
+
+class NcclRegistry : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    n_ = gpus_wanted();
+    if (n_ < 2) GTEST_SKIP() << "needs 2+ GPUs (have " << cuda_device_count() << ")";
+    const NcclInfo info = nccl_info();
+    if (!info.available) GTEST_SKIP() << info.why_not;
+    const auto& lib = nccl::library();
+    comms_.n = n_;
+    comms_.world.resize(static_cast<std::size_t>(n_));
+    comms_.dp.resize(static_cast<std::size_t>(n_));
+    comms_.ep.resize(static_cast<std::size_t>(n_));
+    std::vector<int> devs(static_cast<std::size_t>(n_));
+    for (int i = 0; i < n_; ++i) devs[static_cast<std::size_t>(i)] = i;
+    ASSERT_EQ(lib.ncclCommInitAll(comms_.world.data(), n_, devs.data()), ncclSuccess);
+    ASSERT_EQ(lib.ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n_; ++r) lib.ncclCommSplit(comms_.world[static_cast<std::size_t>(r)], r / 2, r, &comms_.dp[static_cast<std::size_t>(r)], nullptr);
+    ASSERT_EQ(lib.ncclGroupEnd(), ncclSuccess);
+    ASSERT_EQ(lib.ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n_; ++r) lib.ncclCommSplit(comms_.world[static_cast<std::size_t>(r)], r % 2, r, &comms_.ep[static_cast<std::size_t>(r)], nullptr);
+    ASSERT_EQ(lib.ncclGroupEnd(), ncclSuccess);
+  }
+  void TearDown() override {
+    if (comms_.n == 0) return;
+    const auto& lib = nccl::library();
+    for (auto* v : {&comms_.dp, &comms_.ep, &comms_.world})
+      for (ncclComm_t c : *v)
+        if (c != nullptr) lib.ncclCommDestroy(c);
+  }
+
+  // Runs body(rank) on one thread per GPU with that GPU's primary context current.
+  std::vector<std::string> on_ranks(const std::function<void(int)>& body) {
+    std::vector<std::string> errors(static_cast<std::size_t>(n_));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          cuda::PrimaryContext ctx(r);
+          cuda::check(cuda::driver().cuCtxSetCurrent(ctx.get()), "cuCtxSetCurrent");
+          body(r);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    return errors;
+  }
+
+  std::shared_ptr<SegmentSource> source(const std::string& kind, int device) {
+    if (kind == "nccl") return make_nccl_source(device);
+    return make_vmm_source(VmmSourceOptions{.device = device});
+  }
+
+  int n_ = 0;
+  Comms comms_;
+};
+
+void upload(void* dst, const std::vector<float>& src) {
+  cuda::check(cuda::driver().cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(dst), src.data(), src.size() * sizeof(float)), "upload");
+}
+std::vector<float> download(const void* src, std::size_t count) {
+  std::vector<float> out(count);
+  cuda::check(cuda::driver().cuMemcpyDtoH_v2(out.data(), reinterpret_cast<CUdeviceptr>(src), count * sizeof(float)), "download");
+  return out;
+}
+
+TEST_F(NcclRegistry, OnePoolServesWorldAndSubgroupsWithCorrectResults) {
+  for (const std::string kind : {"nccl", "vmm"}) {
+    const auto errors = on_ranks([&](int rank) {
+      const auto& lib = nccl::library();
+      PoolConfig config;
+      config.name = "shared-" + kind;
+      config.deterministic = true;
+      config.growth_chunk = 64 * MiB;
+      auto pool = std::make_shared<Pool>(source(kind, rank), config);
+      Registry registry(pool);
+      const std::size_t count = 4 * MiB / sizeof(float);  // 4 MiB per rank
+      void* early = pool->allocate(count * sizeof(float));  // exists before the groups attach
+      auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+      auto dp = make_nccl_communicator(comms_.dp[static_cast<std::size_t>(rank)]);
+      auto ep = make_nccl_communicator(comms_.ep[static_cast<std::size_t>(rank)]);
+      registry.attach(world, RegistrationKind::symmetric);
+      registry.attach(dp, RegistrationKind::local);
+      registry.attach(ep, RegistrationKind::symmetric);
+      const int n = world->size(), ndp = dp->size(), nep = ep->size();
+      void* ag_out = pool->allocate(count * sizeof(float) * static_cast<std::size_t>(n));
+      void* rs_in = pool->allocate(count * sizeof(float) * static_cast<std::size_t>(ndp));
+      void* rs_out = pool->allocate(count * sizeof(float));
+      void* ar = pool->allocate(count * sizeof(float));
+      registry.commit();
+      for (void* p : {early, ag_out, rs_in, rs_out, ar}) {
+        if (registry.handle_of(p, *world) == nullptr || registry.handle_of(p, *dp) == nullptr || registry.handle_of(p, *ep) == nullptr)
+          throw std::runtime_error("a pool buffer is not registered with every group");
+      }
+      registry.check_invariants();
+
+      upload(early, std::vector<float>(count, static_cast<float>(rank + 1)));
+      std::vector<float> rs(count * static_cast<std::size_t>(ndp));
+      for (std::size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(i / count + 1) * static_cast<float>(rank + 1);
+      upload(rs_in, rs);
+      upload(ar, std::vector<float>(count, static_cast<float>(rank)));
+      CUstream stream = nullptr;
+      cuda::check(cuda::driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");
+      auto s = reinterpret_cast<cudaStream_t>(stream);
+      for (int iter = 0; iter < 3; ++iter) {
+        if (lib.ncclAllGather(early, ag_out, count, ncclFloat, comms_.world[static_cast<std::size_t>(rank)], s) != ncclSuccess ||
+            lib.ncclReduceScatter(rs_in, rs_out, count, ncclFloat, ncclSum, comms_.dp[static_cast<std::size_t>(rank)], s) != ncclSuccess)
+          throw std::runtime_error("collective launch failed");
+      }
+      if (lib.ncclAllReduce(ar, ar, count, ncclFloat, ncclSum, comms_.ep[static_cast<std::size_t>(rank)], s) != ncclSuccess)
+        throw std::runtime_error("all-reduce launch failed");
+      cuda::check(cuda::driver().cuStreamSynchronize(stream), "sync");
+      cuda::driver().cuStreamDestroy_v2(stream);
+
+      const auto ag = download(ag_out, count * static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r)
+        if (ag[static_cast<std::size_t>(r) * count] != static_cast<float>(r + 1) || ag[static_cast<std::size_t>(r + 1) * count - 1] != static_cast<float>(r + 1))
+          throw std::runtime_error("all-gather on pool memory gave a wrong result");
+      // reduce-scatter over dp: chunk k of every member is (k+1)*(member global rank+1).
+      const int dp_rank = dp->rank();
+      float expect_rs = 0;
+      for (int m = 0; m < ndp; ++m) expect_rs += static_cast<float>(dp_rank + 1) * static_cast<float>((rank / 2) * 2 + m + 1);
+      const auto rsv = download(rs_out, count);
+      if (rsv.front() != expect_rs || rsv.back() != expect_rs)
+        throw std::runtime_error("reduce-scatter: got " + std::to_string(rsv.front()) + ", want " + std::to_string(expect_rs));
+      float expect_ar = 0;
+      for (int m = 0; m < nep; ++m) expect_ar += static_cast<float>(rank % 2 + 2 * m);
+      const auto arv = download(ar, count);
+      if (arv.front() != expect_ar || arv.back() != expect_ar)
+        throw std::runtime_error("all-reduce: got " + std::to_string(arv.front()) + ", want " + std::to_string(expect_ar));
+
+      const auto ws = registry.stats(*world);
+      std::printf("rank %d %s: world windows %zu (%.1f ms), dp local %zu, ep windows %zu, pool segments %zu\n", rank, kind.c_str(),
+                  ws.registered_segments, ws.registration_seconds * 1e3, registry.stats(*dp).registered_segments,
+                  registry.stats(*ep).registered_segments, pool->stats().segment_count);
+      for (void* p : {early, ag_out, rs_in, rs_out, ar}) pool->deallocate(p);
+      // Every segment is empty now: a collective trim deregisters the windows and frees them all.
+      const std::size_t reserved = pool->stats().reserved_bytes;
+      if (registry.trim() != reserved) throw std::runtime_error("collective trim did not release every empty segment");
+      // Teardown order differs by rank parity: the registry must not care.
+      if (rank % 2 == 0) {
+        registry.detach(*world);
+        registry.detach(*dp);
+        registry.detach(*ep);
+      } else {
+        registry.detach(*ep);
+        registry.detach(*dp);
+        registry.detach(*world);
+      }
+      registry.check_invariants();
+    });
+    for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << kind << " rank " << r;
+  }
+}
+
+TEST_F(NcclRegistry, ExtraSegmentOnOneRankIsAnErrorOnEveryRank) {
+  const auto errors = on_ranks([&](int rank) {
+    PoolConfig config;
+    config.deterministic = true;
+    config.growth_chunk = 32 * MiB;
+    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
+    Registry registry(pool);
+    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+    registry.attach(world, RegistrationKind::symmetric);
+    std::vector<void*> blocks{pool->allocate(16 * MiB)};
+    if (rank == n_ - 1) blocks.push_back(pool->allocate(48 * MiB));  // diverges
+    std::string error;
+    try {
+      registry.commit();
+    } catch (const AgreementError& e) {
+      error = e.what();
+    }
+    if (error.find("ranks disagree at commit") == std::string::npos || error.find("rank " + std::to_string(n_ - 1) + ": 2 segment(s)") == std::string::npos)
+      throw std::runtime_error("expected an agreement error naming the last rank, got: '" + error + "'");
+    if (registry.stats(*world).registered_segments != 0) throw std::runtime_error("something was registered");
+    for (void* p : blocks) pool->deallocate(p);
+    registry.detach(*world);  // nothing registered: only the agreement runs
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST_F(NcclRegistry, ForgetAfterTheCommunicatorIsDestroyed) {
+  const auto errors = on_ranks([&](int rank) {
+    const auto& lib = nccl::library();
+    PoolConfig config;
+    config.deterministic = true;
+    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
+    Registry registry(pool);
+    ncclComm_t& ep = comms_.ep[static_cast<std::size_t>(rank)];
+    auto comm = make_nccl_communicator(ep);
+    void* p = pool->allocate(8 * MiB);
+    registry.attach(comm, RegistrationKind::local);
+    if (registry.stats(*comm).registered_segments != 1) throw std::runtime_error("not registered");
+    lib.ncclCommDestroy(ep);  // the owner tears the communicator down first ...
+    ep = nullptr;
+    registry.forget(*comm);   // ... so ncclpool must not call it again
+    pool->deallocate(p);
+    if (pool->trim() == 0) throw std::runtime_error("segment not released");
+    registry.check_invariants();
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST_F(NcclRegistry, SymmetricOverCudaMallocMemoryIsAConfigurationError) {
+  PoolConfig config;
+  config.deterministic = true;
+  auto pool = std::make_shared<Pool>(make_cuda_source(0), config);
+  Registry registry(pool);
+  try {
+    registry.attach(make_nccl_communicator(comms_.world[0]), RegistrationKind::symmetric);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot back NCCL windows"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ncclpool
