@@ -103,19 +103,31 @@ if [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
     grep -iE 'regist|Symmetric' "$BUILD/nccl-debug-$n.log" | head -40 >"$OUT/nccl-evidence-$n.txt"
   done
   if command -v compute-sanitizer >/dev/null; then
-    NCCLPOOL_TEST_GPUS=2 timeout 420 compute-sanitizer --tool memcheck --error-exitcode 99 \
-      "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$BUILD/nccl-sanitizer.log" 2>&1
+    # NCCL's own run-time probes (peer access already enabled, kernels for other architectures) are
+    # CUDA API errors, not ours: API-error reports are off here, so the count is memory errors only.
+    NCCLPOOL_TEST_GPUS=2 timeout 420 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 1000 \
+      --error-exitcode 99 "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$BUILD/nccl-sanitizer.log" 2>&1
     rc=$?
     cat "$BUILD/nccl-sanitizer.log" >>"$LOG"
-    probes=$(grep -c 'Program hit CUDA_ERROR_[A-Z_]* .* on CUDA API call to cuMemCreate' "$BUILD/nccl-sanitizer.log")
-    total=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$BUILD/nccl-sanitizer.log" | tail -1)
-    row "compute-sanitizer, nccl tests (2 GPUs)" "$(grep -c '^\[       OK \]' "$BUILD/nccl-sanitizer.log") passed, $(( ${total:-0} - probes )) errors, $probes probe refusals (rc=$rc)"
+    row "compute-sanitizer, nccl tests (2 GPUs)" "$(grep -c '^\[       OK \]' "$BUILD/nccl-sanitizer.log") passed; $(grep -E 'ERROR SUMMARY' "$BUILD/nccl-sanitizer.log" | tail -1 | sed 's/=* *//') (memory errors; rc=$rc)"
   fi
 else
   row "nccl registry tests" "not run (needs 2+ GPUs and the nccl test binary)"
 fi
 
-# 4. Benchmarks: the pool hot path over each real source, and the simulator for comparison.
+# 4. Registration cost with real NCCL: attach vs segments, a scope use vs the Megatron pattern.
+declare -a tables=()
+if [ -x "$BUILD/bench/ncclpool_nccl_registration_bench" ] && [ "$gpus" -ge 2 ]; then
+  for n in 2 4; do
+    [ "$n" -gt "$gpus" ] && continue
+    timeout 300 "$BUILD/bench/ncclpool_nccl_registration_bench" --gpus "$n" --segments 1,8,64 --chunk-mib 64 >"$BUILD/registration-$n.txt" 2>&1
+    rc=$?
+    cat "$BUILD/registration-$n.txt" >>"$LOG"
+    tables+=("$(cat "$BUILD/registration-$n.txt")" "(rc=$rc)")
+  done
+fi
+
+# 5. Benchmarks: the pool hot path over each real source, and the simulator for comparison.
 for src in sim cuda vmm; do
   NCCLPOOL_BENCH_SOURCE=$src "$BUILD/bench/ncclpool_bench_pool" --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
@@ -128,10 +140,15 @@ for src in sim cuda vmm; do
   done
 done
 
-# 5. The demo on the GPU.
+# 6. The demo on the GPU.
 "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
 row "demo (vmm source)" "rc=$?"
 
 echo
 echo "=== ncclpool gpu-check summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${rows[@]}"
+if [ ${#tables[@]} -gt 0 ]; then
+  echo
+  echo "=== registration cost (nccl_registration_bench)"
+  printf '%s\n' "${tables[@]}"
+fi

@@ -95,7 +95,7 @@ class LoopbackState {
       if (rank < 0 || rank == r) injected_[static_cast<std::size_t>(r)][op] = counters_[static_cast<std::size_t>(r)][op] + static_cast<std::uint64_t>(nth);
   }
 
-  std::uint64_t next_local_handle() { return ++local_handles_; }
+  std::uint64_t next_local_handle() { return ++local_handles_; }  // ranks register locally in parallel
   std::atomic<std::int64_t> live{0};
   std::uint64_t collective_calls() {
     std::lock_guard lock(mutex_);
@@ -174,7 +174,7 @@ class LoopbackState {
   bool broken_ = false;
   std::string broken_reason_;
   std::uint64_t windows_ = 0;
-  std::uint64_t local_handles_ = 0;
+  std::atomic<std::uint64_t> local_handles_{0};
   std::uint64_t collective_calls_ = 0;
 };
 
