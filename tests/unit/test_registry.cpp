@@ -52,6 +52,20 @@ std::vector<std::string> on_ranks(int n, const std::function<void(int)>& body) {
   return errors;
 }
 
+// group->size() ranks, each with its own deterministic pool and registry, attached symmetrically to
+// `group`; body(rank's state, its communicator, rank) runs on one thread per rank.
+std::vector<std::string> on_symmetric_ranks(const std::shared_ptr<LoopbackGroup>& group,
+                                            const std::function<void(Rank&, const std::shared_ptr<LoopbackCommunicator>&, int)>& body) {
+  std::vector<Rank> ranks;
+  for (int i = 0; i < group->size(); ++i) ranks.push_back(make_rank());
+  return on_ranks(group->size(), [&](int rank) {
+    Rank& r = ranks[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    r.registry->attach(comm, RegistrationKind::symmetric);
+    body(r, comm, rank);
+  });
+}
+
 // ---------------------------------------------------------------- local registration
 
 TEST(Registry, LocalAttachRegistersExistingThenNewSegments) {
@@ -263,12 +277,7 @@ TEST(Symmetric, CommitRegistersWindowsInCreationOrderOnEveryRank) {
 TEST(Symmetric, ExtraSegmentOnOneRankFailsOnEveryRankNamingIt) {
   constexpr int kRanks = 4;
   auto group = std::make_shared<LoopbackGroup>("world", kRanks, 3s);
-  std::vector<Rank> ranks;
-  for (int i = 0; i < kRanks; ++i) ranks.push_back(make_rank());
-  const auto errors = on_ranks(kRanks, [&](int rank) {
-    Rank& r = ranks[static_cast<std::size_t>(rank)];
-    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
-    r.registry->attach(comm, RegistrationKind::symmetric);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>&, int rank) {
     (void)r.pool->allocate(3 * MiB);
     if (rank == 3) (void)r.pool->allocate(3 * MiB);  // diverges
     r.registry->commit();
@@ -285,12 +294,7 @@ TEST(Symmetric, ExtraSegmentOnOneRankFailsOnEveryRankNamingIt) {
 TEST(Symmetric, MissingRankEndsInAnErrorNotAHang) {
   constexpr int kRanks = 3;
   auto group = std::make_shared<LoopbackGroup>("world", kRanks, 300ms);
-  std::vector<Rank> ranks;
-  for (int i = 0; i < kRanks; ++i) ranks.push_back(make_rank());
-  const auto errors = on_ranks(kRanks, [&](int rank) {
-    Rank& r = ranks[static_cast<std::size_t>(rank)];
-    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
-    r.registry->attach(comm, RegistrationKind::symmetric);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
     if (rank != 2) (void)r.pool->allocate(MiB);  // rank 2 has nothing to commit: skips
     r.registry->commit();
     r.registry->forget(*comm);
