@@ -35,6 +35,8 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   /// Test knobs: what is_complete() answers, and whether wait() refuses (models graph capture).
   void set_complete(bool complete) noexcept { complete_ = complete; }
   void set_refuse_waits(bool refuse) noexcept { refuse_waits_ = refuse; }
+  /// The next `count` on_free() calls throw BackendError (like an event record on a destroyed stream).
+  void fail_next_frees(int count) noexcept { fail_frees_ = count; }
   /// Models a CUDA graph capture in progress on the device.
   void set_capturing(bool capturing) noexcept { capturing_.store(capturing); }
   [[nodiscard]] bool device_capturing() override { return capturing_.load(); }
@@ -47,6 +49,7 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   std::uint64_t synchronizes_ = 0;
   bool complete_ = false;
   bool refuse_waits_ = false;
+  int fail_frees_ = 0;
   std::atomic<bool> capturing_{false};
 };
 

@@ -88,8 +88,9 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   Block* block = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (block == nullptr) throw_bad_free(ptr);  // nothing changed yet
   StreamState* owner = stream != nullptr ? stream_state(*stream) : block->owner;
-  live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  // May throw (CUDA: a destroyed stream): before anything changes, so the block stays live.
   source_->ordering().on_free(owner->id);
+  live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
 
   stats_.allocated_bytes -= block->size;
   stats_.requested_bytes -= block->requested;

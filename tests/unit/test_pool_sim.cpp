@@ -113,6 +113,18 @@ TEST(StreamOrdering, CompletedEventSkipsTheWaitUnlessDeterministic) {
   }
 }
 
+TEST(StreamOrdering, AFailedFreeRecordLeavesTheBlockLive) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(MiB, 1);
+  source->sim_ordering().fail_next_frees(1);
+  EXPECT_THROW(pool.deallocate(a), BackendError);
+  pool.check_invariants();
+  EXPECT_EQ(pool.stats().active_allocations, 1u) << "the block is still live and can be freed again";
+  pool.deallocate(a);
+  EXPECT_EQ(pool.stats().active_allocations, 0u);
+}
+
 TEST(StreamOrdering, TrimSynchronizesStreamsThatFreedBlocks) {
   auto source = sim();
   Pool pool(source);

@@ -16,7 +16,13 @@ namespace ncclpool {
 
 // ---- SimStreamOrdering ----
 
-void SimStreamOrdering::on_free(stream_t stream) { ++epochs_[stream]; }
+void SimStreamOrdering::on_free(stream_t stream) {
+  if (fail_frees_ > 0) {
+    --fail_frees_;
+    throw BackendError("sim stream " + std::to_string(stream) + ": injected failure recording the free");
+  }
+  ++epochs_[stream];
+}
 
 bool SimStreamOrdering::wait(stream_t consumer, stream_t producer) {
   if (refuse_waits_) return false;
