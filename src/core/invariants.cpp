@@ -3,8 +3,6 @@
 
 #include "pool_impl.hpp"
 
-#include <set>
-#include <sstream>
 
 namespace ncclpool::detail {
 

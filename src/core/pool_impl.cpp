@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <bit>
 #include <set>
-#include <sstream>
 #include <utility>
 
 namespace ncclpool::detail {
@@ -268,8 +267,7 @@ void PoolImpl::reserve(std::size_t bytes) {
     throw SizeTooLarge(describe() + ": cannot reserve " + format_bytes(bytes) + ": exceeds the device capacity " +
                        format_bytes(source_->properties().capacity));
   }
-  Segment* segment = adopt_segment(allocate_segment(segment_size, missing));
-  fresh_.index.insert(segment->first);
+  fresh_.index.insert(grow(missing));
 }
 
 std::size_t PoolImpl::trim() {

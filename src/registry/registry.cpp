@@ -18,15 +18,7 @@ RegistryImpl::~RegistryImpl() {
     while (!comms_.empty()) {
       CommState* cs = comms_.back().get();
       if (cs->kind == RegistrationKind::local) {
-        for (auto& [base, entry] : segments_) {
-          auto it = std::find_if(entry.handles.begin(), entry.handles.end(), [&](auto& h) { return h.first == cs; });
-          if (it == entry.handles.end()) continue;
-          try {
-            deregister_one(*cs, entry, it->second);
-          } catch (const Error& e) {
-            std::fprintf(stderr, "ncclpool: registry teardown: %s\n", e.what());
-          }
-        }
+        for (auto& [base, entry] : segments_) deregister_or_report(*cs, entry, "registry teardown");
       } else if (cs->stats.registered_segments > 0) {
         std::fprintf(stderr,
                      "ncclpool: registry destroyed with %s still attached (%zu windows): forgetting them; "
@@ -80,9 +72,12 @@ void RegistryImpl::register_one(CommState& cs, SegmentEntry& entry) {
   cs.stats.bytes_registered += entry.info.size;
 }
 
-void RegistryImpl::deregister_one(CommState& cs, SegmentEntry& entry, void* handle) {
+void RegistryImpl::deregister_one(CommState& cs, SegmentEntry& entry) {
+  const auto it = entry.handle_of(&cs);
+  if (it == entry.handles.end()) return;
+  void* const handle = it->second;
   // The handle is dropped whatever NCCL answers: a registration NCCL refused to remove is not ours.
-  entry.handles.erase(std::find(entry.handles.begin(), entry.handles.end(), std::make_pair(&cs, handle)));
+  entry.handles.erase(it);
   --cs.stats.registered_segments;
   cs.stats.bytes_registered -= entry.info.size;
   ++cs.stats.deregistrations;
@@ -97,6 +92,14 @@ void RegistryImpl::deregister_one(CommState& cs, SegmentEntry& entry, void* hand
     ++cs.stats.errors;
     throw RegistrationError("deregistration of segment " + std::to_string(entry.info.sequence) + " of pool '" +
                             pool_->config().name + "' from " + cs.comm->describe() + " failed: " + e.what());
+  }
+}
+
+void RegistryImpl::deregister_or_report(CommState& cs, SegmentEntry& entry, const char* context) noexcept {
+  try {
+    deregister_one(cs, entry);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ncclpool: %s: %s\n", context, e.what());
   }
 }
 
@@ -155,14 +158,7 @@ void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
     try {
       register_one(*cs, entry);
     } catch (...) {
-      while (!entry.handles.empty()) {
-        auto [done, handle] = entry.handles.back();
-        try {
-          deregister_one(*done, entry, handle);
-        } catch (const Error& e) {
-          std::fprintf(stderr, "ncclpool: rollback: %s\n", e.what());
-        }
-      }
+      while (!entry.handles.empty()) deregister_or_report(*entry.handles.back().first, entry, "segment creation rollback");
       throw;
     }
   }
@@ -193,15 +189,7 @@ void RegistryImpl::on_segment_releasing(const SegmentInfo& segment) noexcept {
   if (it == segments_.end()) return;
   SegmentEntry& entry = it->second;
   // Communicators in attach order: the same on every rank, so windows go in the same order.
-  for (auto& cs : comms_) {
-    auto h = std::find_if(entry.handles.begin(), entry.handles.end(), [&](auto& p) { return p.first == cs.get(); });
-    if (h == entry.handles.end()) continue;
-    try {
-      deregister_one(*cs, entry, h->second);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "ncclpool: %s\n", e.what());
-    }
-  }
+  for (auto& cs : comms_) deregister_or_report(*cs, entry, "segment release");
   drop_pending(segment.sequence);
   approved_release_.erase(segment.sequence);
   by_sequence_.erase(segment.sequence);
@@ -253,15 +241,7 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
       }
     } catch (...) {
       // Undo in reverse: the communicator ends with nothing registered.
-      for (std::size_t i = done; i-- > 0;) {
-        SegmentEntry& e = entry_of(existing[i]);
-        auto h = std::find_if(e.handles.begin(), e.handles.end(), [&](auto& p) { return p.first == &cs; });
-        try {
-          deregister_one(cs, e, h->second);
-        } catch (const Error& err) {
-          std::fprintf(stderr, "ncclpool: attach rollback: %s\n", err.what());
-        }
-      }
+      for (std::size_t i = done; i-- > 0;) deregister_or_report(cs, entry_of(existing[i]), "attach rollback");
       throw;
     }
   }
@@ -291,20 +271,16 @@ void RegistryImpl::detach(const Communicator& comm) {
   std::lock_guard lock(mutex_);
   CommState& cs = require(comm, "detach");
   std::vector<std::uint64_t> registered;
-  for (auto& [sequence, base] : by_sequence_) {
-    auto& handles = segments_.at(base).handles;
-    if (std::any_of(handles.begin(), handles.end(), [&](auto& h) { return h.first == &cs; })) registered.push_back(sequence);
-  }
+  for (auto& [sequence, base] : by_sequence_)
+    if (segments_.at(base).registered_with(&cs)) registered.push_back(sequence);
   if (cs.kind == RegistrationKind::symmetric) {
     if (capturing()) throw InvalidState("detach: a CUDA graph is being captured; detach symmetric communicators outside capture");
     agree(cs, AgreementPhase::detach, registered);
   }
   std::string first_error;
   for (std::uint64_t s : registered) {
-    SegmentEntry& e = entry_of(s);
-    auto h = std::find_if(e.handles.begin(), e.handles.end(), [&](auto& p) { return p.first == &cs; });
     try {
-      deregister_one(cs, e, h->second);
+      deregister_one(cs, entry_of(s));
     } catch (const Error& err) {
       if (first_error.empty()) first_error = err.what();
     }

@@ -9,6 +9,7 @@
 
 #include <ncclpool/registry.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -29,6 +30,11 @@ struct CommState {
 struct SegmentEntry {
   SegmentInfo info;
   std::vector<std::pair<CommState*, void*>> handles;  // what is registered now
+
+  [[nodiscard]] auto handle_of(const CommState* cs) {
+    return std::find_if(handles.begin(), handles.end(), [&](auto& h) { return h.first == cs; });
+  }
+  [[nodiscard]] bool registered_with(const CommState* cs) { return handle_of(cs) != handles.end(); }
 };
 
 // What agreement compares: how many segments, their bytes, and a digest of (sequence, size) in order.
@@ -66,7 +72,8 @@ class RegistryImpl final : public PoolObserver {
   CommState& require(const Communicator& comm, const char* operation) const;
   bool capturing() const;
   void register_one(CommState& cs, SegmentEntry& entry);      // throws; records handle + stats
-  void deregister_one(CommState& cs, SegmentEntry& entry, void* handle);  // throws; drops handle
+  void deregister_one(CommState& cs, SegmentEntry& entry);  // throws; no-op if not registered
+  void deregister_or_report(CommState& cs, SegmentEntry& entry, const char* context) noexcept;  // stderr
   void drop_pending(std::uint64_t sequence);
   std::vector<std::pair<std::uint64_t, std::size_t>> describe_segments(const std::vector<std::uint64_t>& sequences) const;
   SegmentEntry& entry_of(std::uint64_t sequence);
