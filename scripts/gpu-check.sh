@@ -99,7 +99,7 @@ if [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
     summarize_gtest "nccl registry tests, $n GPUs" "$OUT/nccl-tests-$n.log" $rc
     cat "$BUILD"/nccl-debug-$n.*.log >"$BUILD/nccl-debug-$n.log" 2>/dev/null
     row "  NCCL log: registration lines" "$(grep -ciE 'regist' "$BUILD/nccl-debug-$n.log")"
-    row "  NCCL log: [Symmetric] lines" "$(grep -c 'Symmetric' "$BUILD/nccl-debug-$n.log")"
+    row "  NCCL log: [Symmetric] kernel lines" "$(grep -c '\[Symmetric\]' "$BUILD/nccl-debug-$n.log")"
     grep -iE 'regist|Symmetric' "$BUILD/nccl-debug-$n.log" | head -40 >"$OUT/nccl-evidence-$n.txt"
   done
   if command -v compute-sanitizer >/dev/null; then

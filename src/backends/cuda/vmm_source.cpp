@@ -30,12 +30,14 @@ int attribute(CUdevice device, CUdevice_attribute attr) {
 
 // Optional properties (fabric handles need IMEX channels; host-NUMA memory may refuse fabric
 // handles or the GPUDirect RDMA flag) are dropped one at a time until cuMemCreate accepts the rest.
-// The answer is probed once per process and location with a one-granule allocation and cached,
+// The answer is probed once per process, location and request with a one-granule allocation and cached,
 // so the driver sees (and compute-sanitizer reports) the refused calls only once.
 void settle_optional_properties(CUmemAllocationProp& prop, std::size_t granularity) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int>, std::pair<unsigned, unsigned char>> settled;
-  const auto key = std::make_tuple(static_cast<int>(prop.location.type), prop.location.id);
+  // Keyed by what was asked for too: sources with other options probe on their own.
+  static std::map<std::tuple<int, int, unsigned, unsigned char>, std::pair<unsigned, unsigned char>> settled;
+  const auto key = std::make_tuple(static_cast<int>(prop.location.type), prop.location.id,
+                                   static_cast<unsigned>(prop.requestedHandleTypes), prop.allocFlags.gpuDirectRDMACapable);
   std::lock_guard lock(mutex);
   if (auto it = settled.find(key); it != settled.end()) {
     prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(it->second.first);

@@ -42,10 +42,14 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     const cuda::Driver* d = cuda::try_driver(nullptr);
     if (d == nullptr) return;
-    cuda::ScopedContext scope(context_->get());
-    d->cuStreamSynchronize(stream_);
-    d->cuMemFree_v2(scratch_);
-    d->cuStreamDestroy_v2(stream_);
+    try {
+      cuda::ScopedContext scope(context_->get());  // throws once the driver is shutting down (exit)
+      d->cuStreamSynchronize(stream_);
+      d->cuMemFree_v2(scratch_);
+      d->cuStreamDestroy_v2(stream_);
+    } catch (const Error&) {
+      // Nothing to report to; the driver reclaims the stream and buffer with the context.
+    }
   }
 
   int device() const override { return device_; }
