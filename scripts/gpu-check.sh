@@ -5,6 +5,8 @@
 #
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
+#   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
+#                                   bench, torch, demo; default all)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
@@ -42,6 +44,8 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,demo},"
+want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 
@@ -67,6 +71,7 @@ summarize_gtest() {  # name, log file, rc
 }
 
 # 1. GPU test suite.
+if want cuda; then
 "$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no >"$OUT/gpu-tests.log" 2>&1
 rc=$?
 cat "$OUT/gpu-tests.log" >>"$LOG"
@@ -84,12 +89,16 @@ if command -v compute-sanitizer >/dev/null; then
   row "compute-sanitizer memcheck" "$(( ${total:-0} - probes )) errors, $probes expected cuMemCreate probe refusals (rc=$rc)"
 fi
 
+fi
+
 # 3. Registration with real NCCL (the NCCL torch ships), on 2 and on all (up to 4) GPUs, with
 #    NCCL's own log kept as evidence that it used the registrations.
 NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
 [ -n "$NCCL_DIR" ] && [ -f "$NCCL_DIR/libnccl.so.2" ] && export NCCLPOOL_NCCL_LIBRARY="$NCCL_DIR/libnccl.so.2"
 echo "=== NCCL library: ${NCCLPOOL_NCCL_LIBRARY:-default search path}" >>"$LOG"
-if [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
+if ! want nccl; then
+  :
+elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
     NCCLPOOL_TEST_GPUS=$n NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,TUNING,COLL NCCL_DEBUG_FILE="$BUILD/nccl-debug-$n.%h.%p.log" \
@@ -117,7 +126,7 @@ fi
 
 # 4. Registration cost with real NCCL: attach vs segments, a scope use vs the Megatron pattern.
 declare -a tables=()
-if [ -x "$BUILD/bench/ncclpool_nccl_registration_bench" ] && [ "$gpus" -ge 2 ]; then
+if want bench && [ -x "$BUILD/bench/ncclpool_nccl_registration_bench" ] && [ "$gpus" -ge 2 ]; then
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
     timeout 300 "$BUILD/bench/ncclpool_nccl_registration_bench" --gpus "$n" --segments 1,8,64 --chunk-mib 64 >"$BUILD/registration-$n.txt" 2>&1
@@ -128,7 +137,7 @@ if [ -x "$BUILD/bench/ncclpool_nccl_registration_bench" ] && [ "$gpus" -ge 2 ]; 
 fi
 
 # 5. Benchmarks: the pool hot path over each real source, and the simulator for comparison.
-for src in sim cuda vmm; do
+want bench && for src in sim cuda vmm; do
   NCCLPOOL_BENCH_SOURCE=$src "$BUILD/bench/ncclpool_bench_pool" --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
     --benchmark_out="$BUILD/bench-$src.json" --benchmark_out_format=json >"$BUILD/bench-$src.txt" 2>&1
@@ -140,15 +149,50 @@ for src in sim cuda vmm; do
   done
 done
 
-# 6. The demo on the GPU.
-"$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
-row "demo (vmm source)" "rc=$?"
+# 6. The PyTorch layer (python/ncclpool, torch from this machine): torchrun checks on 2 and 4 GPUs,
+#    torch's handling of a failing pluggable allocator, and the torch benchmarks (4 GPUs).
+TORCH_LOG="$OUT/torch.log"
+: >"$TORCH_LOG"
+if ! want torch; then
+  :
+elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  export NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  for n in 2 4; do
+    [ "$n" -gt "$gpus" ] && continue
+    rm -f "$BUILD"/torch-nccl-$n.*.log
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG,TUNING NCCL_DEBUG_FILE="$BUILD/torch-nccl-$n.%h.%p.log" \
+      NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout 420 python3 -m torch.distributed.run --nproc-per-node "$n" \
+      tests/gpu/torch/check_torch_layer.py >"$BUILD/torch-$n.log" 2>&1
+    rc=$?
+    { echo "=== torch layer, $n GPUs (rc=$rc)"; cat "$BUILD/torch-$n.log"; } >>"$TORCH_LOG"
+    row "torch layer checks, $n GPUs" "$(grep -c '^CHECK .*: ok' "$BUILD/torch-$n.log") ok, $(grep -c '^CHECK .*: FAILED' "$BUILD/torch-$n.log") failed (rc=$rc)"
+    row "  NCCL log: [Symmetric] kernel lines" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -c '\[Symmetric\]')"
+  done
+  timeout 300 python3 tests/gpu/torch/probe_alloc_failures.py "$PWD/$BUILD/tests/libncclpool_torch_probe.so" >"$BUILD/torch-probe.log" 2>&1
+  { echo "=== torch pluggable allocator failure probe (rc=$?)"; cat "$BUILD/torch-probe.log"; } >>"$TORCH_LOG"
+  while read -r line; do row "probe ${line%%:*}" "${line#*: }"; done < <(grep '^PROBE' "$BUILD/torch-probe.log" | sed 's/^PROBE //' | cut -c1-220)
+  if [ "$gpus" -ge 2 ]; then
+    timeout 420 python3 -m torch.distributed.run --nproc-per-node "$(( gpus < 4 ? gpus : 4 ))" bench/torch_bench.py >"$BUILD/torch-bench.log" 2>&1
+    rc=$?
+    { echo "=== torch benchmark (rc=$rc)"; cat "$BUILD/torch-bench.log"; } >>"$TORCH_LOG"
+    tables+=("$(sed -n '/^ncclpool.torch benchmark/,$p' "$BUILD/torch-bench.log" | head -8)" "(torch bench rc=$rc)")
+  fi
+  cat "$TORCH_LOG" >>"$LOG"
+else
+  row "torch layer" "not run (no torch with CUDA here)"
+fi
+
+# 7. The demo on the GPU.
+if want demo; then
+  "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
+  row "demo (vmm source)" "rc=$?"
+fi
 
 echo
 echo "=== ncclpool gpu-check summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${rows[@]}"
 if [ ${#tables[@]} -gt 0 ]; then
   echo
-  echo "=== registration cost (nccl_registration_bench)"
+  echo "=== registration cost (nccl_registration_bench) and the torch benchmark"
   printf '%s\n' "${tables[@]}"
 fi

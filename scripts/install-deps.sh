@@ -22,3 +22,11 @@ if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# pytest for the Python package's tests (the package itself needs only the standard library).
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+  echo "ncclpool: installing pytest (python3 -m pip)"
+  python3 -m pip install --quiet --disable-pip-version-check pytest 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --user pytest 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages --user pytest
+fi

@@ -24,7 +24,7 @@ struct PoolStats {
   std::uint64_t deallocation_count = 0;
   std::uint64_t segments_created = 0;
   std::uint64_t segments_released = 0;
-  std::uint64_t oom_count = 0;           ///< allocate() calls that ended in OutOfMemory
+  std::uint64_t oom_count = 0;           ///< allocate() calls refused for lack of memory (OutOfMemory or SizeTooLarge)
   std::uint64_t oom_recoveries = 0;      ///< source OOMs recovered by releasing cached segments
   std::uint64_t cross_stream_reuses = 0; ///< blocks handed to another stream behind a wait
   std::uint64_t hook_errors = 0;         ///< exceptions swallowed from release observers

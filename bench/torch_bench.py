@@ -1,0 +1,167 @@
+"""ncclpool.torch against the patterns it replaces (run on every rank by torchrun, 2-4 GPUs):
+
+    torchrun --nproc-per-node 4 bench/torch_bench.py [--segments 64] [--segment-mib 32] [--uses 500]
+
+1. first registration of S x M MiB tensors with 2 groups, symmetric: ncclpool (1 GiB chunks) vs
+   torch's ProcessGroupNCCL.register_mem_pool(pool, symm=True) on a pool holding the same tensors;
+2. one context use with no new segment, S segments, G = 2 and 3 groups, symmetric: ncclpool vs the
+   Megatron pattern (deregister the pool from every group, register it again);
+3. all-gather with a 32 MiB output (4 ranks: 8 MiB in) from plain caching-allocator memory, from
+   torch's symmetric-registered pool and from an ncclpool symmetric pool (CUDA-event timing).
+Rank 0 prints a table and one JSON line per figure ('BENCH {...}').
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import ncclpool.torch as nccl_allocator  # noqa: E402
+
+MiB = 1 << 20
+rank = 0
+results = []
+
+
+def report(name, value, unit, **extra):
+    if rank == 0:
+        results.append(dict(name=name, value=value, unit=unit, **extra))
+        print("BENCH " + json.dumps(results[-1]), flush=True)
+
+
+def sync():
+    torch.cuda.synchronize()
+    dist.barrier()
+
+
+def backend_of(group):
+    return group._get_backend(torch.device("cuda", torch.cuda.current_device()))
+
+
+def torch_symmetric_pool(groups, segments, nbytes):
+    """A pool from torch's own NCCL allocator (ncclMemAlloc), with `segments` tensors of `nbytes`."""
+    pool = torch.cuda.MemPool(backend_of(dist.group.WORLD).mem_allocator)
+    with torch.cuda.use_mem_pool(pool):
+        tensors = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(segments)]
+    return pool, tensors
+
+
+def time_allgather(out, inp, group, iters=200, warmup=20):
+    for _ in range(warmup):
+        dist.all_gather_into_tensor(out, inp, group=group)
+    sync()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        dist.all_gather_into_tensor(out, inp, group=group)
+    end.record()
+    torch.cuda.synchronize()
+    t = torch.tensor([start.elapsed_time(end) / iters * 1e3], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank decides
+    return t.item()
+
+
+def main():
+    global rank
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--segments", type=int, default=64)
+    ap.add_argument("--segment-mib", type=int, default=32)
+    ap.add_argument("--uses", type=int, default=500)
+    ap.add_argument("--megatron-uses", type=int, default=3)
+    args = ap.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", device))
+    nccl_allocator.init()
+    g_world = dist.group.WORLD
+    g_second = dist.new_group(list(range(world)))  # same ranks, its own communicator (like dp vs edp)
+    g_third = dist.new_group(list(range(world)))
+    S, nbytes = args.segments, args.segment_mib * MiB
+    for g in (g_world, g_second, g_third):  # communicators exist before anything is timed
+        dist.all_reduce(torch.zeros(1, device="cuda"), group=g)
+    sync()
+
+    # 1. First registration, 2 groups, symmetric.
+    pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="bench")
+    t0 = time.perf_counter()
+    with nccl_allocator.MultiGroupMemPoolAllocator(pool, [g_world, g_second]):
+        tensors = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(S)]
+    sync()
+    first_np = (time.perf_counter() - t0) * 1e3
+    npool = nccl_allocator.ncclpool_pool(pool)
+    chunks = npool.stats()["segment_count"]
+    report("first registration, ncclpool", first_np, "ms", segments=S, segment_mib=args.segment_mib, groups=2, chunks=chunks)
+
+    tpool, ttensors = torch_symmetric_pool([g_world, g_second], S, nbytes)
+    sync()
+    t0 = time.perf_counter()
+    for g in (g_world, g_second):
+        backend_of(g).register_mem_pool(tpool, symm=True)
+    sync()
+    first_torch = (time.perf_counter() - t0) * 1e3
+    report("first registration, torch register_mem_pool", first_torch, "ms", segments=S, segment_mib=args.segment_mib, groups=2)
+
+    # 2. Per use, nothing new: ncclpool (G = 2, 3) vs the Megatron pattern (G = 2).
+    for groups in ([g_world, g_second], [g_world, g_second, g_third]):
+        for _ in range(20):  # attaches the third group once; warms caches (not timed)
+            with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
+                x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+                del x
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.uses):
+            with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
+                x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+                del x
+        per_use_us = (time.perf_counter() - t0) / args.uses * 1e6
+        report(f"per use, ncclpool, G={len(groups)}", per_use_us, "us", segments=S, groups=len(groups))
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(args.megatron_uses):
+        for g in (g_world, g_second):  # Megatron's nccl_mem: deregister on entry ...
+            backend_of(g).deregister_mem_pool(tpool)
+        with torch.cuda.use_mem_pool(tpool):
+            x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+            del x
+        for g in (g_world, g_second):  # ... and register the whole pool again on exit
+            backend_of(g).register_mem_pool(tpool, symm=True)
+    sync()
+    per_use_megatron_ms = (time.perf_counter() - t0) / args.megatron_uses * 1e3
+    report("per use, Megatron pattern, G=2", per_use_megatron_ms, "ms", segments=S, groups=2)
+
+    # 3. All-gather, 32 MiB out.
+    n_in = 32 * MiB // world
+    plain_in = torch.ones(n_in, dtype=torch.uint8, device="cuda")
+    plain_out = torch.empty(n_in * world, dtype=torch.uint8, device="cuda")
+    report("all-gather 32 MiB out, plain memory", time_allgather(plain_out, plain_in, g_world), "us")
+    t_in, t_out = ttensors[0][:n_in], ttensors[1][:n_in * world]
+    report("all-gather 32 MiB out, torch symmetric pool", time_allgather(t_out, t_in, g_world), "us")
+    n_in_t, n_out_t = tensors[0][:n_in], tensors[1][:n_in * world]
+    report("all-gather 32 MiB out, ncclpool symmetric pool", time_allgather(n_out_t, n_in_t, g_world), "us")
+
+    if rank == 0:
+        by = {r["name"]: r["value"] for r in results}
+        print(f"\nncclpool.torch benchmark, {world} GPUs, S={S} x {args.segment_mib} MiB, symmetric")
+        print(f"  first registration, 2 groups: ncclpool {by['first registration, ncclpool']:.1f} ms ({chunks} chunks) vs "
+              f"torch register_mem_pool {by['first registration, torch register_mem_pool']:.1f} ms "
+              f"= {by['first registration, torch register_mem_pool'] / by['first registration, ncclpool']:.1f}x")
+        mega_us = by["per use, Megatron pattern, G=2"] * 1e3
+        print(f"  per use, G=2: ncclpool {by['per use, ncclpool, G=2']:.1f} us vs Megatron pattern "
+              f"{by['per use, Megatron pattern, G=2']:.0f} ms = {mega_us / by['per use, ncclpool, G=2']:,.0f}x; "
+              f"G=3: ncclpool {by['per use, ncclpool, G=3']:.1f} us")
+        print(f"  all-gather 32 MiB out: plain {by['all-gather 32 MiB out, plain memory']:.1f} us, torch symmetric "
+              f"{by['all-gather 32 MiB out, torch symmetric pool']:.1f} us, ncclpool symmetric "
+              f"{by['all-gather 32 MiB out, ncclpool symmetric pool']:.1f} us")
+    del tensors, ttensors, t_in, t_out, n_in_t, n_out_t
+    for g in (g_world, g_second):
+        backend_of(g).deregister_mem_pool(tpool)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+/* ncclpool.h: the C ABI of ncclpool.
+ *
+ * One memory pool per device whose segments are registered with NCCL (ncclCommRegister and symmetric
+ * windows) for every communicator attached to it. This header is plain C (C99) and is the surface
+ * the Python package binds with ctypes.
+ *
+ * Conventions
+ *  - Handles are opaque. A pool owns the communicator handles attached to it.
+ *  - Every function that can fail returns ncclpool_status_t. On failure, ncclpool_last_error() holds
+ *    a message for the calling thread (it is not cleared by later successful calls). No C++
+ *    exception ever crosses this ABI.
+ *  - A failed call leaves the pool consistent: nothing half-registered, no memory lost.
+ *  - Streams are passed as `void*` (a cudaStream_t / CUstream; NULL = the legacy default stream;
+ *    the simulator treats the value as an id).
+ *  - Thread safety: every pool call is thread safe. Scopes are per thread.
+ */
+#ifndef NCCLPOOL_NCCLPOOL_H
+#define NCCLPOOL_NCCLPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define NCCLPOOL_C_API __attribute__((visibility("default")))
+#else
+#define NCCLPOOL_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Status codes (1..12 equal ncclpool::ErrorCode) ---- */
+typedef enum ncclpool_status {
+  NCCLPOOL_SUCCESS = 0,
+  NCCLPOOL_ERROR_INVALID_ARGUMENT = 1,     /* a parameter out of its documented range, NULL handle */
+  NCCLPOOL_ERROR_SIZE_TOO_LARGE = 2,       /* larger than the device or the pool's max_reserved */
+  NCCLPOOL_ERROR_OUT_OF_MEMORY = 3,        /* out of memory even after releasing cached segments */
+  NCCLPOOL_ERROR_DOUBLE_FREE = 4,
+  NCCLPOOL_ERROR_FOREIGN_POINTER = 5,      /* not memory of this pool */
+  NCCLPOOL_ERROR_INVALID_POINTER = 6,      /* inside the pool but not the start of a live block */
+  NCCLPOOL_ERROR_BACKEND = 7,              /* a CUDA driver call failed */
+  NCCLPOOL_ERROR_UNSUPPORTED = 8,          /* not available in this build or on this machine */
+  NCCLPOOL_ERROR_INVARIANT_VIOLATION = 9,  /* internal consistency check failed: a bug, please report */
+  NCCLPOOL_ERROR_INVALID_STATE = 10,       /* not allowed now (graph capture, live blocks, scope order) */
+  NCCLPOOL_ERROR_REGISTRATION = 11,        /* NCCL refused a registration or deregistration */
+  NCCLPOOL_ERROR_AGREEMENT = 12,           /* ranks disagree at an agreement point, or it timed out */
+  NCCLPOOL_ERROR_INTERNAL = 13             /* an unexpected C++ exception (std::bad_alloc, ...) */
+} ncclpool_status_t;
+
+/* Short, stable name of a status ("success", "out_of_memory", ...). Never NULL. */
+NCCLPOOL_C_API const char* ncclpool_status_string(ncclpool_status_t status);
+/* The message of the calling thread's last failed call ("" if none). Valid until the thread's next
+ * failing call. */
+NCCLPOOL_C_API const char* ncclpool_last_error(void);
+/* The status of the calling thread's last failed call (NCCLPOOL_SUCCESS if none). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_last_status(void);
+NCCLPOOL_C_API void ncclpool_clear_last_error(void);
+
+/* ---- Version and features ---- */
+#define NCCLPOOL_VERSION_MAJOR 0
+#define NCCLPOOL_VERSION_MINOR 1
+#define NCCLPOOL_VERSION_PATCH 0
+/* major * 10000 + minor * 100 + patch of the loaded library. */
+NCCLPOOL_C_API int ncclpool_version(void);
+NCCLPOOL_C_API const char* ncclpool_version_string(void);
+
+typedef struct ncclpool_features {
+  size_t struct_size;          /* set by the caller to sizeof(ncclpool_features_t) */
+  int built_with_cuda;         /* CUDA headers were found at build time (cuda/vmm sources compiled) */
+  int cuda_available;          /* the driver loads and sees a device */
+  int cuda_device_count;
+  int nccl_available;          /* NCCL loads and has the symbols ncclpool needs */
+  int nccl_version;            /* ncclGetVersion(), e.g. 22809; 0 if unavailable */
+  int nccl_windows;            /* symmetric windows supported (NCCL >= 2.27 with the window API) */
+  int nccl_reused_loaded;      /* the process had NCCL loaded already and ncclpool uses that copy */
+  char nccl_library[512];      /* path of the NCCL library in use ("" if none) */
+  char why_not[512];           /* why CUDA or NCCL is unavailable ("" when both are) */
+} ncclpool_features_t;
+/* Fills *features (struct_size must be set). Loads the CUDA driver and NCCL if needed. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features);
+
+/* ---- Pools ---- */
+typedef struct ncclpool_pool_s* ncclpool_pool_t;
+typedef struct ncclpool_comm_s* ncclpool_comm_t;
+
+typedef enum ncclpool_source {
+  NCCLPOOL_SOURCE_AUTO = 0,          /* vmm when a GPU is there, else sim */
+  NCCLPOOL_SOURCE_SIM = 1,           /* host memory standing in for a device (CPU tests) */
+  NCCLPOOL_SOURCE_CUDA = 2,          /* cuMemAlloc: local registration only, no windows */
+  NCCLPOOL_SOURCE_VMM = 3,           /* cuMem device memory with shareable handles: windows OK */
+  NCCLPOOL_SOURCE_VMM_HOST_NUMA = 4, /* cuMem host memory on the device's NUMA node */
+  NCCLPOOL_SOURCE_NCCL = 5           /* ncclMemAlloc: windows OK */
+} ncclpool_source_t;
+
+typedef enum ncclpool_registration {
+  NCCLPOOL_REGISTRATION_DEFAULT = -1, /* the pool's default_registration */
+  NCCLPOOL_REGISTRATION_LOCAL = 0,    /* ncclCommRegister: zero-copy */
+  NCCLPOOL_REGISTRATION_SYMMETRIC = 1 /* ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): collective */
+} ncclpool_registration_t;
+
+typedef struct ncclpool_pool_options {
+  size_t struct_size;        /* sizeof(ncclpool_pool_options_t); set by ncclpool_pool_options_init */
+  const char* name;          /* used in every message about the pool; copied; NULL = "ncclpool" */
+  int device;                /* CUDA device ordinal (the simulator's device id for SIM) */
+  ncclpool_source_t source;
+  ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT */
+  size_t growth_chunk;       /* segments are multiples of it; 0 = 2 MiB, or 1 GiB when symmetric */
+  size_t alignment;          /* block alignment, power of two >= 256; 0 = 512 (torch's block size) */
+  size_t max_reserved;       /* cap on reserved bytes; 0 = none */
+  int deterministic;         /* 1: timing never steers placement (required for symmetric); -1 = auto
+                                (on when default_registration is symmetric) */
+  size_t sim_capacity;       /* SIM only: simulated device memory; 0 = 64 GiB */
+} ncclpool_pool_options_t;
+
+/* Fills *options with the defaults above (device 0, AUTO source, local registration). */
+NCCLPOOL_C_API void ncclpool_pool_options_init(ncclpool_pool_options_t* options);
+NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, ncclpool_pool_t* pool);
+/* Detaches local communicators and releases every segment. Refused (INVALID_STATE) while blocks are
+ * live or a symmetric communicator is attached (detach or forget it first). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool);
+/* The options the pool runs with (source resolved, defaults filled in; name points into the pool). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_options_t* options);
+/* Describes the segment source, e.g. "vmm device 0 (posix-fd)". Valid while the pool lives. */
+NCCLPOOL_C_API const char* ncclpool_pool_source_description(ncclpool_pool_t pool);
+
+NCCLPOOL_C_API ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream, void** ptr);
+/* Frees a block last used on `stream` (reusable there at once, elsewhere behind an event). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream);
+NCCLPOOL_C_API ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes);
+/* Releases empty segments (collectively over symmetric communicators, which must all call it). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* released_bytes);
+/* Checks every internal invariant of the pool and its registrations (INVARIANT_VIOLATION if broken). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_check(ncclpool_pool_t pool);
+
+typedef struct {
+  uint64_t allocated_bytes, peak_allocated_bytes, requested_bytes;
+  uint64_t reserved_bytes, peak_reserved_bytes;
+  uint64_t segment_count, largest_free_block, active_allocations;
+  uint64_t allocation_count, deallocation_count, segments_created, segments_released;
+  uint64_t oom_count, oom_recoveries, cross_stream_reuses, hook_errors;
+  uint64_t attached_communicators, pending_registrations;
+} ncclpool_pool_stats_t;
+NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_t* stats);
+/* Statistics as JSON (the pool's counters plus one object per attached communicator). Writes at
+ * most `capacity` bytes including the terminating NUL; *needed (if not NULL) gets the full length + 1.
+ * buffer = NULL with capacity = 0 only asks for the size. Returns INVALID_ARGUMENT when the buffer is
+ * too small (nothing partial is written then). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats_json(ncclpool_pool_t pool, char* buffer, size_t capacity, size_t* needed);
+
+/* ---- Communicators ---- */
+/* Attaches a caller-owned ncclComm_t (from the process's NCCL; ncclpool never destroys it) on the
+ * pool's device. Local: registers every segment now and every new one as it appears. Symmetric
+ * (collective: every rank attaches in the same order): agrees across ranks, registers existing
+ * segments as windows; later segments wait for ncclpool_commit / the end of a scope. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_attach_nccl(ncclpool_pool_t pool, void* nccl_comm, ncclpool_registration_t kind, ncclpool_comm_t* comm);
+/* Removes all of comm's registrations (collective for symmetric) and frees the handle. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm);
+/* Drops comm's registrations without calling NCCL (the communicator was destroyed or aborted) and
+ * frees the handle. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_forget(ncclpool_comm_t comm);
+/* Registers every pending window, after agreement (collective over communicators with pending work). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool);
+NCCLPOOL_C_API ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending);
+
+typedef struct {
+  int kind;                          /* ncclpool_registration_t */
+  int rank, size, device;
+  uint64_t registrations, deregistrations, registered_segments, bytes_registered;
+  double registration_seconds;       /* time in register/deregister calls and agreements */
+  uint64_t pending, agreements, errors;
+} ncclpool_comm_stats_t;
+NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* stats);
+/* The window (or local registration handle) of the segment holding ptr, NULL if none. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr, void** handle);
+
+/* ---- Scopes (per thread) ----
+ * Between begin and end, this thread's PyTorch allocations through the pluggable allocator below
+ * come from `pool`. end() commits pending windows (collective) unless a CUDA graph is being captured
+ * on the pool's device: then they stay pending for the next commit. Scopes nest; end() must name the
+ * innermost scope's pool (INVALID_STATE otherwise). The scope is closed even when the commit fails. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool);
+NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool);
+/* Ends the innermost scope without committing: pending windows wait for a later commit. For code
+ * that must not run a collective here (only some ranks allocate, or the caller commits later). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_leave(ncclpool_pool_t pool);
+/* The pool of the calling thread's innermost scope (NULL if none). */
+NCCLPOOL_C_API ncclpool_pool_t ncclpool_current_pool(void);
+
+/* ---- PyTorch CUDAPluggableAllocator entry points (torch's exact signatures) ----
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator(libncclpool.so, "ncclpool_torch_alloc",
+ *                                                    "ncclpool_torch_free")
+ *   torch.cuda.MemPool(alloc.allocator())
+ * torch asks for a segment (2 MiB, 20 MiB, ...); ncclpool carves it from the pool's large registered
+ * chunks, so windows are counted in chunks, not in torch segments. The pool is the calling thread's
+ * innermost scope's pool (on `device`); outside any scope, the one pool bound to `device` with
+ * ncclpool_torch_bind (if exactly one is). On failure alloc returns NULL (torch then raises
+ * torch.OutOfMemoryError) and ncclpool_last_error() says why. free finds the pool by address. */
+NCCLPOOL_C_API void* ncclpool_torch_alloc(size_t size, int device, void* stream);
+NCCLPOOL_C_API void ncclpool_torch_free(void* ptr, size_t size, int device, void* stream);
+NCCLPOOL_C_API ncclpool_status_t ncclpool_torch_bind(ncclpool_pool_t pool);
+NCCLPOOL_C_API ncclpool_status_t ncclpool_torch_unbind(ncclpool_pool_t pool);
+/* Failed ncclpool_torch_alloc / ncclpool_torch_free calls so far (all threads). */
+NCCLPOOL_C_API uint64_t ncclpool_torch_failures(void);
+
+/* ---- Simulator (CPU tests): a group of ranks that are threads of this process ---- */
+typedef struct ncclpool_sim_group_s* ncclpool_sim_group_t;
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_create(const char* name, int size, int timeout_ms, ncclpool_sim_group_t* group);
+/* Drops the handle; communicators attached from the group keep its state alive until detached. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_destroy(ncclpool_sim_group_t group);
+/* Attaches rank `rank` of the group (the simulated counterpart of ncclpool_attach_nccl). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_attach_sim(ncclpool_pool_t pool, ncclpool_sim_group_t group, int rank, ncclpool_registration_t kind, ncclpool_comm_t* comm);
+/* Registrations (local + windows) alive in the group over all ranks: 0 once everything is released. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_live_registrations(ncclpool_sim_group_t group, uint64_t* count);
+/* Makes the nth (1-based) call of op (0 register_local, 1 deregister_local, 2 register_window,
+ * 3 deregister_window) on rank (-1 = every rank) fail. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_group_t group, int op, int rank, int nth);
+/* Models a CUDA graph capture on a SIM pool's device (affects commit and scope end). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing);
+/* The next `count` segment allocations of a SIM pool fail with out of memory. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_inject_oom(ncclpool_pool_t pool, int count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NCCLPOOL_NCCLPOOL_H */

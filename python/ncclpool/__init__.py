@@ -1,0 +1,346 @@
+"""ncclpool: one GPU memory pool whose segments are registered with NCCL for every communicator.
+
+Pure Python over the C ABI (ctypes). The pieces:
+
+* :class:`Pool` - a pool on one device (or the simulator): allocate/free, reserve, trim, statistics,
+  :meth:`Pool.scope` (routes this thread's PyTorch allocations to the pool, commits windows at exit).
+* :class:`Communicator` - a communicator attached to a pool (``Pool.attach_nccl`` / ``attach_sim``).
+* :class:`SimGroup` - simulated ranks (threads of this process) for tests without GPUs.
+* :func:`features` - what this machine supports (CUDA, NCCL version, symmetric windows).
+* :mod:`ncclpool.torch` - the PyTorch layer (Megatron-Core ``nccl_allocator`` compatible API).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+from ctypes import byref, c_size_t, c_uint64, c_void_p
+
+from . import errors
+from ._capi import CommStats, Features, PoolOptions, PoolStats, _struct_to_dict, call, library, library_path, raise_last
+from .errors import (AgreementError, BackendError, DoubleFree, Error, ForeignPointer, InvalidArgument,
+                     InvalidPointer, InvalidState, OutOfMemory, RegistrationError, SizeTooLarge, Unsupported)
+from .report import format_bytes, memory_summary
+
+__all__ = [
+    "Pool", "Communicator", "SimGroup", "features", "version", "last_error", "library_path", "memory_summary",
+    "format_bytes", "errors", "Error", "InvalidArgument", "SizeTooLarge", "OutOfMemory", "DoubleFree",
+    "ForeignPointer", "InvalidPointer", "BackendError", "Unsupported", "InvalidState", "RegistrationError",
+    "AgreementError", "SOURCES", "REGISTRATIONS",
+]
+
+SOURCES = {"auto": 0, "sim": 1, "cuda": 2, "vmm": 3, "vmm_host_numa": 4, "nccl": 5}
+REGISTRATIONS = {None: -1, "default": -1, "local": 0, "symmetric": 1}
+_SOURCE_NAMES = {v: k for k, v in SOURCES.items()}
+_KIND_NAMES = {0: "local", 1: "symmetric"}
+
+
+def version() -> str:
+    """Version of the loaded libncclpool, e.g. '0.1.0'."""
+    return library().ncclpool_version_string().decode()
+
+
+def last_error() -> str:
+    """Message of this thread's last failed ncclpool call ('' if none)."""
+    return (library().ncclpool_last_error() or b"").decode(errors="replace")
+
+
+def features() -> dict:
+    """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support."""
+    f = Features()
+    f.struct_size = ctypes.sizeof(Features)
+    call("ncclpool_get_features", byref(f))
+    out = _struct_to_dict(f)
+    del out["struct_size"]
+    for key in ("built_with_cuda", "cuda_available", "nccl_available", "nccl_windows", "nccl_reused_loaded"):
+        out[key] = bool(out[key])
+    out["nccl_library"] = f.nccl_library.decode(errors="replace")
+    out["why_not"] = f.why_not.decode(errors="replace")
+    out["library"] = library_path()
+    return out
+
+
+def _kind(kind) -> int:
+    if kind not in REGISTRATIONS:
+        raise InvalidArgument(f"registration kind {kind!r} is not one of 'local', 'symmetric' or None (the pool's default)")
+    return REGISTRATIONS[kind]
+
+
+def _stream(stream) -> c_void_p:
+    """Accepts an int handle, None (default stream) or anything with ``cuda_stream`` (torch.cuda.Stream)."""
+    if stream is None:
+        return c_void_p(0)
+    return c_void_p(int(getattr(stream, "cuda_stream", stream)))
+
+
+class Pool:
+    """A pool of memory on one device, optionally registered with NCCL communicators.
+
+    Args:
+        device: CUDA device ordinal (the simulated device id with ``source='sim'``).
+        source: 'auto' (vmm with a GPU, else sim), 'sim', 'cuda', 'vmm', 'vmm_host_numa', 'nccl'.
+        registration: default kind for :meth:`attach_nccl`: 'local' or 'symmetric'. A symmetric pool is
+            deterministic and grows in 1 GiB chunks unless told otherwise.
+        growth_chunk: segments are multiples of this (0: 2 MiB, or 1 GiB for symmetric pools).
+        alignment: block alignment (0: 512 bytes, torch's block size).
+        max_reserved: cap on reserved bytes (0: none).
+        deterministic: None (auto), True or False.
+        name: used in every message and report about the pool.
+        sim_capacity: simulated device memory for 'sim' (0: 64 GiB).
+    """
+
+    def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
+                 alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
+                 name: str = "ncclpool", sim_capacity: int = 0):
+        if source not in SOURCES:
+            raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
+        if registration not in ("local", "symmetric"):
+            raise InvalidArgument(f"registration {registration!r} is not 'local' or 'symmetric'")
+        lib = library()
+        options = PoolOptions()
+        lib.ncclpool_pool_options_init(byref(options))
+        options.name = name.encode()
+        options.device = device
+        options.source = SOURCES[source]
+        options.default_registration = REGISTRATIONS[registration]
+        options.growth_chunk = growth_chunk
+        options.alignment = alignment
+        options.max_reserved = max_reserved
+        options.deterministic = -1 if deterministic is None else int(bool(deterministic))
+        options.sim_capacity = sim_capacity
+        handle = c_void_p()
+        call("ncclpool_pool_create", byref(options), byref(handle))
+        self._handle = handle
+        self._comms: list[Communicator] = []
+        resolved = PoolOptions()
+        call("ncclpool_pool_get_options", handle, byref(resolved))
+        self.name = name
+        self.device = resolved.device
+        self.source = _SOURCE_NAMES[resolved.source]
+        self.registration = _KIND_NAMES[resolved.default_registration]
+        self.growth_chunk = resolved.growth_chunk
+        self.alignment = resolved.alignment
+        self.deterministic = bool(resolved.deterministic)
+        self.source_description = lib.ncclpool_pool_source_description(handle).decode()
+
+    # -- lifetime --
+    @property
+    def handle(self) -> c_void_p:
+        if self._handle is None:
+            raise InvalidState(f"pool '{self.name}' is closed")
+        return self._handle
+
+    def close(self) -> None:
+        """Destroys the pool. Refused while blocks are live or a symmetric communicator is attached."""
+        if self._handle is not None:
+            call("ncclpool_pool_destroy", self._handle)
+            self._handle = None
+            for comm in self._comms:
+                comm._handle = None
+            self._comms.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else self.source_description
+        return f"<ncclpool.Pool '{self.name}' device {self.device}: {state}>"
+
+    # -- memory --
+    def alloc(self, size: int, stream=None) -> int:
+        """Allocates `size` bytes ordered on `stream`; returns the address."""
+        ptr = c_void_p()
+        call("ncclpool_alloc", self.handle, c_size_t(size), _stream(stream), byref(ptr))
+        return ptr.value
+
+    def free(self, ptr: int, stream=None) -> None:
+        call("ncclpool_free", self.handle, c_void_p(ptr), _stream(stream))
+
+    def reserve(self, size: int) -> None:
+        """Grows the pool now so that at least `size` bytes are reserved."""
+        call("ncclpool_reserve", self.handle, c_size_t(size))
+
+    def trim(self) -> int:
+        """Releases empty segments (collective over symmetric communicators); returns bytes released."""
+        released = c_size_t()
+        call("ncclpool_trim", self.handle, byref(released))
+        return released.value
+
+    def check(self) -> None:
+        """Checks every invariant of the pool and its registrations (raises InvariantViolation)."""
+        call("ncclpool_check", self.handle)
+
+    # -- communicators --
+    def attach_nccl(self, nccl_comm: int, kind: str | None = None) -> "Communicator":
+        """Attaches a caller-owned ncclComm_t (an int address). Symmetric attach is collective."""
+        out = c_void_p()
+        call("ncclpool_attach_nccl", self.handle, c_void_p(nccl_comm), _kind(kind), byref(out))
+        return self._adopt(out, f"nccl comm {nccl_comm:#x}")
+
+    def attach_sim(self, group: "SimGroup", rank: int, kind: str | None = None) -> "Communicator":
+        """Attaches rank `rank` of a simulated group."""
+        out = c_void_p()
+        call("ncclpool_attach_sim", self.handle, group.handle, rank, _kind(kind), byref(out))
+        return self._adopt(out, f"sim group '{group.name}' rank {rank}")
+
+    def _adopt(self, handle: c_void_p, label: str) -> "Communicator":
+        comm = Communicator(self, handle, label)
+        self._comms.append(comm)
+        return comm
+
+    @property
+    def communicators(self) -> list["Communicator"]:
+        return list(self._comms)
+
+    def commit(self) -> None:
+        """Registers pending windows after agreement across ranks (collective)."""
+        call("ncclpool_commit", self.handle)
+
+    @property
+    def pending(self) -> int:
+        out = c_size_t()
+        call("ncclpool_pending", self.handle, byref(out))
+        return out.value
+
+    @contextlib.contextmanager
+    def scope(self, commit: bool = True):
+        """Routes this thread's torch pluggable-allocator requests to this pool; at exit commits pending
+        windows (collective; skipped under CUDA graph capture) unless ``commit=False``."""
+        call("ncclpool_scope_begin", self.handle)
+        try:
+            yield self
+        except BaseException:
+            call("ncclpool_scope_leave", self.handle)  # no collective on an error path
+            raise
+        call("ncclpool_scope_end" if commit else "ncclpool_scope_leave", self.handle)
+
+    # -- statistics --
+    def stats(self) -> dict:
+        s = PoolStats()
+        call("ncclpool_pool_stats", self.handle, byref(s))
+        return _struct_to_dict(s)
+
+    def stats_json(self) -> dict:
+        """Pool counters plus one entry per attached communicator."""
+        needed = c_size_t()
+        status = 0
+        for _ in range(3):  # the JSON can grow between the size query and the copy (a new attach)
+            call("ncclpool_pool_stats_json", self.handle, None, c_size_t(0), byref(needed))
+            buf = ctypes.create_string_buffer(needed.value + 1024)
+            status = library().ncclpool_pool_stats_json(self.handle, buf, c_size_t(len(buf)), None)
+            if status == 0:
+                return json.loads(buf.value.decode())
+        raise_last(status)
+
+    def memory_summary(self) -> str:
+        return memory_summary(self)
+
+
+class Communicator:
+    """A communicator attached to a pool. Detach (collective for symmetric) or forget to remove it."""
+
+    def __init__(self, pool: Pool, handle: c_void_p, label: str):
+        self.pool = pool
+        self._handle = handle
+        self.label = label
+
+    @property
+    def handle(self) -> c_void_p:
+        if self._handle is None:
+            raise InvalidState(f"{self.label} is no longer attached to pool '{self.pool.name}'")
+        return self._handle
+
+    @property
+    def attached(self) -> bool:
+        return self._handle is not None
+
+    def _drop(self):
+        self._handle = None
+        if self in self.pool._comms:
+            self.pool._comms.remove(self)
+
+    def detach(self) -> None:
+        """Deregisters everything of this communicator (collective for symmetric windows)."""
+        call("ncclpool_detach", self.handle)
+        self._drop()
+
+    def forget(self) -> None:
+        """Drops the registrations without calling NCCL: for a destroyed or aborted communicator."""
+        call("ncclpool_forget", self.handle)
+        self._drop()
+
+    def stats(self) -> dict:
+        s = CommStats()
+        call("ncclpool_comm_stats", self.handle, byref(s))
+        out = _struct_to_dict(s)
+        out["kind"] = _KIND_NAMES.get(out["kind"], str(out["kind"]))
+        return out
+
+    def handle_of(self, ptr: int) -> int | None:
+        """The window (or local registration handle) covering ptr, None if there is none."""
+        out = c_void_p()
+        call("ncclpool_comm_handle_of", self.handle, c_void_p(ptr), byref(out))
+        return out.value
+
+    def __repr__(self):
+        return f"<ncclpool.Communicator {self.label} on pool '{self.pool.name}'{'' if self.attached else ' (detached)'}>"
+
+
+class SimGroup:
+    """Simulated communicator: `size` ranks that are threads of this process (collectives block until
+    every rank made the matching call, or fail after `timeout_ms`)."""
+
+    def __init__(self, name: str, size: int, timeout_ms: int = 5000):
+        handle = c_void_p()
+        call("ncclpool_sim_group_create", name.encode(), size, timeout_ms, byref(handle))
+        self._handle = handle
+        self.name = name
+        self.size = size
+
+    @property
+    def handle(self) -> c_void_p:
+        if self._handle is None:
+            raise InvalidState(f"sim group '{self.name}' is closed")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            call("ncclpool_sim_group_destroy", self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def live_registrations(self) -> int:
+        out = c_uint64()
+        call("ncclpool_sim_group_live_registrations", self.handle, byref(out))
+        return out.value
+
+    OPS = {"register_local": 0, "deregister_local": 1, "register_window": 2, "deregister_window": 3}
+
+    def inject_failure(self, op: str, rank: int = -1, nth: int = 1) -> None:
+        """Makes the nth call of `op` on `rank` (-1: every rank) fail."""
+        if op not in self.OPS:
+            raise InvalidArgument(f"op {op!r} is not one of {sorted(self.OPS)}")
+        call("ncclpool_sim_group_inject_failure", self.handle, self.OPS[op], rank, nth)
+
+
+def sim_set_capturing(pool: Pool, capturing: bool) -> None:
+    """Simulator only: models a CUDA graph capture on the pool's device."""
+    call("ncclpool_sim_set_capturing", pool.handle, int(capturing))
+
+
+def sim_inject_oom(pool: Pool, count: int = 1) -> None:
+    """Simulator only: the next `count` segment allocations fail with out of memory."""
+    call("ncclpool_sim_inject_oom", pool.handle, count)

@@ -1,0 +1,52 @@
+"""memory_summary(): a text report of pools and their registrations, in the spirit of
+torch.cuda.memory_summary()."""
+from __future__ import annotations
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _pool_lines(pool) -> list[str]:
+    if pool.closed:
+        return [f"pool '{pool.name}': closed"]
+    j = pool.stats_json()
+    s = j["stats"]
+    live, reserved = s["allocated_bytes"], s["reserved_bytes"]
+    frag = 0.0 if reserved == 0 else 1.0 - live / reserved
+    lines = [
+        f"pool '{j['name']}'  device {j['device']}  source: {j['source']}",
+        f"  growth chunk {format_bytes(j['growth_chunk'])}, {'deterministic' if j['deterministic'] else 'adaptive'} placement",
+        f"  {'':22}{'now':>14}{'peak':>14}",
+        f"  {'allocated':22}{format_bytes(live):>14}{format_bytes(s['peak_allocated_bytes']):>14}",
+        f"  {'reserved':22}{format_bytes(reserved):>14}{format_bytes(s['peak_reserved_bytes']):>14}",
+        f"  {'requested':22}{format_bytes(s['requested_bytes']):>14}",
+        f"  {'unused in segments':22}{format_bytes(reserved - live):>14}  ({frag:.0%} of reserved)",
+        f"  segments {s['segment_count']} (created {s['segments_created']}, released {s['segments_released']}), "
+        f"live blocks {s['active_allocations']}, allocations {s['allocation_count']}, frees {s['deallocation_count']}",
+        f"  out of memory {s['oom_count']} (recovered {s['oom_recoveries']}), cross-stream reuses {s['cross_stream_reuses']}",
+    ]
+    comms = j["communicators"]
+    lines.append(f"  communicators {len(comms)}, pending registrations {j['pending_registrations']}")
+    if comms:
+        lines.append(f"    {'communicator':44}{'kind':>10}{'segments':>10}{'registered':>13}{'time':>11}{'pending':>9}")
+        for c in comms:
+            lines.append(f"    {c['communicator'][:44]:44}{c['kind']:>10}{c['registered_segments']:>10}"
+                         f"{format_bytes(c['bytes_registered']):>13}{c['registration_seconds'] * 1e3:>9.1f}ms{c['pending']:>9}"
+                         + (f"  errors {c['errors']}" if c["errors"] else ""))
+    return lines
+
+
+def memory_summary(pools) -> str:
+    """Text report of one pool or an iterable of pools."""
+    if hasattr(pools, "stats_json") or hasattr(pools, "closed"):
+        pools = [pools]
+    out = ["ncclpool memory summary", "=" * 23]
+    for pool in pools:
+        out += _pool_lines(pool)
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,364 @@
+"""PyTorch layer: a drop-in for Megatron-Core's ``megatron.core.nccl_allocator``, backed by ncclpool.
+
+Switching is one import line::
+
+    import ncclpool.torch as nccl_allocator      # was: import megatron.core.nccl_allocator as ...
+    nccl_allocator.init()
+    pool = nccl_allocator.create_nccl_mem_pool()
+    with nccl_allocator.nccl_mem(pool, group=dp_group):
+        buf = torch.empty(n, device="cuda")
+
+Same names and meaning as Megatron's, different cost: a group is registered once (its first use),
+segments are registered when they appear, symmetric windows at scope exit after the ranks agree,
+and nothing is re-registered on later uses. torch's segments (2 MiB, 20 MiB, ...) are carved out of
+ncclpool's large chunks (1 GiB for symmetric pools), so a pool needs one window per chunk and group.
+
+Every torch MemPool made by :func:`create_nccl_mem_pool` maps to one :class:`ncclpool.Pool`
+(:func:`ncclpool_pool`). Allocations are attributed to it by the scope the context managers open in
+the calling thread (graph capture included); outside any scope, to the single pool of the device.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+import ncclpool as _np
+from ncclpool import errors
+from ncclpool._capi import library, library_path
+
+__all__ = [
+    "init", "create_nccl_mem_pool", "register_mem_pool", "deregister_mem_pool", "forget_group", "nccl_mem",
+    "MultiGroupMemPoolAllocator", "MemPoolAllocatorWithoutRegistration", "use_mem_pool", "ncclpool_pool",
+    "stats", "memory_summary", "release_mem_pool", "graph",
+]
+
+_lock = threading.RLock()
+_allocator = None  # torch.cuda.memory.CUDAPluggableAllocator over ncclpool_torch_alloc/free
+_original_destroy_process_group = None
+
+
+@dataclass
+class _Attachment:
+    group: object
+    comm_ptr: int
+    kind: str
+    comm: _np.Communicator
+
+
+@dataclass
+class _Binding:
+    pool: _np.Pool
+    mempool: object
+    attachments: dict = field(default_factory=dict)  # comm_ptr -> _Attachment
+
+
+_bindings: dict = {}  # torch MemPool id -> _Binding
+
+
+def init() -> None:
+    """Loads ncclpool and makes the torch pluggable allocator. Idempotent.
+
+    Raises ncclpool.Unsupported when ncclpool would have to use another NCCL than torch's (a
+    communicator must be used with the library that made it)."""
+    global _allocator
+    with _lock:
+        if _allocator is not None:
+            return
+        if not torch.cuda.is_available():
+            raise errors.Unsupported("ncclpool.torch needs CUDA: torch.cuda.is_available() is False")
+        features = _np.features()
+        torch_nccl = _torch_nccl_version()
+        if not features["nccl_available"]:
+            raise errors.Unsupported(f"ncclpool.torch: NCCL unavailable: {features['why_not']}")
+        if torch_nccl and features["nccl_version"] != torch_nccl:
+            raise errors.Unsupported(
+                f"ncclpool uses NCCL {features['nccl_version']} from {features['nccl_library']} but torch uses "
+                f"{torch_nccl}: set NCCLPOOL_NCCL_LIBRARY to torch's libnccl.so.2 (one NCCL per process)")
+        _allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "ncclpool_torch_alloc", "ncclpool_torch_free")
+        _install_destroy_hook()
+
+
+def _torch_nccl_version() -> int:
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:
+        return 0
+    if isinstance(v, tuple):
+        major, minor, patch = (list(v) + [0, 0, 0])[:3]
+        return major * 10000 + minor * 100 + patch
+    return int(v)
+
+
+def create_nccl_mem_pool(symmetric: bool | None = None, *, device=None, growth_chunk: int | None = None,
+                         source: str = "auto", name: str | None = None):
+    """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
+
+    symmetric=None or True: the pool can back symmetric windows (deterministic placement, 1 GiB
+    chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only."""
+    init()
+    device = _device_index(device)
+    if growth_chunk is None:
+        growth_chunk = int(os.environ.get("NCCLPOOL_GROWTH_CHUNK", "0"))
+    registration = "local" if symmetric is False else "symmetric"
+    with _lock:
+        pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk,
+                        name=name or f"torch-pool-{len(_bindings)}-cuda:{device}")
+        mempool = torch.cuda.MemPool(_allocator.allocator())
+        _bindings[mempool.id] = _Binding(pool, mempool)
+        library().ncclpool_torch_bind(pool.handle)
+    return mempool
+
+
+def ncclpool_pool(mempool) -> _np.Pool:
+    """The ncclpool pool behind a MemPool made by create_nccl_mem_pool."""
+    binding = _bindings.get(getattr(mempool, "id", None))
+    if binding is None:
+        raise errors.InvalidArgument(f"{mempool!r} was not made by ncclpool.torch.create_nccl_mem_pool")
+    return binding.pool
+
+
+def _binding(mempool) -> _Binding:
+    ncclpool_pool(mempool)
+    return _bindings[mempool.id]
+
+
+def _device_index(device) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    return torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+
+
+def _comm_ptr(group, device: int) -> int:
+    """The ncclComm_t of a process group on `device`, forcing the communicator into being if needed."""
+    if group is None:
+        group = dist.group.WORLD
+    backend = group._get_backend(torch.device("cuda", device))
+    ptr = backend._comm_ptr()
+    if not ptr:
+        # Lazily initialized group: one tiny collective creates the communicator on every rank.
+        dist.all_reduce(torch.zeros(1, device=f"cuda:{device}"), group=group)
+        torch.cuda.synchronize(device)
+        ptr = backend._comm_ptr()
+    if not ptr:
+        raise errors.InvalidState(f"process group {group} has no NCCL communicator on cuda:{device}; create it with "
+                                  f"init_process_group(..., device_id=torch.device('cuda', {device}))")
+    return int(ptr)
+
+
+def register_mem_pool(pool, group, symmetric: bool = True) -> None:
+    """Registers every segment of the pool with the group's communicator, now and as segments appear.
+
+    Collective over the group (symmetric). A group already registered with the same kind is a no-op;
+    with the other kind it is an error (deregister first)."""
+    binding = _binding(pool)
+    kind = "symmetric" if symmetric else "local"
+    group = group if group is not None else dist.group.WORLD
+    ptr = _comm_ptr(group, binding.pool.device)
+    with _lock:
+        existing = binding.attachments.get(ptr)
+        if existing is not None:
+            if existing.kind != kind:
+                raise errors.InvalidState(f"group {group} is registered with pool '{binding.pool.name}' as {existing.kind}, "
+                                          f"not {kind}: deregister_mem_pool first")
+            return
+        comm = binding.pool.attach_nccl(ptr, kind)
+        binding.attachments[ptr] = _Attachment(group, ptr, kind, comm)
+
+
+def deregister_mem_pool(pool, group) -> None:
+    """Removes every registration of the pool with the group (collective for symmetric windows)."""
+    binding = _binding(pool)
+    group = group if group is not None else dist.group.WORLD
+    with _lock:
+        for ptr, a in list(binding.attachments.items()):
+            if a.group is group:
+                a.comm.detach()
+                del binding.attachments[ptr]
+                return
+    raise errors.InvalidArgument(f"group {group} is not registered with pool '{binding.pool.name}'")
+
+
+def forget_group(group=None) -> int:
+    """Drops every registration with `group` (None: every group) without calling NCCL. For a
+    communicator that was destroyed or aborted. destroy_process_group() does this by itself after
+    init(). Returns how many attachments were dropped."""
+    dropped = 0
+    with _lock:
+        for binding in _bindings.values():
+            for ptr, a in list(binding.attachments.items()):
+                if group is None or a.group is group:
+                    a.comm.forget()
+                    del binding.attachments[ptr]
+                    dropped += 1
+    return dropped
+
+
+def _install_destroy_hook() -> None:
+    """destroy_process_group frees the communicators: forget their registrations first."""
+    global _original_destroy_process_group
+    if _original_destroy_process_group is not None:
+        return
+    original = dist.destroy_process_group
+
+    def destroy_process_group(group=None, *args, **kwargs):
+        forget_group(group)
+        return original(group, *args, **kwargs)
+
+    destroy_process_group.__doc__ = original.__doc__
+    destroy_process_group.__wrapped__ = original
+    _original_destroy_process_group = original
+    dist.destroy_process_group = destroy_process_group
+    dist.distributed_c10d.destroy_process_group = destroy_process_group
+
+
+class _PoolContext:
+    """Registers groups (first use only), opens an ncclpool scope and torch.cuda.use_mem_pool; at exit
+    commits pending windows (collective, skipped under graph capture) unless commit is False."""
+
+    def __init__(self, pool, groups, symmetric: bool, enabled: bool = True, device=None, commit: bool = True,
+                 register: bool = True):
+        self.pool = pool
+        self.groups = groups
+        self.symmetric = symmetric
+        self.enabled = enabled
+        self.device = device
+        self.commit = commit
+        self.register = register
+        self._use = None
+        self._failures = 0
+
+    def __enter__(self):
+        if not self.enabled:
+            return self
+        binding = _binding(self.pool)
+        if self.register:
+            for group in self.groups:
+                register_mem_pool(self.pool, group, self.symmetric)
+        self._failures = library().ncclpool_torch_failures()
+        _np._capi.call("ncclpool_scope_begin", binding.pool.handle)
+        try:
+            self._use = torch.cuda.use_mem_pool(self.pool, device=self.device)
+            self._use.__enter__()
+        except BaseException:
+            _np._capi.call("ncclpool_scope_leave", binding.pool.handle)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.enabled:
+            return False
+        binding = _binding(self.pool)
+        try:
+            self._use.__exit__(exc_type, exc, tb)
+        finally:
+            self._use = None
+            if exc is None and self.commit:
+                _np._capi.call("ncclpool_scope_end", binding.pool.handle)
+            else:
+                _np._capi.call("ncclpool_scope_leave", binding.pool.handle)
+        if exc is not None and library().ncclpool_torch_failures() > self._failures and hasattr(exc, "add_note"):
+            exc.add_note(f"ncclpool: {_np.last_error()}")
+        return False
+
+
+def _groups(group):
+    return [group if group is not None else dist.group.WORLD]
+
+
+class nccl_mem(_PoolContext):  # noqa: N801 (Megatron's name)
+    """Allocations inside come from `pool`, registered with `group` (default: the world group)."""
+
+    def __init__(self, pool, enabled: bool = True, device=None, group=None, symmetric: bool = True):
+        super().__init__(pool, _groups(group), symmetric, enabled, device)
+
+
+class MultiGroupMemPoolAllocator(_PoolContext):
+    """One pool registered with several groups (FSDP + EP, hybrid sharding)."""
+
+    def __init__(self, pool, groups, symmetric: bool = True):
+        super().__init__(pool, list(groups), symmetric)
+
+
+class MemPoolAllocatorWithoutRegistration(_PoolContext):
+    """Allocations from `pool` without registering any group and without a collective at exit
+    (segments of groups registered earlier are still registered: locally at once, windows at the next
+    commit, e.g. the next nccl_mem exit)."""
+
+    def __init__(self, pool):
+        super().__init__(pool, [], True, commit=False, register=False)
+
+
+def use_mem_pool(pool, device=None):
+    """Like torch.cuda.use_mem_pool, attributing new segments to the ncclpool pool, and committing
+    pending windows at exit (collective when there are any)."""
+    return _PoolContext(pool, [], True, device=device, register=False)
+
+
+class graph:  # noqa: N801 (mirrors torch.cuda.graph)
+    """``torch.cuda.graph(cuda_graph, pool=pool.id, ...)`` with the capture's allocations attributed
+    to the ncclpool pool, and `groups` registered first. torch forbids capturing into a pool that
+    ``use_mem_pool`` is routing to, so capture with this instead of inside ``nccl_mem``. New windows
+    are committed after the capture ends (registration during capture is not allowed).
+
+        with ncclpool.torch.graph(g, pool, groups=[dp_group]):
+            out = model(static_in)
+    """
+
+    def __init__(self, cuda_graph, pool, groups=(), symmetric: bool = True, **kwargs):
+        self._pool = pool
+        self._groups = list(groups)
+        self._symmetric = symmetric
+        self._capture = torch.cuda.graph(cuda_graph, pool=pool.id, **kwargs)
+
+    def __enter__(self):
+        handle = _binding(self._pool).pool.handle
+        for group in self._groups:
+            register_mem_pool(self._pool, group, self._symmetric)
+        _np._capi.call("ncclpool_scope_begin", handle)
+        try:
+            return self._capture.__enter__()
+        except BaseException:
+            _np._capi.call("ncclpool_scope_leave", handle)
+            raise
+
+    def __exit__(self, exc_type, exc, tb):
+        handle = _binding(self._pool).pool.handle
+        try:
+            self._capture.__exit__(exc_type, exc, tb)
+        finally:
+            _np._capi.call("ncclpool_scope_end" if exc is None else "ncclpool_scope_leave", handle)
+        return False
+
+
+def stats(pool) -> dict:
+    """Pool counters and one entry per registered group (see ncclpool.Pool.stats_json)."""
+    return _binding(pool).pool.stats_json()
+
+
+def memory_summary(pool=None) -> str:
+    """Text report of one pool made by create_nccl_mem_pool, or of all of them."""
+    pools = [b.pool for b in _bindings.values()] if pool is None else [ncclpool_pool(pool)]
+    return _np.memory_summary(pools)
+
+
+def release_mem_pool(pool) -> None:
+    """Destroys the ncclpool pool behind a MemPool after torch released its segments (drop the tensors,
+    then ``del`` the MemPool and call torch.cuda.empty_cache()). Detach symmetric groups first."""
+    binding = _binding(pool)
+    with _lock:
+        library().ncclpool_torch_unbind(binding.pool.handle)
+        try:
+            for a in list(binding.attachments.values()):
+                if a.kind == "local":
+                    a.comm.detach()
+            binding.pool.close()
+        except errors.Error:
+            library().ncclpool_torch_bind(binding.pool.handle)
+            raise
+        del _bindings[pool.id]

@@ -1,0 +1,72 @@
+#pragma once
+// What the C ABI's opaque handles are, and the one wrapper every entry point runs its body in.
+
+#include <ncclpool/ncclpool.h>
+#include <ncclpool/errors.hpp>
+#include <ncclpool/loopback.hpp>
+#include <ncclpool/pool.hpp>
+#include <ncclpool/registry.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+struct ncclpool_comm_s {
+  ncclpool_pool_s* pool = nullptr;
+  std::shared_ptr<ncclpool::Communicator> comm;
+  ncclpool::RegistrationKind kind = ncclpool::RegistrationKind::local;
+};
+
+struct ncclpool_pool_s {
+  std::string name;
+  ncclpool_pool_options_t options{};  // resolved; options.name points at `name`
+  std::shared_ptr<ncclpool::Pool> pool;
+  std::unique_ptr<ncclpool::Registry> registry;
+  std::mutex comms_mutex;  // guards comms (the registry has its own lock)
+  std::vector<std::unique_ptr<ncclpool_comm_s>> comms;
+  bool torch_bound = false;  // guarded by the global pool table's lock (torch_allocator.cpp)
+};
+
+struct ncclpool_sim_group_s {
+  std::shared_ptr<ncclpool::LoopbackGroup> group;
+};
+
+namespace ncclpool::capi {
+
+/// Records a failure for ncclpool_last_error() and returns its status.
+ncclpool_status_t fail(ncclpool_status_t status, const std::string& message) noexcept;
+
+/// Runs body (which returns void), translating every exception into a status + last error.
+/// `where` names the C function, so messages say which call failed.
+template <class Body>
+ncclpool_status_t guarded(const char* where, Body&& body) noexcept {
+  try {
+    body();
+    return NCCLPOOL_SUCCESS;
+  } catch (const ncclpool::Error& e) {
+    return fail(static_cast<ncclpool_status_t>(e.code()), std::string(where) + ": " + e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(NCCLPOOL_ERROR_INTERNAL, std::string(where) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return fail(NCCLPOOL_ERROR_INTERNAL, std::string(where) + ": unexpected error: " + e.what());
+  } catch (...) {
+    return fail(NCCLPOOL_ERROR_INTERNAL, std::string(where) + ": unexpected non-standard exception");
+  }
+}
+
+/// Throws InvalidArgument naming the parameter when p is null.
+template <class T>
+T* require(T* p, const char* what) {
+  if (p == nullptr) throw ncclpool::InvalidArgument(std::string(what) + " is NULL");
+  return p;
+}
+
+/// Every live pool, so torch's free (which passes only a pointer) can find the owner.
+void register_pool(ncclpool_pool_s* pool);
+void unregister_pool(ncclpool_pool_s* pool) noexcept;
+
+/// The pool of the calling thread's innermost C scope, or nullptr.
+ncclpool_pool_s* innermost_pool() noexcept;
+
+}  // namespace ncclpool::capi

@@ -1,0 +1,251 @@
+// C ABI: pool creation, allocation and statistics.
+
+#include "handles.hpp"
+
+#include <ncclpool/cuda.hpp>
+#include <ncclpool/nccl.hpp>
+#include <ncclpool/sim.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+namespace ncclpool::capi {
+namespace {
+
+constexpr std::size_t kMiB = 1ull << 20;
+constexpr std::size_t kGiB = 1ull << 30;
+
+const char* source_name(ncclpool_source_t source) {
+  switch (source) {
+    case NCCLPOOL_SOURCE_AUTO: return "auto";
+    case NCCLPOOL_SOURCE_SIM: return "sim";
+    case NCCLPOOL_SOURCE_CUDA: return "cuda";
+    case NCCLPOOL_SOURCE_VMM: return "vmm";
+    case NCCLPOOL_SOURCE_VMM_HOST_NUMA: return "vmm_host_numa";
+    case NCCLPOOL_SOURCE_NCCL: return "nccl";
+  }
+  return "unknown";
+}
+
+/// Fills in every default (auto source, chunk, alignment, determinism) and checks the ranges.
+ncclpool_pool_options_t resolve(const ncclpool_pool_options_t& in) {
+  ncclpool_pool_options_t out = in;
+  const std::string who = "pool '" + std::string(in.name ? in.name : "ncclpool") + "'";
+  if (out.default_registration == NCCLPOOL_REGISTRATION_DEFAULT) out.default_registration = NCCLPOOL_REGISTRATION_LOCAL;
+  if (out.default_registration != NCCLPOOL_REGISTRATION_LOCAL && out.default_registration != NCCLPOOL_REGISTRATION_SYMMETRIC)
+    throw InvalidArgument(who + ": default_registration " + std::to_string(out.default_registration) + " is not LOCAL (0) or SYMMETRIC (1)");
+  const bool symmetric = out.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC;
+  if (out.source < NCCLPOOL_SOURCE_AUTO || out.source > NCCLPOOL_SOURCE_NCCL)
+    throw InvalidArgument(who + ": source " + std::to_string(out.source) + " is not a ncclpool_source_t");
+  if (out.source == NCCLPOOL_SOURCE_AUTO) out.source = cuda_available() ? NCCLPOOL_SOURCE_VMM : NCCLPOOL_SOURCE_SIM;
+  if (out.growth_chunk == 0) out.growth_chunk = symmetric ? kGiB : 2 * kMiB;
+  if (out.alignment == 0) out.alignment = 512;
+  if (out.deterministic < 0) out.deterministic = symmetric ? 1 : 0;
+  if (out.deterministic > 1) throw InvalidArgument(who + ": deterministic must be 0, 1 or -1 (auto)");
+  if (symmetric && out.deterministic == 0)
+    throw InvalidArgument(who + ": a pool whose default registration is symmetric must be deterministic (set deterministic = 1 or -1)");
+  if (out.device < 0) throw InvalidArgument(who + ": device " + std::to_string(out.device) + " is negative");
+  return out;
+}
+
+std::shared_ptr<SegmentSource> make_source(const ncclpool_pool_options_t& o) {
+  switch (o.source) {
+    case NCCLPOOL_SOURCE_SIM: {
+      SimSourceConfig config;
+      config.device = o.device;
+      if (o.sim_capacity != 0) config.capacity = o.sim_capacity;
+      return std::make_shared<SimSource>(config);
+    }
+    case NCCLPOOL_SOURCE_CUDA: return make_cuda_source(o.device);
+    case NCCLPOOL_SOURCE_VMM: {
+      VmmSourceOptions vmm;
+      vmm.device = o.device;
+      return make_vmm_source(vmm);
+    }
+    case NCCLPOOL_SOURCE_VMM_HOST_NUMA: {
+      VmmSourceOptions vmm;
+      vmm.device = o.device;
+      vmm.location = VmmLocation::host_numa;
+      return make_vmm_source(vmm);
+    }
+    case NCCLPOOL_SOURCE_NCCL: return make_nccl_source(o.device);
+    default: throw InvalidArgument(std::string("no segment source for '") + source_name(o.source) + "'");
+  }
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string full_json(ncclpool_pool_s& p) {
+  std::ostringstream out;
+  out << "{\"name\":" << json_string(p.name) << ",\"device\":" << p.options.device
+      << ",\"source\":" << json_string(p.pool->source_properties().description)
+      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
+      << ",\"stats\":" << p.pool->stats_json() << ",\"pending_registrations\":" << p.registry->pending() << ",\"communicators\":[";
+  std::lock_guard lock(p.comms_mutex);
+  for (std::size_t i = 0; i < p.comms.size(); ++i) {
+    const auto& c = *p.comms[i];
+    const CommunicatorStats s = p.registry->stats(*c.comm);
+    out << (i ? "," : "") << "{\"communicator\":" << json_string(c.comm->describe()) << ",\"kind\":\"" << to_string(s.kind)
+        << "\",\"rank\":" << c.comm->rank() << ",\"size\":" << c.comm->size() << ",\"registrations\":" << s.registrations
+        << ",\"deregistrations\":" << s.deregistrations << ",\"registered_segments\":" << s.registered_segments
+        << ",\"bytes_registered\":" << s.bytes_registered << ",\"registration_seconds\":" << s.registration_seconds
+        << ",\"pending\":" << s.pending << ",\"agreements\":" << s.agreements << ",\"errors\":" << s.errors << "}";
+  }
+  out << "]}";
+  return out.str();
+}
+
+stream_t as_stream(void* stream) { return reinterpret_cast<stream_t>(stream); }
+
+}  // namespace
+}  // namespace ncclpool::capi
+
+using namespace ncclpool;
+using ncclpool::capi::guarded;
+using ncclpool::capi::require;
+
+extern "C" {
+
+void ncclpool_pool_options_init(ncclpool_pool_options_t* options) {
+  if (options == nullptr) return;
+  *options = ncclpool_pool_options_t{};
+  options->struct_size = sizeof(ncclpool_pool_options_t);
+  options->source = NCCLPOOL_SOURCE_AUTO;
+  options->default_registration = NCCLPOOL_REGISTRATION_LOCAL;
+  options->deterministic = -1;
+}
+
+ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, ncclpool_pool_t* out) {
+  return guarded("ncclpool_pool_create", [&] {
+    require(options, "options");
+    require(out, "pool (output)");
+    *out = nullptr;
+    if (options->struct_size != sizeof(ncclpool_pool_options_t))
+      throw InvalidArgument("options->struct_size is " + std::to_string(options->struct_size) + ", expected " +
+                            std::to_string(sizeof(ncclpool_pool_options_t)) + ": call ncclpool_pool_options_init first");
+    auto handle = std::make_unique<ncclpool_pool_s>();
+    handle->name = options->name ? options->name : "ncclpool";
+    handle->options = capi::resolve(*options);
+    handle->options.name = handle->name.c_str();
+    PoolConfig config;
+    config.name = handle->name;
+    config.alignment = handle->options.alignment;
+    config.growth_chunk = handle->options.growth_chunk;
+    config.max_reserved = handle->options.max_reserved;
+    config.deterministic = handle->options.deterministic == 1;
+    handle->pool = std::make_shared<Pool>(capi::make_source(handle->options), config);
+    handle->registry = std::make_unique<Registry>(handle->pool);
+    capi::register_pool(handle.get());
+    *out = handle.release();
+  });
+}
+
+ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
+  return guarded("ncclpool_pool_destroy", [&] {
+    require(pool, "pool");
+    const PoolStats stats = pool->pool->stats();
+    if (stats.active_allocations != 0)
+      throw InvalidState("pool '" + pool->name + "': " + std::to_string(stats.active_allocations) + " allocations (" +
+                         std::to_string(stats.allocated_bytes) +
+                         " bytes) are still live; free them first (PyTorch: drop the tensors and the MemPool, then "
+                         "torch.cuda.empty_cache())");
+    {
+      std::lock_guard lock(pool->comms_mutex);
+      for (const auto& c : pool->comms)
+        if (c->kind == RegistrationKind::symmetric)
+          throw InvalidState("pool '" + pool->name + "': " + c->comm->describe() +
+                             " is attached with symmetric windows; detach it (collective) or forget it first");
+    }
+    capi::unregister_pool(pool);
+    pool->registry.reset();  // deregisters local registrations
+    pool->pool.reset();
+    delete pool;
+  });
+}
+
+ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_options_t* options) {
+  return guarded("ncclpool_pool_get_options", [&] {
+    require(pool, "pool");
+    *require(options, "options") = pool->options;
+  });
+}
+
+const char* ncclpool_pool_source_description(ncclpool_pool_t pool) {
+  return pool ? pool->pool->source_properties().description.c_str() : "";
+}
+
+ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream, void** ptr) {
+  return guarded("ncclpool_alloc", [&] {
+    require(pool, "pool");
+    require(ptr, "ptr (output)");
+    *ptr = pool->pool->allocate(size, capi::as_stream(stream));
+  });
+}
+
+ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream) {
+  return guarded("ncclpool_free", [&] { require(pool, "pool")->pool->deallocate(ptr, capi::as_stream(stream)); });
+}
+
+ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes) {
+  return guarded("ncclpool_reserve", [&] { require(pool, "pool")->pool->reserve(bytes); });
+}
+
+ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* released_bytes) {
+  return guarded("ncclpool_trim", [&] {
+    const std::size_t released = require(pool, "pool")->registry->trim();
+    if (released_bytes) *released_bytes = released;
+  });
+}
+
+ncclpool_status_t ncclpool_check(ncclpool_pool_t pool) {
+  return guarded("ncclpool_check", [&] {
+    require(pool, "pool")->pool->check_invariants();
+    pool->registry->check_invariants();
+  });
+}
+
+ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_t* out) {
+  return guarded("ncclpool_pool_stats", [&] {
+    require(pool, "pool");
+    require(out, "stats");
+    const PoolStats s = pool->pool->stats();
+    *out = ncclpool_pool_stats_t{s.allocated_bytes, s.peak_allocated_bytes, s.requested_bytes, s.reserved_bytes,
+                                 s.peak_reserved_bytes, s.segment_count, s.largest_free_block, s.active_allocations,
+                                 s.allocation_count, s.deallocation_count, s.segments_created, s.segments_released,
+                                 s.oom_count, s.oom_recoveries, s.cross_stream_reuses, s.hook_errors,
+                                 pool->registry->attached(), pool->registry->pending()};
+  });
+}
+
+ncclpool_status_t ncclpool_pool_stats_json(ncclpool_pool_t pool, char* buffer, size_t capacity, size_t* needed) {
+  return guarded("ncclpool_pool_stats_json", [&] {
+    const std::string json = capi::full_json(*require(pool, "pool"));
+    if (needed) *needed = json.size() + 1;
+    if (buffer == nullptr && capacity == 0 && needed) return;  // size query
+    require(buffer, "buffer");
+    if (capacity < json.size() + 1)
+      throw InvalidArgument("buffer holds " + std::to_string(capacity) + " bytes, the JSON needs " + std::to_string(json.size() + 1));
+    std::memcpy(buffer, json.c_str(), json.size() + 1);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,163 @@
+// C ABI: attaching communicators, commit, scopes.
+
+#include "handles.hpp"
+
+#include <ncclpool/nccl.hpp>
+
+#include <algorithm>
+#include <utility>
+
+namespace ncclpool::capi {
+namespace {
+
+/// The C scopes of this thread, innermost last. Each owns the C++ Scope that routes allocations.
+thread_local std::vector<std::pair<ncclpool_pool_s*, std::unique_ptr<Scope>>> scopes;
+
+RegistrationKind resolve_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
+  if (kind == NCCLPOOL_REGISTRATION_DEFAULT) kind = pool.options.default_registration;
+  if (kind == NCCLPOOL_REGISTRATION_LOCAL) return RegistrationKind::local;
+  if (kind == NCCLPOOL_REGISTRATION_SYMMETRIC) return RegistrationKind::symmetric;
+  throw InvalidArgument("registration kind " + std::to_string(kind) + " is not DEFAULT (-1), LOCAL (0) or SYMMETRIC (1)");
+}
+
+void attach(ncclpool_pool_s& pool, std::shared_ptr<Communicator> comm, ncclpool_registration_t kind, ncclpool_comm_t* out) {
+  auto handle = std::make_unique<ncclpool_comm_s>();
+  handle->pool = &pool;
+  handle->kind = resolve_kind(pool, kind);
+  handle->comm = std::move(comm);
+  // Reserve the slot first, so that a successful attach cannot fail afterwards.
+  std::lock_guard lock(pool.comms_mutex);
+  pool.comms.reserve(pool.comms.size() + 1);
+  pool.registry->attach(handle->comm, handle->kind);  // throws with nothing registered
+  *out = handle.get();
+  pool.comms.push_back(std::move(handle));
+}
+
+/// Removes comm from its pool's list (after the registry let go of it) and frees the handle.
+void drop(ncclpool_comm_s* comm) {
+  ncclpool_pool_s& pool = *comm->pool;
+  auto it = std::find_if(pool.comms.begin(), pool.comms.end(), [&](const auto& c) { return c.get() == comm; });
+  if (it != pool.comms.end()) pool.comms.erase(it);
+}
+
+void require_attached(ncclpool_comm_s* comm, const char* what) {
+  require(comm, what);
+  require(comm->pool, "comm->pool");
+}
+
+/// Takes the innermost scope off this thread's stack; it must belong to `pool`.
+std::unique_ptr<Scope> pop_scope(ncclpool_pool_s* pool, const char* what) {
+  require(pool, "pool");
+  if (scopes.empty()) throw InvalidState(std::string(what) + "('" + pool->name + "'): this thread has no open scope");
+  if (scopes.back().first != pool)
+    throw InvalidState(std::string(what) + "('" + pool->name + "'): the innermost open scope of this thread is pool '" +
+                       scopes.back().first->name + "'; scopes must end in reverse order");
+  std::unique_ptr<Scope> scope = std::move(scopes.back().second);
+  scopes.pop_back();
+  return scope;
+}
+
+}  // namespace
+
+ncclpool_pool_s* innermost_pool() noexcept { return scopes.empty() ? nullptr : scopes.back().first; }
+
+}  // namespace ncclpool::capi
+
+using namespace ncclpool;
+using ncclpool::capi::guarded;
+using ncclpool::capi::require;
+
+extern "C" {
+
+ncclpool_status_t ncclpool_attach_nccl(ncclpool_pool_t pool, void* nccl_comm, ncclpool_registration_t kind, ncclpool_comm_t* out) {
+  return guarded("ncclpool_attach_nccl", [&] {
+    require(pool, "pool");
+    require(nccl_comm, "nccl_comm");
+    require(out, "comm (output)");
+    *out = nullptr;
+    capi::attach(*pool, make_nccl_communicator(nccl_comm), kind, out);
+  });
+}
+
+ncclpool_status_t ncclpool_attach_sim(ncclpool_pool_t pool, ncclpool_sim_group_t group, int rank, ncclpool_registration_t kind, ncclpool_comm_t* out) {
+  return guarded("ncclpool_attach_sim", [&] {
+    require(pool, "pool");
+    require(group, "group");
+    require(out, "comm (output)");
+    *out = nullptr;
+    if (rank < 0 || rank >= group->group->size())
+      throw InvalidArgument("rank " + std::to_string(rank) + " is outside sim group '" + group->group->name() + "' of size " +
+                            std::to_string(group->group->size()));
+    capi::attach(*pool, std::make_shared<LoopbackCommunicator>(group->group, rank, pool->options.device), kind, out);
+  });
+}
+
+ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm) {
+  return guarded("ncclpool_detach", [&] {
+    capi::require_attached(comm, "comm");
+    std::lock_guard lock(comm->pool->comms_mutex);
+    comm->pool->registry->detach(*comm->comm);  // on failure the registry rolled back: still attached
+    capi::drop(comm);
+  });
+}
+
+ncclpool_status_t ncclpool_forget(ncclpool_comm_t comm) {
+  return guarded("ncclpool_forget", [&] {
+    capi::require_attached(comm, "comm");
+    std::lock_guard lock(comm->pool->comms_mutex);
+    comm->pool->registry->forget(*comm->comm);
+    capi::drop(comm);
+  });
+}
+
+ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool) {
+  return guarded("ncclpool_commit", [&] { require(pool, "pool")->registry->commit(); });
+}
+
+ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending) {
+  return guarded("ncclpool_pending", [&] { *require(pending, "pending") = require(pool, "pool")->registry->pending(); });
+}
+
+ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* out) {
+  return guarded("ncclpool_comm_stats", [&] {
+    capi::require_attached(comm, "comm");
+    require(out, "stats");
+    const CommunicatorStats s = comm->pool->registry->stats(*comm->comm);
+    *out = ncclpool_comm_stats_t{static_cast<int>(s.kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
+                                 s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
+                                 s.registration_seconds, s.pending, s.agreements, s.errors};
+  });
+}
+
+ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr, void** handle) {
+  return guarded("ncclpool_comm_handle_of", [&] {
+    capi::require_attached(comm, "comm");
+    *require(handle, "handle (output)") = comm->pool->registry->handle_of(ptr, *comm->comm);
+  });
+}
+
+ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool) {
+  return guarded("ncclpool_scope_begin", [&] {
+    require(pool, "pool");
+    capi::scopes.reserve(capi::scopes.size() + 1);  // so the push below cannot throw
+    auto scope = std::make_unique<Scope>(*pool->registry);
+    capi::scopes.emplace_back(pool, std::move(scope));
+  });
+}
+
+ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool) {
+  return guarded("ncclpool_scope_end", [&] {
+    std::unique_ptr<Scope> scope = capi::pop_scope(pool, "scope_end");
+    // Under graph capture registration is not allowed: leave the windows pending for a later commit.
+    if (pool->pool->source().ordering().device_capturing()) return;  // ~Scope pops without committing
+    scope->close();  // pops, then commits (collective when something is pending)
+  });
+}
+
+ncclpool_status_t ncclpool_scope_leave(ncclpool_pool_t pool) {
+  return guarded("ncclpool_scope_leave", [&] { capi::pop_scope(pool, "scope_leave"); });  // ~Scope pops, no commit
+}
+
+ncclpool_pool_t ncclpool_current_pool(void) { return capi::innermost_pool(); }
+
+}  // extern "C"

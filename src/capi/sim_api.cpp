@@ -1,0 +1,69 @@
+// C ABI: the simulator's groups and fault knobs, so C and Python tests run the registry on a CPU.
+
+#include "handles.hpp"
+
+#include <ncclpool/sim.hpp>
+
+#include <chrono>
+
+using namespace ncclpool;
+using ncclpool::capi::guarded;
+using ncclpool::capi::require;
+
+namespace {
+
+SimSource& sim_source_of(ncclpool_pool_s& pool, const char* what) {
+  auto* sim = dynamic_cast<SimSource*>(&pool.pool->source());
+  if (sim == nullptr)
+    throw InvalidArgument(std::string(what) + ": pool '" + pool.name + "' is not a SIM pool (its source is " +
+                          pool.pool->source_properties().description + ")");
+  return *sim;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclpool_status_t ncclpool_sim_group_create(const char* name, int size, int timeout_ms, ncclpool_sim_group_t* out) {
+  return guarded("ncclpool_sim_group_create", [&] {
+    require(out, "group (output)");
+    *out = nullptr;
+    if (size < 1) throw InvalidArgument("sim group size " + std::to_string(size) + " must be at least 1");
+    if (timeout_ms < 1) throw InvalidArgument("sim group timeout " + std::to_string(timeout_ms) + " ms must be positive");
+    auto handle = std::make_unique<ncclpool_sim_group_s>();
+    handle->group = std::make_shared<LoopbackGroup>(name ? name : "sim", size, std::chrono::milliseconds(timeout_ms));
+    *out = handle.release();
+  });
+}
+
+ncclpool_status_t ncclpool_sim_group_destroy(ncclpool_sim_group_t group) {
+  return guarded("ncclpool_sim_group_destroy", [&] { delete require(group, "group"); });
+}
+
+ncclpool_status_t ncclpool_sim_group_live_registrations(ncclpool_sim_group_t group, uint64_t* count) {
+  return guarded("ncclpool_sim_group_live_registrations", [&] {
+    *require(count, "count") = static_cast<uint64_t>(require(group, "group")->group->live_registrations());
+  });
+}
+
+ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_group_t group, int op, int rank, int nth) {
+  return guarded("ncclpool_sim_group_inject_failure", [&] {
+    require(group, "group");
+    if (op < 0 || op > 3) throw InvalidArgument("op " + std::to_string(op) + " is not 0..3");
+    group->group->inject_failure(static_cast<LoopbackOp>(op), rank, nth);
+  });
+}
+
+ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing) {
+  return guarded("ncclpool_sim_set_capturing", [&] {
+    sim_source_of(*require(pool, "pool"), "ncclpool_sim_set_capturing").sim_ordering().set_capturing(capturing != 0);
+  });
+}
+
+ncclpool_status_t ncclpool_sim_inject_oom(ncclpool_pool_t pool, int count) {
+  return guarded("ncclpool_sim_inject_oom", [&] {
+    sim_source_of(*require(pool, "pool"), "ncclpool_sim_inject_oom").inject_oom(count);
+  });
+}
+
+}  // extern "C"

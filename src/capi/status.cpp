@@ -1,0 +1,95 @@
+// Status codes, the thread-local last error, version and feature queries.
+
+#include "handles.hpp"
+
+#include <ncclpool/cuda.hpp>
+#include <ncclpool/nccl.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ncclpool::capi {
+namespace {
+thread_local std::string last_message;
+thread_local ncclpool_status_t last_code = NCCLPOOL_SUCCESS;
+}  // namespace
+
+ncclpool_status_t fail(ncclpool_status_t status, const std::string& message) noexcept {
+  last_code = status;
+  try {
+    last_message = message;
+  } catch (...) {
+    last_message.clear();  // out of host memory: the status still tells
+  }
+  return status;
+}
+
+}  // namespace ncclpool::capi
+
+using ncclpool::capi::guarded;
+using ncclpool::capi::require;
+
+extern "C" {
+
+const char* ncclpool_status_string(ncclpool_status_t status) {
+  switch (status) {
+    case NCCLPOOL_SUCCESS: return "success";
+    case NCCLPOOL_ERROR_INTERNAL: return "internal_error";
+    default:
+      if (status >= NCCLPOOL_ERROR_INVALID_ARGUMENT && status <= NCCLPOOL_ERROR_AGREEMENT)
+        return ncclpool::to_string(static_cast<ncclpool::ErrorCode>(status));
+      return "unknown_status";
+  }
+}
+
+const char* ncclpool_last_error(void) { return ncclpool::capi::last_message.c_str(); }
+ncclpool_status_t ncclpool_last_status(void) { return ncclpool::capi::last_code; }
+void ncclpool_clear_last_error(void) {
+  ncclpool::capi::last_code = NCCLPOOL_SUCCESS;
+  ncclpool::capi::last_message.clear();
+}
+
+int ncclpool_version(void) { return NCCLPOOL_VERSION_MAJOR * 10000 + NCCLPOOL_VERSION_MINOR * 100 + NCCLPOOL_VERSION_PATCH; }
+
+const char* ncclpool_version_string(void) {
+#define NCCLPOOL_STR2(x) #x
+#define NCCLPOOL_STR(x) NCCLPOOL_STR2(x)
+  return NCCLPOOL_STR(NCCLPOOL_VERSION_MAJOR) "." NCCLPOOL_STR(NCCLPOOL_VERSION_MINOR) "." NCCLPOOL_STR(NCCLPOOL_VERSION_PATCH);
+#undef NCCLPOOL_STR
+#undef NCCLPOOL_STR2
+}
+
+ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
+  return guarded("ncclpool_get_features", [&] {
+    require(features, "features");
+    if (features->struct_size < sizeof(ncclpool_features_t))
+      throw ncclpool::InvalidArgument("features->struct_size is " + std::to_string(features->struct_size) + ", expected at least " +
+                                      std::to_string(sizeof(ncclpool_features_t)) + " (set it to sizeof(ncclpool_features_t))");
+    ncclpool_features_t out{};
+    out.struct_size = sizeof(ncclpool_features_t);
+#if defined(NCCLPOOL_HAVE_CUDA)
+    out.built_with_cuda = 1;
+#endif
+    std::string cuda_why;
+    out.cuda_available = ncclpool::cuda_available(&cuda_why) ? 1 : 0;
+    out.cuda_device_count = ncclpool::cuda_device_count();
+    const ncclpool::NcclInfo nccl = ncclpool::nccl_info();
+    out.nccl_available = nccl.available ? 1 : 0;
+    out.nccl_version = nccl.version;
+    out.nccl_windows = nccl.windows ? 1 : 0;
+    out.nccl_reused_loaded = nccl.reused_loaded ? 1 : 0;
+    auto copy = [](char* dst, std::size_t cap, const std::string& src) {
+      const std::size_t n = std::min(cap - 1, src.size());
+      std::memcpy(dst, src.data(), n);
+      dst[n] = '\0';
+    };
+    copy(out.nccl_library, sizeof out.nccl_library, nccl.library_path);
+    std::string why;
+    if (!out.cuda_available) why = "CUDA: " + cuda_why;
+    if (!nccl.available) why += (why.empty() ? "" : "; ") + std::string("NCCL: ") + nccl.why_not;
+    copy(out.why_not, sizeof out.why_not, why);
+    *features = out;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,215 @@
+/* The C ABI from plain C (C99) over the simulator: every entry point, success and failure paths.
+ * Exits non-zero with the failing line on the first broken expectation. */
+#include <ncclpool/ncclpool.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int checks = 0;
+#define EXPECT(cond)                                                                            \
+  do {                                                                                          \
+    ++checks;                                                                                   \
+    if (!(cond)) {                                                                              \
+      fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond,       \
+              ncclpool_last_error());                                                           \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+#define OK(call) EXPECT((call) == NCCLPOOL_SUCCESS)
+
+static ncclpool_pool_t make_sim_pool(const char* name, ncclpool_registration_t kind) {
+  ncclpool_pool_options_t options;
+  ncclpool_pool_options_t resolved;
+  ncclpool_pool_t pool = NULL;
+  ncclpool_pool_options_init(&options);
+  options.name = name;
+  options.source = NCCLPOOL_SOURCE_SIM;
+  options.default_registration = kind;
+  options.growth_chunk = 4u << 20;
+  OK(ncclpool_pool_create(&options, &pool));
+  OK(ncclpool_pool_get_options(pool, &resolved));
+  EXPECT(resolved.source == NCCLPOOL_SOURCE_SIM);
+  EXPECT(resolved.alignment == 512);
+  EXPECT(resolved.deterministic == (kind == NCCLPOOL_REGISTRATION_SYMMETRIC));
+  EXPECT(strcmp(resolved.name, name) == 0);
+  return pool;
+}
+
+static void test_status_and_version(void) {
+  ncclpool_features_t features;
+  EXPECT(strcmp(ncclpool_status_string(NCCLPOOL_SUCCESS), "success") == 0);
+  EXPECT(strcmp(ncclpool_status_string(NCCLPOOL_ERROR_OUT_OF_MEMORY), "out_of_memory") == 0);
+  EXPECT(strcmp(ncclpool_status_string(NCCLPOOL_ERROR_AGREEMENT), "agreement_error") == 0);
+  EXPECT(strcmp(ncclpool_status_string((ncclpool_status_t)99), "unknown_status") == 0);
+  EXPECT(ncclpool_version() == NCCLPOOL_VERSION_MAJOR * 10000 + NCCLPOOL_VERSION_MINOR * 100 + NCCLPOOL_VERSION_PATCH);
+  EXPECT(strlen(ncclpool_version_string()) >= 5);
+  memset(&features, 0, sizeof features);
+  EXPECT(ncclpool_get_features(&features) == NCCLPOOL_ERROR_INVALID_ARGUMENT); /* struct_size unset */
+  EXPECT(strstr(ncclpool_last_error(), "struct_size") != NULL);
+  features.struct_size = sizeof features;
+  OK(ncclpool_get_features(&features));
+  EXPECT(features.cuda_available || features.why_not[0] != '\0');
+}
+
+static void test_alloc_free_errors(void) {
+  ncclpool_pool_t pool = make_sim_pool("c-basic", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_pool_stats_t stats;
+  void* a = NULL;
+  void* b = NULL;
+  size_t needed = 0;
+  char* json;
+  EXPECT(ncclpool_alloc(pool, 0, NULL, &a) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "ncclpool_alloc") != NULL);
+  EXPECT(ncclpool_last_status() == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(ncclpool_alloc(NULL, 8, NULL, &a) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(ncclpool_alloc(pool, (size_t)1 << 62, NULL, &a) == NCCLPOOL_ERROR_SIZE_TOO_LARGE);
+  OK(ncclpool_alloc(pool, 1000, (void*)7, &a));
+  OK(ncclpool_alloc(pool, 3u << 20, (void*)7, &b));
+  EXPECT(((uintptr_t)a % 512) == 0);
+  OK(ncclpool_pool_stats(pool, &stats));
+  EXPECT(stats.active_allocations == 2);
+  EXPECT(stats.requested_bytes == 1000 + (3u << 20));
+  EXPECT(ncclpool_pool_destroy(pool) == NCCLPOOL_ERROR_INVALID_STATE); /* live blocks */
+  EXPECT(strstr(ncclpool_last_error(), "still live") != NULL);
+  OK(ncclpool_free(pool, a, (void*)7));
+  EXPECT(ncclpool_free(pool, a, (void*)7) == NCCLPOOL_ERROR_DOUBLE_FREE);
+  EXPECT(ncclpool_free(pool, (char*)b + 512, (void*)7) == NCCLPOOL_ERROR_INVALID_POINTER);
+  EXPECT(ncclpool_free(pool, &stats, (void*)7) == NCCLPOOL_ERROR_FOREIGN_POINTER);
+  OK(ncclpool_free(pool, b, (void*)7));
+  OK(ncclpool_free(pool, NULL, NULL)); /* like free(NULL) */
+  OK(ncclpool_check(pool));
+  /* OOM leaves the pool usable. */
+  OK(ncclpool_sim_inject_oom(pool, 2));
+  EXPECT(ncclpool_alloc(pool, 64u << 20, NULL, &a) == NCCLPOOL_ERROR_OUT_OF_MEMORY);
+  OK(ncclpool_alloc(pool, 64u << 20, NULL, &a));
+  OK(ncclpool_free(pool, a, NULL));
+  OK(ncclpool_reserve(pool, 8u << 20));
+  /* JSON: size query, too small, exact. */
+  OK(ncclpool_pool_stats_json(pool, NULL, 0, &needed));
+  EXPECT(needed > 10);
+  json = (char*)malloc(needed);
+  EXPECT(ncclpool_pool_stats_json(pool, json, needed - 1, NULL) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_pool_stats_json(pool, json, needed, NULL));
+  EXPECT(strstr(json, "\"name\":\"c-basic\"") != NULL);
+  EXPECT(strstr(json, "\"oom_count\":2") != NULL);
+  free(json);
+  {
+    size_t released = 0;
+    OK(ncclpool_trim(pool, &released));
+    EXPECT(released > 0);
+  }
+  OK(ncclpool_pool_destroy(pool));
+}
+
+static void test_registration_and_scopes(void) {
+  ncclpool_pool_t pool = make_sim_pool("c-symm", NCCLPOOL_REGISTRATION_SYMMETRIC);
+  ncclpool_sim_group_t world = NULL;
+  ncclpool_comm_t comm = NULL;
+  ncclpool_comm_t local = NULL;
+  ncclpool_comm_stats_t cs;
+  uint64_t live = 0;
+  size_t pending = 0;
+  void* p = NULL;
+  void* handle = NULL;
+  OK(ncclpool_sim_group_create("world", 1, 2000, &world));
+  EXPECT(ncclpool_attach_sim(pool, world, 1, NCCLPOOL_REGISTRATION_DEFAULT, &comm) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_attach_sim(pool, world, 0, NCCLPOOL_REGISTRATION_DEFAULT, &comm));
+  EXPECT(ncclpool_attach_sim(pool, world, 0, NCCLPOOL_REGISTRATION_LOCAL, &local) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(local == NULL);
+  /* A new segment waits for the end of the scope. */
+  EXPECT(ncclpool_current_pool() == NULL);
+  OK(ncclpool_scope_begin(pool));
+  EXPECT(ncclpool_current_pool() == pool);
+  p = ncclpool_torch_alloc(2u << 20, 0, NULL);
+  EXPECT(p != NULL);
+  OK(ncclpool_pending(pool, &pending));
+  EXPECT(pending == 1);
+  OK(ncclpool_scope_end(pool));
+  EXPECT(ncclpool_current_pool() == NULL);
+  OK(ncclpool_pending(pool, &pending));
+  EXPECT(pending == 0);
+  OK(ncclpool_comm_stats(comm, &cs));
+  EXPECT(cs.kind == NCCLPOOL_REGISTRATION_SYMMETRIC && cs.registered_segments == 1 && cs.agreements >= 1);
+  OK(ncclpool_comm_handle_of(comm, p, &handle));
+  EXPECT(handle != NULL);
+  EXPECT(ncclpool_scope_end(pool) == NCCLPOOL_ERROR_INVALID_STATE); /* none open */
+  /* Under (simulated) graph capture the scope ends without registering. */
+  OK(ncclpool_sim_set_capturing(pool, 1));
+  OK(ncclpool_scope_begin(pool));
+  {
+    void* big = ncclpool_torch_alloc(6u << 20, 0, NULL);
+    EXPECT(big != NULL);
+    OK(ncclpool_scope_end(pool));
+    OK(ncclpool_pending(pool, &pending));
+    EXPECT(pending == 1);
+    EXPECT(ncclpool_commit(pool) == NCCLPOOL_ERROR_INVALID_STATE);
+    OK(ncclpool_sim_set_capturing(pool, 0));
+    OK(ncclpool_commit(pool));
+    ncclpool_torch_free(big, 6u << 20, 0, NULL);
+  }
+  /* Outside a scope torch's alloc needs exactly one bound pool. */
+  EXPECT(ncclpool_torch_alloc(1024, 0, NULL) == NULL);
+  EXPECT(strstr(ncclpool_last_error(), "no ncclpool pool is active") != NULL);
+  OK(ncclpool_torch_bind(pool));
+  {
+    void* q = ncclpool_torch_alloc(1024, 0, NULL);
+    uint64_t failures = ncclpool_torch_failures();
+    EXPECT(q != NULL);
+    EXPECT(ncclpool_torch_alloc(1024, 3, NULL) == NULL); /* no pool on device 3 */
+    EXPECT(ncclpool_torch_failures() == failures + 1);
+    ncclpool_torch_free(q, 1024, 0, NULL);
+  }
+  OK(ncclpool_torch_unbind(pool));
+  ncclpool_torch_free(p, 2u << 20, 0, NULL);
+  OK(ncclpool_check(pool));
+  EXPECT(ncclpool_pool_destroy(pool) == NCCLPOOL_ERROR_INVALID_STATE); /* symmetric still attached */
+  OK(ncclpool_detach(comm));
+  OK(ncclpool_sim_group_live_registrations(world, &live));
+  EXPECT(live == 0);
+  OK(ncclpool_pool_destroy(pool));
+  OK(ncclpool_sim_group_destroy(world));
+}
+
+static void test_nested_scopes_and_failures(void) {
+  ncclpool_pool_t a = make_sim_pool("c-a", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_pool_t b = make_sim_pool("c-b", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_sim_group_t group = NULL;
+  ncclpool_comm_t comm = NULL;
+  ncclpool_comm_stats_t cs;
+  uint64_t live = 0;
+  void* p;
+  OK(ncclpool_sim_group_create("dp", 1, 2000, &group));
+  OK(ncclpool_attach_sim(a, group, 0, NCCLPOOL_REGISTRATION_DEFAULT, &comm));
+  OK(ncclpool_scope_begin(a));
+  OK(ncclpool_scope_begin(b));
+  EXPECT(ncclpool_scope_end(a) == NCCLPOOL_ERROR_INVALID_STATE);
+  EXPECT(strstr(ncclpool_last_error(), "reverse order") != NULL);
+  OK(ncclpool_scope_end(b));
+  /* A failing local registration fails the allocation and leaves nothing behind. */
+  OK(ncclpool_sim_group_inject_failure(group, 0, 0, 1));
+  EXPECT(ncclpool_torch_alloc(1024, 0, NULL) == NULL);
+  EXPECT(ncclpool_last_status() == NCCLPOOL_ERROR_REGISTRATION);
+  p = ncclpool_torch_alloc(1024, 0, NULL);
+  EXPECT(p != NULL);
+  OK(ncclpool_scope_end(a));
+  OK(ncclpool_comm_stats(comm, &cs));
+  EXPECT(cs.registered_segments == 1 && cs.errors == 1);
+  ncclpool_torch_free(p, 1024, 0, NULL);
+  OK(ncclpool_check(a));
+  OK(ncclpool_forget(comm));
+  OK(ncclpool_pool_destroy(a));
+  OK(ncclpool_pool_destroy(b));
+  OK(ncclpool_sim_group_live_registrations(group, &live));
+  EXPECT(live == 1); /* forget does not call the communicator: its registration stays counted */
+  OK(ncclpool_sim_group_destroy(group));
+}
+
+int main(void) {
+  test_status_and_version();
+  test_alloc_free_errors();
+  test_registration_and_scopes();
+  test_nested_scopes_and_failures();
+  printf("test_capi: %d checks passed\n", checks);
+  return 0;
+}

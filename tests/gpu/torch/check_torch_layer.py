@@ -1,0 +1,253 @@
+"""GPU check of ncclpool.torch, run on every rank by torchrun (2 or 4 GPUs):
+
+    torchrun --nproc-per-node 4 tests/gpu/torch/check_torch_layer.py
+
+A Megatron-style FSDP+EP layout (world, expert-dp and ep groups) shares one pool. Checks: results of
+all-gather / reduce-scatter / all-reduce on pool tensors; every segment registered with every group
+once; a second use registers nothing; a CUDA graph captured with pool tensors replays correctly;
+OOM surfaces as torch.OutOfMemoryError carrying ncclpool's message; an FSDP2 model with the helper
+trains with the default allocator's losses; divergent ranks raise on every rank; destroying the
+process groups forgets their registrations. Prints one 'CHECK name: ok|FAILED' line per check (rank 0)
+and exits non-zero on any failure.
+"""
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
+import ncclpool  # noqa: E402
+import ncclpool.torch as nccl_allocator  # noqa: E402
+
+MiB = 1 << 20
+rank = world_size = device = 0
+failures = []
+
+
+def log(msg):
+    if rank == 0:
+        print(msg, flush=True)
+
+
+def check(name):
+    """Runs a check on every rank; all ranks agree on the outcome (one failing rank fails it)."""
+    def wrap(fn):
+        ok = 1
+        try:
+            fn()
+        except Exception:
+            ok = 0
+            traceback.print_exc()
+        flag = torch.tensor([ok], device=f"cuda:{device}")
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        status = "ok" if flag.item() == 1 else "FAILED"
+        if flag.item() != 1:
+            failures.append(name)
+        log(f"CHECK {name}: {status}")
+        return fn
+    return wrap
+
+
+def groups_fsdp_ep():
+    """ep groups of 2 consecutive ranks; expert-dp groups of ranks with the same position in them."""
+    ep_ranks = [list(range(i, i + 2)) for i in range(0, world_size, 2)]
+    edp_ranks = [list(range(j, world_size, 2)) for j in range(2)]
+    ep = edp = None
+    for ranks in ep_ranks:
+        g = dist.new_group(ranks)
+        if rank in ranks:
+            ep = g
+    for ranks in edp_ranks:
+        g = dist.new_group(ranks)
+        if rank in ranks:
+            edp = g
+    return ep, edp
+
+
+def main():
+    global rank, world_size, device
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", device))
+    world = dist.group.WORLD
+    ep, edp = groups_fsdp_ep()
+    nccl_allocator.init()
+    f = ncclpool.features()
+    log(f"ncclpool {ncclpool.version()} | NCCL {f['nccl_version']} from {f['nccl_library']} "
+        f"(reused torch's copy: {f['nccl_reused_loaded']}) | windows {f['nccl_windows']} | {world_size} ranks")
+
+    @check("one NCCL in the process (torch's)")
+    def _():
+        assert f["nccl_reused_loaded"], f
+        assert f["nccl_windows"], f
+
+    pool = nccl_allocator.create_nccl_mem_pool(symmetric=True)
+    npool = nccl_allocator.ncclpool_pool(pool)
+    groups = [world, edp, ep]
+    n = 8 * MiB // 4  # 8 MiB of float32 per rank
+    state = {}
+
+    @check("first use registers each chunk once per group")
+    def _():
+        with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
+            state["ag_in"] = torch.full((n,), float(rank + 1), device="cuda")
+            state["ag_out"] = torch.empty(n * world_size, device="cuda")
+            state["rs_in"] = torch.full((n * edp.size(),), float(rank + 1), device="cuda")
+            state["rs_out"] = torch.empty(n, device="cuda")
+            state["ar"] = torch.full((n,), float(rank + 1), device="cuda")
+            state["small"] = torch.ones(1000, device="cuda")  # a 2 MiB torch segment in the same chunk
+        assert npool.pending == 0
+        chunks = npool.stats()["segment_count"]
+        for comm in npool.communicators:
+            s = comm.stats()
+            assert s["kind"] == "symmetric" and s["registered_segments"] == chunks, s
+            for t in state.values():
+                assert comm.handle_of(t.data_ptr()), f"{comm} has no window for a pool tensor"
+        log(f"      {chunks} chunk(s) of {npool.growth_chunk // MiB} MiB for {len(state)} tensors "
+            f"({npool.stats()['allocation_count']} torch segments); {len(npool.communicators)} groups")
+        npool.check()
+
+    @check("collectives on pool tensors are right (world all-gather, edp reduce-scatter, ep all-reduce)")
+    def _():
+        dist.all_gather_into_tensor(state["ag_out"], state["ag_in"], group=world)
+        dist.reduce_scatter_tensor(state["rs_out"], state["rs_in"], group=edp)
+        dist.all_reduce(state["ar"], group=ep)
+        torch.cuda.synchronize()
+        expect_ag = torch.arange(1, world_size + 1, device="cuda", dtype=torch.float32).repeat_interleave(n)
+        assert torch.equal(state["ag_out"], expect_ag)
+        edp_sum = sum(r + 1 for r in range(world_size) if r % 2 == rank % 2)
+        assert torch.all(state["rs_out"] == edp_sum)
+        ep_sum = sum(r + 1 for r in range(world_size) if r // 2 == rank // 2)
+        assert torch.all(state["ar"] == ep_sum)
+
+    @check("a later use registers nothing and costs microseconds")
+    def _():
+        before = [c.stats()["registrations"] for c in npool.communicators]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        uses = 200
+        for _ in range(uses):
+            with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
+                x = torch.empty(1000, device="cuda")
+                del x
+        per_use = (time.perf_counter() - t0) / uses
+        after = [c.stats()["registrations"] for c in npool.communicators]
+        assert before == after, (before, after)
+        log(f"      {per_use * 1e6:.1f} us per use with {len(groups)} groups")
+
+    @check("CUDA graph captured with pool tensors replays correctly")
+    def _():
+        with nccl_allocator.nccl_mem(pool, group=world):
+            static_in = torch.zeros(n, device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up outside capture, as torch requires
+                    out = static_in * 2
+                    dist.all_reduce(out, group=world)
+            torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # torch refuses to capture into a pool that use_mem_pool routes to: ncclpool.torch.graph
+        # opens the ncclpool scope (attribution) around torch.cuda.graph(pool=pool.id).
+        with nccl_allocator.graph(graph, pool, groups=[world]):
+            static_out = static_in * 2 + 1  # allocated during capture, from the pool
+            dist.all_reduce(static_out, group=world)
+        assert any(c.handle_of(static_out.data_ptr()) for c in npool.communicators), "capture allocation not in the pool"
+        for step in range(3):
+            static_in.fill_(float(rank + step))
+            graph.replay()
+            torch.cuda.synchronize()
+            expect = sum(2 * (r + step) + 1 for r in range(world_size))
+            assert torch.all(static_out == expect), (step, static_out[:4].tolist(), expect)
+        assert npool.pending == 0
+        del graph
+
+    @check("OOM surfaces as torch.OutOfMemoryError with ncclpool's message")
+    def _():
+        caught = None
+        try:
+            with nccl_allocator.nccl_mem(pool, group=world):
+                torch.empty(1 << 44, dtype=torch.uint8, device="cuda")  # 16 TiB
+        except Exception as e:  # noqa: BLE001 - the type is what is checked
+            caught = e
+        notes = "\n".join(getattr(caught, "__notes__", []))
+        log(f"      {type(caught).__module__}.{type(caught).__name__}: {str(caught).splitlines()[0][:150]}")
+        log(f"      note: {notes[:220]}")
+        assert isinstance(caught, torch.OutOfMemoryError), type(caught)
+        assert "ncclpool" in notes and "exceeds" in notes, notes
+        npool.check()
+
+    @check("FSDP2 with the pool helper trains with the default allocator's losses")
+    def _():
+        from torch.distributed.fsdp import fully_shard
+        from ncclpool.torch import fsdp as ncclpool_fsdp
+
+        def train(use_pool):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                                              torch.nn.Linear(2048, 512)) for _ in range(3)]).cuda()
+            for layer in model:
+                fully_shard(layer)
+            fully_shard(model)
+            if use_pool:
+                fsdp_pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="fsdp")
+                assert ncclpool_fsdp.enable(model, fsdp_pool) == 4
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            g = torch.Generator(device="cuda").manual_seed(1234 + rank)
+            losses = []
+            for _ in range(5):
+                x = torch.randn(64, 512, device="cuda", generator=g)
+                loss = (model(x) - x).pow(2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+            if use_pool:
+                npool_fsdp = nccl_allocator.ncclpool_pool(fsdp_pool)
+                comms = npool_fsdp.communicators
+                assert comms and all(c.stats()["registered_segments"] >= 1 for c in comms)
+                log(f"      fsdp pool: {npool_fsdp.stats()['segment_count']} chunk(s), "
+                    f"{npool_fsdp.stats()['allocation_count']} torch segments")
+            return losses
+
+        base = train(False)
+        pooled = train(True)
+        diff = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(base, pooled))
+        log(f"      losses default {['%.6f' % v for v in base]}")
+        log(f"      losses ncclpool {['%.6f' % v for v in pooled]}  (max relative difference {diff:.2e})")
+        assert diff <= 1e-5, diff
+
+    @check("divergent ranks raise AgreementError on every rank")
+    def _():
+        div = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="divergent")
+        keep = []
+        raised = None
+        try:
+            with nccl_allocator.nccl_mem(div, group=world):
+                for _ in range(1 + (rank == 0)):  # rank 0 makes one more chunk than the others
+                    keep.append(torch.empty(48 * MiB, dtype=torch.uint8, device="cuda"))
+        except ncclpool.AgreementError as e:
+            raised = e
+        assert raised is not None, "no AgreementError"
+        log(f"      {str(raised).splitlines()[0][:200]}")
+
+    log(nccl_allocator.memory_summary(pool))
+    dist.barrier()
+
+    # The last check cannot vote over NCCL: the process groups are gone afterwards.
+    dist.destroy_process_group()
+    if any(b.attachments for b in nccl_allocator._bindings.values()):
+        failures.append("destroy_process_group forgets the registrations")
+    log(f"CHECK destroy_process_group forgets the registrations: {'FAILED' if failures and failures[-1].startswith('destroy') else 'ok'}")
+
+    if rank == 0:
+        print(f"TORCH LAYER {'PASSED' if not failures else 'FAILED: ' + ', '.join(failures)} ({world_size} GPUs)", flush=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

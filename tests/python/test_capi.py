@@ -1,0 +1,285 @@
+"""The Python package (ctypes over the C ABI) on the simulator: runs in CI without a GPU."""
+import threading
+
+import pytest
+
+import ncclpool
+from ncclpool import errors
+
+MiB = 1 << 20
+
+
+def sim_pool(registration="local", **kw):
+    kw.setdefault("growth_chunk", 4 * MiB)
+    return ncclpool.Pool(source="sim", registration=registration, name=kw.pop("name", f"py-{registration}"), **kw)
+
+
+def test_version_and_features():
+    assert ncclpool.version().count(".") == 2
+    f = ncclpool.features()
+    assert set(f) >= {"cuda_available", "nccl_available", "nccl_version", "nccl_windows", "why_not", "library"}
+    assert f["library"].endswith((".so", ".so.0", ".so.0.1.0")) or "libncclpool" in f["library"]
+    if not f["cuda_available"]:
+        assert "CUDA" in f["why_not"]
+
+
+def test_pool_resolves_defaults():
+    with sim_pool("symmetric") as p:
+        assert p.source == "sim"
+        assert p.deterministic and p.registration == "symmetric"
+        assert p.alignment == 512
+        assert "sim device 0" in p.source_description
+    assert p.closed
+    with pytest.raises(errors.InvalidState, match="closed"):
+        p.alloc(10)
+
+
+def test_alloc_free_and_errors_map_to_exceptions():
+    p = sim_pool()
+    a = p.alloc(1000, stream=3)
+    b = p.alloc(3 * MiB, stream=3)
+    assert a % 512 == 0
+    s = p.stats()
+    assert s["active_allocations"] == 2 and s["requested_bytes"] == 1000 + 3 * MiB
+    with pytest.raises(errors.InvalidArgument, match="0 bytes"):
+        p.alloc(0)
+    with pytest.raises(errors.SizeTooLarge):
+        p.alloc(1 << 62)
+    with pytest.raises(errors.InvalidState, match="still live"):
+        p.close()
+    p.free(a, stream=3)
+    with pytest.raises(errors.DoubleFree) as info:
+        p.free(a, stream=3)
+    assert info.value.status == 4 and "ncclpool_free" in str(info.value)
+    assert isinstance(info.value, ValueError)  # Pythonic base classes too
+    with pytest.raises(errors.InvalidPointer):
+        p.free(b + 512)
+    with pytest.raises(errors.ForeignPointer):
+        p.free(12345 * 4096)
+    p.free(b, stream=3)
+    p.check()
+    assert ncclpool.last_error().startswith("ncclpool_free")
+    p.close()
+
+
+def test_out_of_memory_leaves_pool_usable():
+    p = sim_pool(sim_capacity=64 * MiB)
+    ncclpool.sim_inject_oom(p, 1)
+    with pytest.raises(errors.OutOfMemory) as info:
+        p.alloc(8 * MiB)
+    assert isinstance(info.value, MemoryError)
+    x = p.alloc(8 * MiB)
+    p.free(x)
+    p.check()
+    assert p.stats()["oom_count"] == 1
+    p.reserve(16 * MiB)
+    assert p.stats()["reserved_bytes"] >= 16 * MiB
+    assert p.trim() > 0
+    p.close()
+
+
+def test_bad_arguments_are_clear():
+    with pytest.raises(errors.InvalidArgument, match="source"):
+        ncclpool.Pool(source="floppy")
+    with pytest.raises(errors.InvalidArgument, match="deterministic"):
+        ncclpool.Pool(source="sim", registration="symmetric", deterministic=False)
+    with pytest.raises(errors.InvalidArgument, match="alignment"):
+        ncclpool.Pool(source="sim", alignment=100)
+    with pytest.raises(errors.InvalidArgument, match="size"):
+        ncclpool.SimGroup("g", 0)
+
+
+def test_local_registration_and_stats_json():
+    g = ncclpool.SimGroup("dp", 1)
+    p = sim_pool()
+    before = p.alloc(1 * MiB)
+    c = p.attach_sim(g, 0)
+    after = p.alloc(6 * MiB)  # new segment: registered inside the allocation
+    st = c.stats()
+    assert st["kind"] == "local" and st["registered_segments"] == 2 and st["registrations"] == 2
+    assert c.handle_of(before) and c.handle_of(after)
+    j = p.stats_json()
+    assert j["name"] == "py-local" and j["communicators"][0]["registered_segments"] == 2
+    text = p.memory_summary()
+    assert "py-local" in text and "loopback comm 'dp'" in text and "local" in text
+    with pytest.raises(errors.InvalidArgument, match="already attached|attached"):
+        p.attach_sim(g, 0)
+    p.free(before)
+    p.free(after)
+    c.detach()
+    assert not c.attached and g.live_registrations == 0
+    with pytest.raises(errors.InvalidState, match="no longer attached"):
+        c.stats()
+    p.close()
+
+
+def test_failed_registration_rolls_back():
+    g = ncclpool.SimGroup("ep", 1)
+    p = sim_pool()
+    c = p.attach_sim(g, 0)
+    g.inject_failure("register_local", rank=0, nth=1)
+    with pytest.raises(errors.RegistrationError):
+        p.alloc(2 * MiB)
+    assert p.stats()["segment_count"] == 0  # the segment went back to the source
+    x = p.alloc(2 * MiB)
+    assert c.stats()["registered_segments"] == 1 and c.stats()["errors"] == 1
+    p.free(x)
+    c.detach()
+    p.close()
+
+
+def run_ranks(n, fn):
+    """Runs fn(rank) on n threads (the simulated ranks); re-raises the first failure."""
+    results, failures = [None] * n, [None] * n
+
+    def body(r):
+        try:
+            results[r] = fn(r)
+        except BaseException as e:  # noqa: BLE001 - collected and checked by the caller
+            failures[r] = e
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, failures
+
+
+def test_symmetric_windows_commit_at_scope_end_across_four_ranks():
+    world = ncclpool.SimGroup("world", 4)
+    ep = ncclpool.SimGroup("ep", 4)
+    lib = ncclpool.library()
+
+    def rank(r):
+        p = sim_pool("symmetric", name=f"rank{r}", growth_chunk=8 * MiB)
+        cw = p.attach_sim(world, r)
+        ce = p.attach_sim(ep, r)
+        ptrs = []
+        with p.scope():
+            assert ncclpool.library().ncclpool_current_pool() == p.handle.value
+            for size in (2 * MiB, 20 * MiB, 2 * MiB):  # torch's segment sizes
+                ptrs.append(lib.ncclpool_torch_alloc(size, 0, None))
+            assert p.pending == 2 * 2  # two chunks (8 MiB, 24 MiB) x two communicators
+        assert p.pending == 0
+        s = cw.stats()
+        assert s["registered_segments"] == 2 and s["kind"] == "symmetric"
+        # A second use with no new segment registers nothing.
+        with p.scope():
+            q = lib.ncclpool_torch_alloc(1 * MiB, 0, None)
+        assert cw.stats()["registrations"] == 2 and ce.stats()["registrations"] == 2
+        for ptr in ptrs + [q]:
+            lib.ncclpool_torch_free(ptr, 0, 0, None)
+        p.check()
+        cw.detach()
+        ce.detach()
+        p.close()
+        return True
+
+    _, failures = run_ranks(4, rank)
+    assert failures == [None] * 4, failures
+    assert world.live_registrations == 0 and ep.live_registrations == 0
+
+
+def test_divergent_ranks_raise_agreement_error_on_every_rank():
+    world = ncclpool.SimGroup("world", 2, timeout_ms=3000)
+    lib = ncclpool.library()
+    comms = [None, None]
+
+    def rank(r):
+        p = sim_pool("symmetric", name=f"div{r}", growth_chunk=4 * MiB)
+        comms[r] = p.attach_sim(world, r)  # collective: every rank attaches
+        with pytest.raises(errors.AgreementError) as info:
+            with p.scope():
+                for _ in range(r + 1):  # rank 1 makes one segment more than rank 0
+                    lib.ncclpool_torch_alloc(4 * MiB, 0, None)
+        assert "rank" in str(info.value)
+        assert p.pending == r + 1  # nothing registered, still pending
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    for c in comms:
+        c.forget()
+
+
+def test_scope_under_graph_capture_defers_windows():
+    g = ncclpool.SimGroup("world", 1)
+    p = sim_pool("symmetric")
+    c = p.attach_sim(g, 0)
+    lib = ncclpool.library()
+    ncclpool.sim_set_capturing(p, True)
+    with p.scope():
+        x = lib.ncclpool_torch_alloc(2 * MiB, 0, None)
+    assert p.pending == 1
+    with pytest.raises(errors.InvalidState, match="captured"):
+        p.commit()
+    ncclpool.sim_set_capturing(p, False)
+    p.commit()
+    assert p.pending == 0 and c.stats()["registered_segments"] == 1
+    lib.ncclpool_torch_free(x, 0, 0, None)
+    c.detach()
+    p.close()
+
+
+def test_scope_without_commit_and_error_path_leave_pending():
+    g = ncclpool.SimGroup("world", 1)
+    p = sim_pool("symmetric")
+    c = p.attach_sim(g, 0)
+    lib = ncclpool.library()
+    with p.scope(commit=False):
+        x = lib.ncclpool_torch_alloc(2 * MiB, 0, None)
+    assert p.pending == 1
+    with pytest.raises(KeyError):
+        with p.scope():
+            y = lib.ncclpool_torch_alloc(6 * MiB, 0, None)
+            raise KeyError("user error inside the scope")
+    assert p.pending == 2  # no collective on the error path
+    assert ncclpool.library().ncclpool_current_pool() is None
+    p.commit()
+    for ptr in (x, y):
+        lib.ncclpool_torch_free(ptr, 0, 0, None)
+    c.detach()
+    p.close()
+
+
+def test_torch_entry_points_route_by_scope_then_binding():
+    lib = ncclpool.library()
+    a, b = sim_pool(name="a"), sim_pool(name="b")
+    assert lib.ncclpool_torch_alloc(1024, 0, None) is None
+    assert "no ncclpool pool is active" in ncclpool.last_error()
+    lib.ncclpool_torch_bind(a.handle)
+    x = lib.ncclpool_torch_alloc(1024, 0, None)  # the only bound pool of device 0
+    assert a.stats()["active_allocations"] == 1
+    lib.ncclpool_torch_bind(b.handle)
+    assert lib.ncclpool_torch_alloc(1024, 0, None) is None
+    assert "ambiguous" in ncclpool.last_error()
+    with b.scope():
+        y = lib.ncclpool_torch_alloc(1024, 0, None)  # the scope decides
+    assert b.stats()["active_allocations"] == 1
+    failures = lib.ncclpool_torch_failures()
+    with b.scope():
+        assert lib.ncclpool_torch_alloc(1024, 1, None) is None  # scope pool is on device 0
+    assert lib.ncclpool_torch_failures() == failures + 1
+    lib.ncclpool_torch_free(x, 1024, 0, None)  # free finds the owner by address
+    lib.ncclpool_torch_free(y, 1024, 0, None)
+    assert a.stats()["active_allocations"] == 0 and b.stats()["active_allocations"] == 0
+    for p in (a, b):
+        lib.ncclpool_torch_unbind(p.handle)
+        p.close()
+
+
+def test_scopes_are_per_thread():
+    p, q = sim_pool(name="main"), sim_pool(name="other")
+    lib = ncclpool.library()
+    seen = []
+    with p.scope():
+        t = threading.Thread(target=lambda: seen.append(lib.ncclpool_current_pool()))
+        t.start()
+        t.join()
+        with q.scope():
+            assert lib.ncclpool_current_pool() == q.handle.value
+        assert lib.ncclpool_current_pool() == p.handle.value
+    assert seen == [None]
+    p.close()
+    q.close()
