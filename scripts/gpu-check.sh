@@ -6,7 +6,7 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   bench, torch, demo; default all)
+#                                   bench, torch, tool, demo; default all)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
@@ -44,7 +44,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,demo},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,tool,demo},"
 want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -54,7 +54,7 @@ row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
   date -u
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
   nvidia-smi topo -m 2>/dev/null | head -8
-  python3 -c 'import torch, nvidia.nccl, os; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), os.path.dirname(nvidia.nccl.__file__))' 2>&1
+  python3 -c 'import torch, nvidia.nccl; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), list(nvidia.nccl.__path__)[0])' 2>&1
   echo "=== binaries load"
   ldd "$BUILD/tests/ncclpool_gpu_tests" | grep -E "not found|ncclpool|libstdc" || true
 } >>"$LOG" 2>&1
@@ -182,7 +182,25 @@ else
   row "torch layer" "not run (no torch with CUDA here)"
 fi
 
-# 7. The demo on the GPU.
+# 7. The `ncclpool` tool on the GPU: info, and traces of real training steps recorded with torch
+#    (FSDP2 on 2 GPUs, FSDP+EP on 4), replayed. The traces land in $OUT/traces (test data).
+if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
+  { echo "=== ncclpool info"; "$BUILD/tools/ncclpool" info; } >>"$LOG" 2>&1
+  row "ncclpool info" "rc=$?; $("$BUILD/tools/ncclpool" info --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(sum(s["ok"] for s in j["sources"]), "of", len(j["sources"]), "source probes ok; symmetric:", j["registration"]["symmetric"])' 2>&1)"
+  if python3 -c 'import torch; assert torch.cuda.device_count() >= 2' 2>/dev/null; then
+    mkdir -p "$OUT/traces"
+    for spec in "fsdp2 2" "fsdp-ep $(( gpus >= 4 ? 4 : 2 ))"; do
+      set -- $spec
+      trace="$OUT/traces/${1//-/_}_${2}gpu.json"
+      timeout 300 python3 -m torch.distributed.run --nproc-per-node "$2" scripts/record-torch-trace.py --layout "$1" --out "$trace" >>"$LOG" 2>&1
+      rc=$?
+      { echo "=== replay $trace"; "$BUILD/tools/ncclpool" replay "$trace" --group-by stream; } >>"$LOG" 2>&1
+      row "trace $1 ($2 GPUs)" "record rc=$rc; $(du -h "$trace" 2>/dev/null | cut -f1); $("$BUILD/tools/ncclpool" replay "$trace" --group-by stream | grep -E '^shared pool ' | tr -s ' ' | cut -c1-90)"
+    done
+  fi
+fi
+
+# 8. The demo on the GPU.
 if want demo; then
   "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
   row "demo (vmm source)" "rc=$?"

@@ -1,0 +1,110 @@
+"""Records a PyTorch memory snapshot of a few training steps, as JSON for `ncclpool replay`.
+
+    torchrun --nproc-per-node 2 scripts/record-torch-trace.py --layout fsdp2 --out fsdp2.json
+    torchrun --nproc-per-node 4 scripts/record-torch-trace.py --layout fsdp-ep --out fsdp_ep.json
+
+Rank 0's snapshot (torch.cuda.memory._snapshot(), allocation history on, no stack frames) is written.
+Layouts: fsdp2 - a transformer-like MLP stack under FSDP2; fsdp-ep - the same with expert MLPs sharded
+over an expert-data-parallel group and token dispatch/combine all-to-alls over an expert-parallel group
+(the Megatron FSDP+EP shape). In the trace FSDP's all-gather and reduce-scatter buffers live on their
+own streams: `ncclpool replay TRACE --group-by stream` treats each stream as a group.
+
+To record your own job: call torch.cuda.memory._record_memory_history(max_entries=...) before the
+steps, then write json.dump(torch.cuda.memory._snapshot(), f, default=str).
+"""
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class Experts(nn.Module):
+    """Expert MLPs of one rank (a module with a forward, so fully_shard can take it)."""
+
+    def __init__(self, hidden, count):
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(count))
+
+    def forward(self, tokens):
+        return sum(e(tokens) for e in self.experts)
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, experts=0, ep_group=None):
+        super().__init__()
+        self.attn = nn.Linear(hidden, hidden)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(), nn.Linear(4 * hidden, hidden))
+        self.experts = Experts(hidden, experts) if experts else None
+        self.ep_group = ep_group
+
+    def forward(self, x):
+        x = x + self.attn(x)
+        x = x + self.mlp(x)
+        if self.experts is not None:
+            tokens = torch.empty_like(x)
+            dist.all_to_all_single(tokens, x.contiguous(), group=self.ep_group)  # dispatch
+            y = self.experts(tokens)
+            out = torch.empty_like(y)
+            dist.all_to_all_single(out, y.contiguous(), group=self.ep_group)  # combine
+            x = x + out
+        return x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layout", choices=["fsdp2", "fsdp-ep"], default="fsdp2")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", device))
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    ep_group = edp_mesh = None
+    if args.layout == "fsdp-ep":
+        # ep: pairs of consecutive ranks; edp: ranks with the same position in their pair.
+        mesh2d = init_device_mesh("cuda", (world // 2, 2), mesh_dim_names=("edp", "ep"))
+        ep_group = mesh2d.get_group("ep")
+        edp_mesh = mesh2d["edp"]
+    torch.manual_seed(0)
+    model = nn.Sequential(*[Block(args.hidden, experts=2 if ep_group else 0, ep_group=ep_group)
+                            for _ in range(args.layers)]).cuda()
+    for block in model:
+        if edp_mesh is not None:
+            fully_shard(block.experts, mesh=edp_mesh)  # experts: expert-data-parallel group
+        fully_shard(block)                            # the rest: the whole world (dp)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(8, 512, args.hidden, device="cuda")
+    torch.cuda.memory._record_memory_history(max_entries=200000, context=None, stacks="python")
+    for _ in range(args.steps):
+        loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    torch.cuda.synchronize()
+    if rank == 0:
+        snapshot = torch.cuda.memory._snapshot()
+        for trace in snapshot.get("device_traces", []):
+            for event in trace:
+                event.pop("frames", None)  # no stacks: keeps the file small
+        with open(args.out, "w") as f:
+            json.dump({"device_traces": snapshot["device_traces"], "segments": [],
+                       "recorded_by": f"scripts/record-torch-trace.py --layout {args.layout} on {world} GPUs, "
+                                      f"{args.layers} layers, hidden {args.hidden}, {args.steps} steps, torch {torch.__version__}"},
+                      f, default=str)
+        print(f"wrote {args.out}: {sum(len(t) for t in snapshot['device_traces'])} events", flush=True)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

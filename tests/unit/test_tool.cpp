@@ -1,0 +1,166 @@
+// The `ncclpool` tool's pieces: JSON reader, trace parsers (CSV, torch snapshot), replay on the
+// simulator and its output formats.
+#include "json.hpp"
+#include "replay.hpp"
+#include "trace.hpp"
+#include "workloads.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace ncclpool::tool;
+
+namespace {
+constexpr std::size_t MiB = 1ull << 20;
+const std::string kData = NCCLPOOL_TEST_DATA;
+}  // namespace
+
+TEST(Json, ParsesNestedDocuments) {
+  const Json j = parse_json(R"({"a": [1, -2, 3.5, true, null, "x\"\n\u0041"], "b": {"c": 12345678901234}})");
+  ASSERT_EQ(j.type, Json::Type::object);
+  const Json* a = j.find("a");
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->array.size(), 6u);
+  EXPECT_EQ(a->array[1].as_int("x"), -2);
+  EXPECT_DOUBLE_EQ(a->array[2].number, 3.5);
+  EXPECT_FALSE(a->array[2].is_integer);
+  EXPECT_TRUE(a->array[3].boolean);
+  EXPECT_EQ(a->array[5].string, "x\"\nA");
+  EXPECT_EQ(j.find("b")->find("c")->as_int("c"), 12345678901234);
+  EXPECT_EQ(j.find("missing"), nullptr);
+}
+
+TEST(Json, ErrorsNameTheOffset) {
+  for (const char* bad : {"{", "[1,]", "{\"a\" 1}", "\"abc", "tru", "[1] 2", "{\"a\":-}"}) {
+    try {
+      parse_json(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const JsonError& e) {
+      EXPECT_NE(std::string(e.what()).find("at byte"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(json_quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+}
+
+TEST(CsvTrace, ReadsEventsAndGroups) {
+  const Trace t = load_trace(kData + "/two_groups.csv", {});
+  EXPECT_EQ(t.format, "csv");
+  EXPECT_EQ(t.groups, (std::vector<std::string>{"dp", "ep"}));
+  ASSERT_EQ(t.events.size(), 8u);
+  EXPECT_EQ(t.events[1].size, 1 * MiB);
+  EXPECT_EQ(t.events[1].stream, 1u);
+  EXPECT_EQ(t.events[1].group, 1);
+  EXPECT_EQ(t.live_at_end, 0u);
+}
+
+TEST(CsvTrace, ErrorsNameTheLine) {
+  struct Case {
+    const char* text;
+    const char* expect;
+  } cases[] = {
+      {"alloc,1,100,0,dp\nalloc,1,100,0,dp\n", "t.csv:2: id 1 is already live"},
+      {"free,9\n", "t.csv:1: free of id 9, which is not live"},
+      {"alloc,1,x,0,dp\n", "t.csv:1: size 'x' is not a non-negative integer"},
+      {"alloc,1,0,0,dp\n", "t.csv:1: size 0"},
+      {"alloc,1,10,0\n", "t.csv:1: 'alloc' needs 4 fields"},
+      {"resize,1\n", "t.csv:1: unknown event 'resize'"},
+      {"# only a comment\n\n", "t.csv: no events"},
+  };
+  for (const auto& c : cases) {
+    try {
+      parse_csv_trace(c.text, "t.csv");
+      ADD_FAILURE() << "accepted " << c.text;
+    } catch (const TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TorchSnapshot, UsesCompletedFreesAndSkipsEarlierBlocks) {
+  const Trace t = load_trace(kData + "/torch_snapshot_small.json", {});
+  EXPECT_EQ(t.format, "torch-snapshot");
+  EXPECT_EQ(t.skipped_frees, 1u);  // address 1000 was allocated before recording
+  ASSERT_EQ(t.events.size(), 5u);  // 3 allocs, 2 frees (free_requested ignored)
+  EXPECT_EQ(t.events[0].size, 4 * MiB);
+  EXPECT_EQ(t.events[2].op, TraceEvent::Op::free);
+  EXPECT_EQ(t.events[2].id, t.events[0].id);
+  EXPECT_EQ(t.events[3].id, 2u);  // the address was reused: a new id
+  EXPECT_EQ(t.live_at_end, 1u);
+  EXPECT_EQ(t.groups, (std::vector<std::string>{"all"}));
+
+  TraceOptions by_stream;
+  by_stream.group_by = GroupBy::stream;
+  EXPECT_EQ(load_trace(kData + "/torch_snapshot_small.json", by_stream).groups, (std::vector<std::string>{"stream 0", "stream 7"}));
+  TraceOptions device0;
+  device0.device = 0;
+  EXPECT_THROW(load_trace(kData + "/torch_snapshot_small.json", device0), TraceError);  // empty
+  device0.device = 5;
+  EXPECT_THROW(load_trace(kData + "/torch_snapshot_small.json", device0), TraceError);
+  EXPECT_THROW(parse_torch_snapshot("{\"segments\": []}", "x.json", {}), TraceError);
+}
+
+TEST(Replay, SharedPoolAgainstPoolPerGroup) {
+  const Trace t = load_trace(kData + "/two_groups.csv", {});
+  ReplayOptions o;
+  o.kind = ncclpool::RegistrationKind::local;
+  o.growth_chunk = 4 * MiB;
+  const ReplayResult r = replay(t, o);
+  EXPECT_EQ(r.events, 8u);
+  // Shared: one 4 MiB segment holds ids 1+2, then 3+2; id 4 (4 MiB, with 3 live) needs a second one.
+  EXPECT_EQ(r.shared.peak_live, 6 * MiB);  // ids 3 and 4
+  EXPECT_EQ(r.shared.segments, 2u);
+  EXPECT_EQ(r.shared.peak_reserved, 8 * MiB);
+  EXPECT_EQ(r.shared_registrations_per_group, (std::vector<std::size_t>{2, 2}));
+  // Per group: dp one segment, ep one 4 MiB segment (1 MiB, then 4 MiB after the free).
+  ASSERT_EQ(r.per_group.size(), 2u);
+  EXPECT_EQ(r.per_group[0].segments, 1u);
+  EXPECT_EQ(r.per_group[1].segments, 1u);
+  EXPECT_EQ(r.per_group_peak_reserved, 8 * MiB);
+  EXPECT_EQ(r.per_group[0].registrations + r.per_group[1].registrations, 2u);
+
+  const std::string json = format_json(r);
+  const Json j = parse_json(json);  // the JSON output is valid JSON
+  EXPECT_EQ(j.find("shared")->find("segments")->as_int("segments"), 2);
+  EXPECT_EQ(j.find("kind")->string, "local");
+  const std::string text = format_text(r, "title");
+  EXPECT_NE(text.find("shared pool"), std::string::npos);
+  EXPECT_NE(text.find("one pool per group"), std::string::npos);
+  EXPECT_NE(text.find("dp=2 ep=2"), std::string::npos) << text;
+}
+
+TEST(Replay, SymmetricWindowsCountOncePerChunkAndGroup) {
+  FsdpEpShape shape;
+  shape.layers = 4;
+  shape.steps = 2;
+  const Trace t = make_fsdp_ep_trace(shape);
+  EXPECT_EQ(t.groups.size(), 3u);
+  const ReplayResult r = replay(t, {});
+  EXPECT_EQ(r.growth_chunk, 1024 * MiB);
+  for (std::size_t regs : r.shared_registrations_per_group) EXPECT_EQ(regs, r.shared.segments);
+  EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
+  EXPECT_GT(r.shared_registration_ms, 0);
+  std::size_t sum = 0;
+  for (const auto& p : r.per_group) sum += p.segments;
+  EXPECT_EQ(r.per_group_registration_ms, static_cast<double>(sum) * 15.0);
+}
+
+// Traces recorded on 2x H200 with scripts/record-torch-trace.py (torch 2.11): the real formats parse
+// and replay, and the shared pool registers each segment once with every group.
+TEST(RecordedTraces, ReplayThroughSharedAndPerGroupPools) {
+  for (const char* name : {"fsdp2_2gpu.json", "fsdp_ep_2gpu.json"}) {
+    SCOPED_TRACE(name);
+    TraceOptions by_stream;
+    by_stream.group_by = GroupBy::stream;
+    const Trace t = load_trace(kData + "/traces/" + name, by_stream);
+    EXPECT_GT(t.events.size(), 1000u);
+    EXPECT_EQ(t.groups.size(), 3u);  // compute, FSDP all-gather and reduce-scatter streams
+    ReplayOptions o;
+    o.growth_chunk = 256 * MiB;
+    const ReplayResult r = replay(t, o);
+    EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
+    EXPECT_GT(r.shared.peak_live, 1024 * MiB);
+    for (std::size_t regs : r.shared_registrations_per_group) EXPECT_EQ(regs, r.shared.segments);
+    EXPECT_EQ(r.shared.peak_live, r.per_group_peak_live);  // same blocks, split differently
+  }
+}

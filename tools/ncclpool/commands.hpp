@@ -1,0 +1,36 @@
+#pragma once
+// The subcommands of the `ncclpool` tool and the argument reader they share.
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#define NCCLPOOL_TOOL_VERSION "0.1.0"
+
+namespace ncclpool::tool {
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// `--name value`, `--flag` and positional arguments, checked against what a command accepts.
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;
+  bool json = false;
+
+  /// @param valued options that take a value; @param flags options without one (--json is always known).
+  static Args parse(const std::vector<std::string>& argv, const std::vector<std::string>& valued, const std::vector<std::string>& flags);
+  [[nodiscard]] bool has(const std::string& name) const { return options.count(name) != 0; }
+  [[nodiscard]] std::string get(const std::string& name, const std::string& fallback) const;
+  [[nodiscard]] long long get_int(const std::string& name, long long fallback, long long min, long long max) const;
+  [[nodiscard]] double get_double(const std::string& name, double fallback, double min) const;
+};
+
+int cmd_info(const Args& args);
+int cmd_replay(const Args& args);
+int cmd_bench_memory(const Args& args);
+
+}  // namespace ncclpool::tool

@@ -1,0 +1,104 @@
+// `ncclpool info`: the environment as ncclpool sees it, and which sources and registration kinds
+// can work here (and why not).
+
+#include "commands.hpp"
+
+#include "json.hpp"
+
+#include <ncclpool/cuda.hpp>
+#include <ncclpool/nccl.hpp>
+
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ncclpool::tool {
+namespace {
+
+struct Probe {
+  std::string name;
+  bool ok = false;
+  std::string detail;  // description when ok, reason when not
+};
+
+template <class Make>
+Probe probe(const std::string& name, Make&& make) {
+  Probe p{name, false, ""};
+  try {
+    auto source = make();
+    p.ok = true;
+    p.detail = source->properties().description + (source->properties().window_capable ? "; can back windows" : "; no windows");
+  } catch (const std::exception& e) {
+    p.detail = e.what();
+  }
+  return p;
+}
+
+}  // namespace
+
+int cmd_info(const Args& args) {
+  std::string cuda_why;
+  const bool cuda = cuda_available(&cuda_why);
+  const int devices = cuda_device_count();
+  const NcclInfo nccl = nccl_info();
+  std::vector<Probe> probes;
+  if (cuda) {
+    for (int d = 0; d < devices; ++d) {
+      const std::string dev = " (device " + std::to_string(d) + ")";
+      probes.push_back(probe("cuda" + dev, [&] { return make_cuda_source(d); }));
+      probes.push_back(probe("vmm" + dev, [&] { return make_vmm_source({.device = d}); }));
+      probes.push_back(probe("vmm host-numa" + dev, [&] {
+        VmmSourceOptions o;
+        o.device = d;
+        o.location = VmmLocation::host_numa;
+        auto s = make_vmm_source(o);
+        s->deallocate(s->allocate(s->properties().granularity));  // the location is checked at first use
+        return s;
+      }));
+      probes.push_back(probe("nccl" + dev, [&] { return make_nccl_source(d); }));
+    }
+  }
+  const bool local_ok = nccl.available && cuda;
+  const bool symmetric_ok = local_ok && nccl.windows;
+  const std::string local_why = !cuda ? "no CUDA device" : !nccl.available ? nccl.why_not : "";
+  const std::string symm_why = !local_ok ? local_why : !nccl.windows ? "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)" : "";
+
+  if (args.json) {
+    std::ostringstream o;
+    o << "{\"cuda\":{\"available\":" << (cuda ? "true" : "false") << ",\"devices\":" << devices << ",\"why_not\":" << json_quote(cuda ? "" : cuda_why)
+      << "},\"nccl\":{\"available\":" << (nccl.available ? "true" : "false") << ",\"library\":" << json_quote(nccl.library_path)
+      << ",\"version\":" << nccl.version << ",\"windows\":" << (nccl.windows ? "true" : "false")
+      << ",\"reused_loaded\":" << (nccl.reused_loaded ? "true" : "false") << ",\"why_not\":" << json_quote(nccl.why_not) << "},\"sources\":[";
+    for (std::size_t i = 0; i < probes.size(); ++i)
+      o << (i ? "," : "") << "{\"name\":" << json_quote(probes[i].name) << ",\"ok\":" << (probes[i].ok ? "true" : "false")
+        << ",\"detail\":" << json_quote(probes[i].detail) << "}";
+    o << "],\"registration\":{\"local\":" << (local_ok ? "true" : "false") << ",\"local_why_not\":" << json_quote(local_why)
+      << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
+      << "},\"simulator\":true}";
+    std::puts(o.str().c_str());
+    return 0;
+  }
+  std::printf("ncclpool %s\n\n", NCCLPOOL_TOOL_VERSION);
+  std::printf("CUDA      %s\n", cuda ? (std::to_string(devices) + " device(s)").c_str() : ("not available: " + cuda_why).c_str());
+  if (nccl.available)
+    std::printf("NCCL      %d from %s%s; symmetric windows: %s\n", nccl.version, nccl.library_path.c_str(),
+                nccl.reused_loaded ? " (already loaded by the process)" : "", nccl.windows ? "yes" : "no");
+  else
+    std::printf("NCCL      not available: %s\n", nccl.why_not.c_str());
+  if (!probes.empty()) {
+    std::printf("\nsegment sources\n");
+    for (const auto& p : probes) std::printf("  %-24s %-4s %s\n", p.name.c_str(), p.ok ? "ok" : "no", p.detail.c_str());
+  }
+  std::printf("\nregistration kinds\n");
+  std::printf("  %-24s %-4s %s\n", "local (ncclCommRegister)", local_ok ? "ok" : "no", local_ok ? "any device source" : local_why.c_str());
+  std::printf("  %-24s %-4s %s\n", "symmetric (windows)", symmetric_ok ? "ok" : "no",
+              symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
+  std::printf("\nsimulator  always available: host-memory segments (streams are ids) and loopback communicators\n"
+              "           (ranks are threads) run the whole pool and registration logic; `ncclpool replay` and\n"
+              "           `ncclpool bench memory` use it.%s\n",
+              cuda ? "" : " No GPU here: everything GPU-specific above is unavailable.");
+  return 0;
+}
+
+}  // namespace ncclpool::tool

@@ -1,0 +1,113 @@
+// `ncclpool replay TRACE` and `ncclpool bench memory`: both replay a trace (a file, or the synthetic
+// FSDP+EP step) through a shared pool and through one pool per group, on the simulator.
+
+#include "commands.hpp"
+#include "replay.hpp"
+#include "workloads.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace ncclpool::tool {
+namespace {
+
+constexpr const char* kReplayHelp =
+    "usage: ncclpool replay TRACE [--format auto|csv|torch] [--group-by none|stream] [--device N]\n"
+    "                       [--kind symmetric|local] [--growth-chunk-mib N] [--window-ms X]\n"
+    "                       [--timeline FILE.csv] [--convert FILE.csv] [--json]\n"
+    "\n"
+    "TRACE is ncclpool CSV (alloc,<id>,<bytes>,<stream>,<group> / free,<id>) or a torch memory snapshot\n"
+    "written as JSON by scripts/record-torch-trace.py. torch records no group: --group-by stream makes\n"
+    "one group per stream. The replay runs on the simulator with one-rank loopback communicators, so the\n"
+    "pool and the registry are the real ones; registration time is estimated with --window-ms (default\n"
+    "15, measured on 4x H200) per window or 7 us per local registration. --timeline writes memory over\n"
+    "time (for plotting), --convert writes the trace as ncclpool CSV.\n";
+
+ReplayOptions replay_options(const Args& a) {
+  ReplayOptions o;
+  const std::string kind = a.get("kind", "symmetric");
+  if (kind == "symmetric") o.kind = RegistrationKind::symmetric;
+  else if (kind == "local") o.kind = RegistrationKind::local;
+  else throw UsageError("--kind must be symmetric or local, not '" + kind + "'");
+  o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 0, 1 << 20)) << 20;
+  o.window_ms = a.get_double("window-ms", 15.0, 0.0);
+  o.timeline_path = a.get("timeline", "");
+  if (isatty(2)) {
+    o.progress = [](std::size_t done, std::size_t total) {
+      std::fprintf(stderr, "\rreplaying: %3zu%% (%zu/%zu events)%s", done * 100 / total, done, total, done == total ? "\n" : "");
+    };
+  }
+  return o;
+}
+
+TraceOptions trace_options(const Args& a) {
+  TraceOptions t;
+  const std::string format = a.get("format", "auto");
+  if (format == "auto") t.format = TraceFormat::automatic;
+  else if (format == "csv") t.format = TraceFormat::csv;
+  else if (format == "torch") t.format = TraceFormat::torch;
+  else throw UsageError("--format must be auto, csv or torch, not '" + format + "'");
+  const std::string by = a.get("group-by", "none");
+  if (by == "none") t.group_by = GroupBy::none;
+  else if (by == "stream") t.group_by = GroupBy::stream;
+  else throw UsageError("--group-by must be none or stream, not '" + by + "'");
+  t.device = static_cast<int>(a.get_int("device", -1, -1, 1023));
+  return t;
+}
+
+int run(const Trace& trace, const Args& a, const ReplayOptions& options, const std::string& title) {
+  if (a.has("convert")) {
+    std::FILE* f = std::fopen(a.get("convert", "").c_str(), "w");
+    if (f == nullptr) throw UsageError("cannot write " + a.get("convert", ""));
+    const std::string csv = to_csv(trace);
+    std::fwrite(csv.data(), 1, csv.size(), f);
+    std::fclose(f);
+  }
+  const ReplayResult r = replay(trace, options);
+  if (a.json) {
+    std::puts(format_json(r).c_str());
+  } else {
+    std::fputs(format_text(r, title).c_str(), stdout);
+    if (trace.skipped_frees || trace.live_at_end)
+      std::printf("trace: %zu frees of blocks allocated before recording were skipped; %zu blocks never freed\n", trace.skipped_frees,
+                  trace.live_at_end);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_replay(const Args& a) {
+  if (a.has("help")) {
+    std::fputs(kReplayHelp, stdout);
+    return 0;
+  }
+  if (a.positional.size() != 1) throw UsageError("replay needs exactly one TRACE file");
+  const ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
+  const Trace trace = load_trace(a.positional[0], trace_options(a));
+  return run(trace, a, options, "replay of " + a.positional[0] + " (" + trace.format + ")");
+}
+
+int cmd_bench_memory(const Args& a) {
+  if (a.has("help")) {
+    std::fputs("usage: ncclpool bench memory [--trace FILE [replay options]] [--layers N] [--steps N]\n"
+               "                             [--kind symmetric|local] [--growth-chunk-mib N] [--timeline F] [--json]\n"
+               "Without --trace: one rank of a synthetic FSDP + EP step (dp, edp and ep groups).\n",
+               stdout);
+    return 0;
+  }
+  const ReplayOptions options = replay_options(a);
+  if (a.has("trace")) {
+    const Trace trace = load_trace(a.get("trace", ""), trace_options(a));
+    return run(trace, a, options, "bench memory: " + a.get("trace", "") + " (" + trace.format + ")");
+  }
+  FsdpEpShape shape;
+  shape.layers = static_cast<int>(a.get_int("layers", shape.layers, 1, 10000));
+  shape.steps = static_cast<int>(a.get_int("steps", shape.steps, 1, 1000));
+  const Trace trace = make_fsdp_ep_trace(shape);
+  return run(trace, a, options, "bench memory: synthetic FSDP + EP step, " + std::to_string(shape.layers) + " layers x " +
+                           std::to_string(shape.steps) + " steps (one rank)");
+}
+
+}  // namespace ncclpool::tool

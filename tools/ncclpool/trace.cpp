@@ -1,0 +1,182 @@
+// Trace readers: ncclpool CSV and PyTorch memory snapshots.
+
+#include "trace.hpp"
+
+#include "json.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ncclpool::tool {
+
+int Trace::group_index(const std::string& name) {
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    if (groups[i] == name) return static_cast<int>(i);
+  groups.push_back(name);
+  return static_cast<int>(groups.size() - 1);
+}
+
+namespace {
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> fields;
+  std::string field;
+  std::istringstream in(line);
+  while (std::getline(in, field, ',')) {
+    const auto b = field.find_first_not_of(" \t\r");
+    const auto e = field.find_last_not_of(" \t\r");
+    fields.push_back(b == std::string::npos ? "" : field.substr(b, e - b + 1));
+  }
+  return fields;
+}
+
+std::uint64_t number(const std::string& s, const std::string& where, const char* what) {
+  std::uint64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty())
+    throw TraceError(where + ": " + what + " '" + s + "' is not a non-negative integer");
+  return v;
+}
+
+}  // namespace
+
+Trace parse_csv_trace(const std::string& text, const std::string& name) {
+  Trace trace;
+  trace.format = "csv";
+  std::unordered_set<std::uint64_t> live;
+  std::istringstream in(text);
+  std::string line;
+  for (std::size_t lineno = 1; std::getline(in, line); ++lineno) {
+    const auto hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = name + ":" + std::to_string(lineno);
+    const auto f = split(line);
+    TraceEvent ev;
+    if (f[0] == "alloc") {
+      if (f.size() != 5) throw TraceError(where + ": 'alloc' needs 4 fields: alloc,<id>,<bytes>,<stream>,<group>");
+      ev.op = TraceEvent::Op::alloc;
+      ev.id = number(f[1], where, "id");
+      ev.size = number(f[2], where, "size");
+      if (ev.size == 0) throw TraceError(where + ": size 0");
+      ev.stream = number(f[3], where, "stream");
+      if (f[4].empty()) throw TraceError(where + ": empty group name");
+      ev.group = trace.group_index(f[4]);
+      if (!live.insert(ev.id).second) throw TraceError(where + ": id " + f[1] + " is already live");
+    } else if (f[0] == "free") {
+      if (f.size() != 2) throw TraceError(where + ": 'free' needs 1 field: free,<id>");
+      ev.op = TraceEvent::Op::free;
+      ev.id = number(f[1], where, "id");
+      if (live.erase(ev.id) == 0) throw TraceError(where + ": free of id " + f[1] + ", which is not live");
+    } else {
+      throw TraceError(where + ": unknown event '" + f[0] + "' (expected alloc or free)");
+    }
+    trace.events.push_back(ev);
+  }
+  if (trace.events.empty()) throw TraceError(name + ": no events");
+  trace.live_at_end = live.size();
+  return trace;
+}
+
+Trace parse_torch_snapshot(const std::string& text, const std::string& name, const TraceOptions& options) {
+  Json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const JsonError& e) {
+    throw TraceError(name + ": " + e.what());
+  }
+  const Json* traces = doc.find("device_traces");
+  if (traces == nullptr || traces->type != Json::Type::array)
+    throw TraceError(name + ": no 'device_traces' list: is this torch.cuda.memory._snapshot() output? (record with "
+                     "torch.cuda.memory._record_memory_history() enabled; scripts/record-torch-trace.py does)");
+  int device = options.device;
+  if (device < 0) {
+    for (std::size_t d = 0; d < traces->array.size(); ++d)
+      if (!traces->array[d].array.empty()) {
+        device = static_cast<int>(d);
+        break;
+      }
+    if (device < 0) throw TraceError(name + ": every device trace is empty (was memory history recording on?)");
+  }
+  if (device >= static_cast<int>(traces->array.size()))
+    throw TraceError(name + ": no trace for device " + std::to_string(device) + " (the snapshot has " +
+                     std::to_string(traces->array.size()) + ")");
+  const auto& events = traces->array[static_cast<std::size_t>(device)].array;
+  // free_completed is when the memory is really back (after the stream caught up); use
+  // free_requested only for snapshots that have no free_completed at all.
+  bool has_completed = false;
+  for (const auto& e : events)
+    if (const Json* a = e.find("action"); a && a->string == "free_completed") has_completed = true;
+  const std::string free_action = has_completed ? "free_completed" : "free_requested";
+
+  Trace trace;
+  trace.format = "torch-snapshot";
+  std::unordered_map<std::int64_t, std::uint64_t> live;  // address -> id
+  std::uint64_t next_id = 0;
+  for (const auto& e : events) {
+    const Json* action = e.find("action");
+    if (action == nullptr) continue;
+    try {
+      if (action->string == "alloc") {
+        TraceEvent ev;
+        ev.id = next_id++;
+        ev.size = static_cast<std::size_t>(e.find("size") ? e.find("size")->as_int("size") : 0);
+        if (ev.size == 0) continue;
+        const std::int64_t addr = e.find("addr") ? e.find("addr")->as_int("addr") : 0;
+        ev.stream = e.find("stream") ? static_cast<std::uint64_t>(e.find("stream")->as_int("stream")) : 0;
+        ev.group = trace.group_index(options.group_by == GroupBy::stream ? "stream " + std::to_string(ev.stream) : "all");
+        live[addr] = ev.id;
+        trace.events.push_back(ev);
+      } else if (action->string == free_action) {
+        const std::int64_t addr = e.find("addr") ? e.find("addr")->as_int("addr") : 0;
+        auto it = live.find(addr);
+        if (it == live.end()) {
+          ++trace.skipped_frees;  // allocated before recording began
+          continue;
+        }
+        TraceEvent ev;
+        ev.op = TraceEvent::Op::free;
+        ev.id = it->second;
+        live.erase(it);
+        trace.events.push_back(ev);
+      }
+    } catch (const JsonError& err) {
+      throw TraceError(name + ": device " + std::to_string(device) + " event " + action->string + ": " + err.what());
+    }
+  }
+  if (trace.events.empty()) throw TraceError(name + ": device " + std::to_string(device) + " has no alloc events");
+  trace.live_at_end = live.size();
+  return trace;
+}
+
+Trace load_trace(const std::string& path, const TraceOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TraceError(path + ": cannot open");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
+  TraceFormat format = options.format;
+  if (format == TraceFormat::automatic) {
+    const auto first = text.find_first_not_of(" \t\r\n");
+    format = first != std::string::npos && text[first] == '{' ? TraceFormat::torch : TraceFormat::csv;
+  }
+  return format == TraceFormat::torch ? parse_torch_snapshot(text, path, options) : parse_csv_trace(text, path);
+}
+
+std::string to_csv(const Trace& trace) {
+  std::ostringstream out;
+  out << "# ncclpool trace (from " << trace.format << "): alloc,<id>,<bytes>,<stream>,<group> | free,<id>\n";
+  for (const auto& ev : trace.events) {
+    if (ev.op == TraceEvent::Op::alloc)
+      out << "alloc," << ev.id << ',' << ev.size << ',' << ev.stream << ',' << trace.groups[static_cast<std::size_t>(ev.group)] << '\n';
+    else
+      out << "free," << ev.id << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace ncclpool::tool

@@ -1,0 +1,59 @@
+#pragma once
+// Allocation traces the tool replays: ncclpool's own CSV, and PyTorch memory snapshots
+// (torch.cuda.memory._snapshot() written as JSON by scripts/record-torch-trace.py).
+//
+// CSV, one event per line ('#' starts a comment, blank lines are skipped):
+//   alloc,<id>,<bytes>,<stream>,<group>      a block of <bytes> for <group> (a name), ordered on <stream>
+//   free,<id>                                frees the live block <id>
+// ids are any integers unique among live blocks (an id may be reused after its free).
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ncclpool::tool {
+
+class TraceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TraceEvent {
+  enum class Op : std::uint8_t { alloc, free };
+  Op op = Op::alloc;
+  std::uint64_t id = 0;
+  std::size_t size = 0;      // alloc only
+  std::uint64_t stream = 0;  // alloc only
+  int group = 0;             // alloc only: index into Trace::groups
+};
+
+struct Trace {
+  std::string format;               // "csv" or "torch-snapshot"
+  std::vector<std::string> groups;  // names, in order of first use
+  std::vector<TraceEvent> events;
+  std::size_t skipped_frees = 0;    // frees of blocks allocated before recording started (torch)
+  std::size_t live_at_end = 0;      // blocks never freed
+
+  int group_index(const std::string& name);  // adds the name if new
+};
+
+enum class TraceFormat { automatic, csv, torch };
+/// How torch snapshot allocations are split into groups (torch records no group).
+enum class GroupBy { none, stream };
+
+struct TraceOptions {
+  TraceFormat format = TraceFormat::automatic;
+  GroupBy group_by = GroupBy::none;
+  int device = -1;  // torch: which device's trace; -1 = the first with events
+};
+
+/// Reads and validates a trace. @throws TraceError naming the file, line (CSV) and the problem.
+Trace load_trace(const std::string& path, const TraceOptions& options);
+Trace parse_csv_trace(const std::string& text, const std::string& name);
+Trace parse_torch_snapshot(const std::string& text, const std::string& name, const TraceOptions& options);
+/// Writes a trace as CSV (what `ncclpool replay --convert` prints).
+std::string to_csv(const Trace& trace);
+
+}  // namespace ncclpool::tool
