@@ -19,6 +19,7 @@ the calling thread (graph capture included); outside any scope, to the single po
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
@@ -218,8 +219,10 @@ def _install_destroy_hook() -> None:
 
 
 class _PoolContext:
-    """Registers groups (first use only), opens an ncclpool scope and torch.cuda.use_mem_pool; at exit
-    commits pending windows (collective, skipped under graph capture) unless commit is False."""
+    """Registers groups (first use only), then enters the pool's scope (ncclpool.Pool.scope) and a torch
+    context that routes allocations to the MemPool (torch.cuda.use_mem_pool unless a subclass says
+    otherwise). At exit pending windows are committed (collective, skipped under graph capture) unless
+    commit is False or an exception is on its way out."""
 
     def __init__(self, pool, groups, symmetric: bool, enabled: bool = True, device=None, commit: bool = True,
                  register: bool = True):
@@ -230,8 +233,11 @@ class _PoolContext:
         self.device = device
         self.commit = commit
         self.register = register
-        self._use = None
+        self._stack = None
         self._failures = 0
+
+    def _torch_context(self):
+        return torch.cuda.use_mem_pool(self.pool, device=self.device)
 
     def __enter__(self):
         if not self.enabled:
@@ -241,27 +247,17 @@ class _PoolContext:
             for group in self.groups:
                 register_mem_pool(self.pool, group, self.symmetric)
         self._failures = library().ncclpool_torch_failures()
-        _np._capi.call("ncclpool_scope_begin", binding.pool.handle)
-        try:
-            self._use = torch.cuda.use_mem_pool(self.pool, device=self.device)
-            self._use.__enter__()
-        except BaseException:
-            _np._capi.call("ncclpool_scope_leave", binding.pool.handle)
-            raise
+        with contextlib.ExitStack() as stack:  # unwinds the scope if the torch context fails to enter
+            stack.enter_context(binding.pool.scope(commit=self.commit))
+            stack.enter_context(self._torch_context())
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.enabled:
             return False
-        binding = _binding(self.pool)
-        try:
-            self._use.__exit__(exc_type, exc, tb)
-        finally:
-            self._use = None
-            if exc is None and self.commit:
-                _np._capi.call("ncclpool_scope_end", binding.pool.handle)
-            else:
-                _np._capi.call("ncclpool_scope_leave", binding.pool.handle)
+        stack, self._stack = self._stack, None
+        stack.__exit__(exc_type, exc, tb)
         if exc is not None and library().ncclpool_torch_failures() > self._failures and hasattr(exc, "add_note"):
             exc.add_note(f"ncclpool: {_np.last_error()}")
         return False
@@ -300,7 +296,7 @@ def use_mem_pool(pool, device=None):
     return _PoolContext(pool, [], True, device=device, register=False)
 
 
-class graph:  # noqa: N801 (mirrors torch.cuda.graph)
+class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     """``torch.cuda.graph(cuda_graph, pool=pool.id, ...)`` with the capture's allocations attributed
     to the ncclpool pool, and `groups` registered first. torch forbids capturing into a pool that
     ``use_mem_pool`` is routing to, so capture with this instead of inside ``nccl_mem``. New windows
@@ -311,29 +307,11 @@ class graph:  # noqa: N801 (mirrors torch.cuda.graph)
     """
 
     def __init__(self, cuda_graph, pool, groups=(), symmetric: bool = True, **kwargs):
-        self._pool = pool
-        self._groups = list(groups)
-        self._symmetric = symmetric
+        super().__init__(pool, list(groups), symmetric)
         self._capture = torch.cuda.graph(cuda_graph, pool=pool.id, **kwargs)
 
-    def __enter__(self):
-        handle = _binding(self._pool).pool.handle
-        for group in self._groups:
-            register_mem_pool(self._pool, group, self._symmetric)
-        _np._capi.call("ncclpool_scope_begin", handle)
-        try:
-            return self._capture.__enter__()
-        except BaseException:
-            _np._capi.call("ncclpool_scope_leave", handle)
-            raise
-
-    def __exit__(self, exc_type, exc, tb):
-        handle = _binding(self._pool).pool.handle
-        try:
-            self._capture.__exit__(exc_type, exc, tb)
-        finally:
-            _np._capi.call("ncclpool_scope_end" if exc is None else "ncclpool_scope_leave", handle)
-        return False
+    def _torch_context(self):
+        return self._capture
 
 
 def stats(pool) -> dict:
