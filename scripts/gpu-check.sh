@@ -6,7 +6,7 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   bench, torch, tool, demo; default all)
+#                                   bench, torch, tool, toolbench, demo; default all)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
@@ -44,7 +44,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,tool,demo},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,tool,toolbench,demo},"
 want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -200,7 +200,35 @@ if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
   fi
 fi
 
-# 8. The demo on the GPU.
+# 8. The tool's GPU benches: allocation latency, scope cost, collectives per registration kind.
+#    JSON for plots lands in $OUT/bench-*.json (scripts/bench-report.py plots them).
+if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
+  T="$BUILD/tools/ncclpool"
+  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto"; do
+    set -- $suite
+    name=$1
+    timeout 420 $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
+    rc=$?
+    { echo "=== ncclpool bench $suite (rc=$rc)"; python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k, v in j["facts"].items(): print(" ", k, v)
+for t in j["tables"]:
+    print(t["title"])
+    for r in t["rows"]: print("  ", "  ".join(f"{k}={v}" for k, v in r.items()))
+for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
+    row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
+  done
+  # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
+    timeout 300 python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
+    python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
+    cat "$OUT/coll-compare.txt" >>"$LOG"
+    row "bench coll vs torch reference (>= 1 MiB)" "$(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
+  fi
+fi
+
+# 9. The demo on the GPU.
 if want demo; then
   "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
   row "demo (vmm source)" "rc=$?"

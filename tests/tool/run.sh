@@ -32,4 +32,20 @@ expect_rc 0 "$tool" replay "$tmp/c.csv" --kind local --growth-chunk-mib 4 --json
 expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json" --group-by stream --json; json_ok "$tmp/out"
 grep -q '"stream 7"' "$tmp/out" || fail "torch groups by stream"
 expect_rc 0 "$tool" bench memory --layers 4 --steps 1 --json; json_ok "$tmp/out"
+# bench alloc / scope on the simulator; coll needs GPUs and says so.
+expect_rc 0 "$tool" bench alloc --sim --sizes 4K,2M --repeats 1 --min-ms 1 --growth-iters 2
+grep -q "ncclpool (sim)" "$tmp/out" && grep -q "cross stream" "$tmp/out" && grep -q "growth" "$tmp/out" || fail "bench alloc table"
+expect_rc 0 "$tool" bench alloc --sim --sizes 4K --repeats 1 --min-ms 1 --growth-iters 2 --json; json_ok "$tmp/out"
+expect_rc 0 "$tool" bench scope --sim --segments 2,64 --groups 2 --uses 100 --megatron-uses 2 --chunk-mib 2
+grep -q "S = 64, G = 2 (symmetric): a use costs" "$tmp/out" || fail "bench scope target line"
+[ "$(grep -cE '^ +(2|64) 2 (ncclpool|megatron|per-group) ' "$tmp/out")" = 6 ] || { cat "$tmp/out"; fail "bench scope rows"; }
+expect_rc 0 "$tool" bench scope --sim --segments 1 --groups 1 --uses 10 --megatron-uses 1 --kind local --json; json_ok "$tmp/out"
+grep -q '"registration":"local"' "$tmp/out" || fail "bench scope --kind local"
+expect_rc 2 "$tool" bench scope --groups 0;    grep -q "groups: '0' is not an integer in 1..64" "$tmp/err" || fail "bad groups"
+expect_rc 2 "$tool" bench alloc --sizes 4X;    grep -q "sizes: '4X' is not a size" "$tmp/err" || fail "bad sizes"
+expect_rc 2 "$tool" bench coll --ops bcast;    grep -q "not one of all_gather" "$tmp/err" || fail "bad op"
+expect_rc 0 "$tool" bench coll --help
+if "$tool" info --json | grep -q '"cuda":{"available":false'; then
+  expect_rc 1 "$tool" bench coll; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll without GPUs"
+fi
 echo "tool_cli: all checks passed"

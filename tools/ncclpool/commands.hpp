@@ -32,5 +32,8 @@ struct Args {
 int cmd_info(const Args& args);
 int cmd_replay(const Args& args);
 int cmd_bench_memory(const Args& args);
+int cmd_bench_alloc(const Args& args);
+int cmd_bench_scope(const Args& args);
+int cmd_bench_coll(const Args& args);
 
 }  // namespace ncclpool::tool

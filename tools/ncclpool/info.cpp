@@ -3,7 +3,9 @@
 
 #include "commands.hpp"
 
+#include "bench.hpp"
 #include "json.hpp"
+#include "report.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
@@ -59,6 +61,9 @@ int cmd_info(const Args& args) {
       probes.push_back(probe("nccl" + dev, [&] { return make_nccl_source(d); }));
     }
   }
+  std::vector<GpuDescription> gpus;
+  std::vector<PeerLink> links;
+  if (cuda) describe_gpus(gpus, links);
   const bool local_ok = nccl.available && cuda;
   const bool symmetric_ok = local_ok && nccl.windows;
   const std::string local_why = !cuda ? "no CUDA device" : !nccl.available ? nccl.why_not : "";
@@ -69,7 +74,20 @@ int cmd_info(const Args& args) {
     o << "{\"cuda\":{\"available\":" << (cuda ? "true" : "false") << ",\"devices\":" << devices << ",\"why_not\":" << json_quote(cuda ? "" : cuda_why)
       << "},\"nccl\":{\"available\":" << (nccl.available ? "true" : "false") << ",\"library\":" << json_quote(nccl.library_path)
       << ",\"version\":" << nccl.version << ",\"windows\":" << (nccl.windows ? "true" : "false")
-      << ",\"reused_loaded\":" << (nccl.reused_loaded ? "true" : "false") << ",\"why_not\":" << json_quote(nccl.why_not) << "},\"sources\":[";
+      << ",\"reused_loaded\":" << (nccl.reused_loaded ? "true" : "false") << ",\"why_not\":" << json_quote(nccl.why_not) << "},\"gpus\":[";
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      const auto& g = gpus[i];
+      o << (i ? "," : "") << "{\"ordinal\":" << g.ordinal << ",\"name\":" << json_quote(g.name) << ",\"pci_bus_id\":" << json_quote(g.pci_bus_id)
+        << ",\"memory_bytes\":" << g.memory << ",\"compute_capability\":\"" << g.cc_major << "." << g.cc_minor << "\",\"vmm\":" << (g.vmm ? "true" : "false")
+        << ",\"fabric_handles\":" << (g.fabric ? "true" : "false") << ",\"host_numa_id\":" << g.host_numa_id << "}";
+    }
+    o << "],\"links\":[";
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      const auto& l = links[i];
+      o << (i ? "," : "") << "{\"from\":" << l.from << ",\"to\":" << l.to << ",\"p2p\":" << (l.access ? "true" : "false")
+        << ",\"native_atomics\":" << (l.native_atomics ? "true" : "false") << ",\"performance_rank\":" << l.performance_rank << "}";
+    }
+    o << "],\"sources\":[";
     for (std::size_t i = 0; i < probes.size(); ++i)
       o << (i ? "," : "") << "{\"name\":" << json_quote(probes[i].name) << ",\"ok\":" << (probes[i].ok ? "true" : "false")
         << ",\"detail\":" << json_quote(probes[i].detail) << "}";
@@ -86,6 +104,31 @@ int cmd_info(const Args& args) {
                 nccl.reused_loaded ? " (already loaded by the process)" : "", nccl.windows ? "yes" : "no");
   else
     std::printf("NCCL      not available: %s\n", nccl.why_not.c_str());
+  if (!gpus.empty()) {
+    std::printf("\nGPUs\n");
+    for (const auto& g : gpus)
+      std::printf("  %d  %s, %s, compute %d.%d, PCI %s, VMM %s, fabric handles %s, host NUMA node %s\n", g.ordinal, g.name.c_str(),
+                  format_bytes(g.memory & ~((std::size_t{1} << 20) - 1)).c_str(), g.cc_major, g.cc_minor, g.pci_bus_id.c_str(), g.vmm ? "yes" : "no",
+                  g.fabric ? "yes" : "no", g.host_numa_id >= 0 ? std::to_string(g.host_numa_id).c_str() : "n/a");
+  }
+  if (!links.empty()) {
+    // The driver does not name the link; native peer atomics are what NVLink (or NVSwitch) gives and
+    // PCIe peer access usually lacks.
+    std::printf("\nlinks (P2P access / native atomics / performance rank; atomics usually mean NVLink)\n      ");
+    for (const auto& g : gpus) std::printf(" %-9d", g.ordinal);
+    std::printf("\n");
+    for (const auto& from : gpus) {
+      std::printf("  %-3d ", from.ordinal);
+      for (const auto& to : gpus) {
+        std::string cell = "-";
+        for (const auto& l : links)
+          if (l.from == from.ordinal && l.to == to.ordinal)
+            cell = !l.access ? "no P2P" : std::string(l.native_atomics ? "P2P+atom" : "P2P") + "/" + std::to_string(l.performance_rank);
+        std::printf(" %-9s", cell.c_str());
+      }
+      std::printf("\n");
+    }
+  }
   if (!probes.empty()) {
     std::printf("\nsegment sources\n");
     for (const auto& p : probes) std::printf("  %-24s %-4s %s\n", p.name.c_str(), p.ok ? "ok" : "no", p.detail.c_str());

@@ -2,7 +2,7 @@
 //
 //   ncclpool info [--json]
 //   ncclpool replay TRACE [options]          (ncclpool replay --help)
-//   ncclpool bench memory [options]          (ncclpool bench memory --help)
+//   ncclpool bench alloc|scope|coll|memory [options]   (ncclpool bench SUITE --help)
 
 #include "commands.hpp"
 #include "trace.hpp"
@@ -14,70 +14,6 @@
 #include <string>
 #include <vector>
 
-namespace ncclpool::tool {
-
-Args Args::parse(const std::vector<std::string>& argv, const std::vector<std::string>& valued, const std::vector<std::string>& flags) {
-  Args a;
-  auto in = [](const std::vector<std::string>& v, const std::string& s) {
-    for (const auto& x : v)
-      if (x == s) return true;
-    return false;
-  };
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const std::string& s = argv[i];
-    if (s.rfind("--", 0) != 0 || s == "-") {
-      a.positional.push_back(s);
-      continue;
-    }
-    std::string name = s.substr(2), value;
-    const auto eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    }
-    if (name == "json") {
-      a.json = true;
-    } else if (in(flags, name)) {
-      a.options[name] = "1";
-    } else if (in(valued, name)) {
-      if (eq == std::string::npos) {
-        if (i + 1 >= argv.size()) throw UsageError("--" + name + " needs a value");
-        value = argv[++i];
-      }
-      a.options[name] = value;
-    } else {
-      throw UsageError("unknown option --" + name);
-    }
-  }
-  return a;
-}
-
-std::string Args::get(const std::string& name, const std::string& fallback) const {
-  auto it = options.find(name);
-  return it == options.end() ? fallback : it->second;
-}
-
-long long Args::get_int(const std::string& name, long long fallback, long long min, long long max) const {
-  if (!has(name)) return fallback;
-  const std::string& s = options.at(name);
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < min || v > max)
-    throw UsageError("--" + name + " must be an integer in " + std::to_string(min) + ".." + std::to_string(max) + ", not '" + s + "'");
-  return v;
-}
-
-double Args::get_double(const std::string& name, double fallback, double min) const {
-  if (!has(name)) return fallback;
-  const std::string& s = options.at(name);
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || v < min) throw UsageError("--" + name + " must be a number >= " + std::to_string(min) + ", not '" + s + "'");
-  return v;
-}
-
-}  // namespace ncclpool::tool
-
 namespace {
 
 constexpr const char* kUsage =
@@ -87,6 +23,9 @@ constexpr const char* kUsage =
     "  info                   the environment as ncclpool sees it: CUDA, NCCL, window support, sources\n"
     "  replay TRACE           replay an allocation trace (ncclpool CSV or a torch memory snapshot as JSON)\n"
     "                         through a shared pool and through one pool per group, on the simulator\n"
+    "  bench alloc            allocate/free latency: ncclpool vs cuMemAllocAsync pools vs cuMemAlloc (simulator without GPU)\n"
+    "  bench scope            cost of a pool use by a group: ncclpool vs re-registering (Megatron) vs one pool per group\n"
+    "  bench coll             collective bandwidth on pool memory per registration kind, nccl-tests conventions (GPU)\n"
     "  bench memory           peak reserved vs live for a multi-group workload, shared vs per-group pools\n"
     "  version\n"
     "\n"
@@ -111,12 +50,17 @@ int main(int argc, char** argv) {
     if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
     if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
     if (command == "bench") {
-      if (rest.empty()) throw UsageError("bench needs a suite: memory (alloc, scope and coll: see the open issue)");
+      if (rest.empty()) throw UsageError("bench needs a suite: alloc, scope, coll or memory");
       const std::string suite = rest[0];
       rest.erase(rest.begin());
       if (suite == "memory")
         return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device"}, {"help"}));
-      throw UsageError("unknown bench suite '" + suite + "' (available: memory)");
+      if (suite == "alloc") return cmd_bench_alloc(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters"}, {"help", "sim"}));
+      if (suite == "scope")
+        return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));
+      if (suite == "coll")
+        return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks"}, {"help", "no-check", "auto"}));
+      throw UsageError("unknown bench suite '" + suite + "' (available: alloc, scope, coll, memory)");
     }
     throw UsageError("unknown command '" + command + "'");
   } catch (const UsageError& e) {

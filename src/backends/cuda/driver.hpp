@@ -21,7 +21,10 @@ namespace ncclpool::cuda {
   X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuStreamIsCapturing)             \
   X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuMemcpyHtoD_v2)             \
   X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemsetD8Async) X(cuGetErrorName) X(cuGetErrorString)     \
-  X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphDestroy)
+  X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphDestroy) X(cuMemsetD32Async)                 \
+  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)                    \
+  X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuDeviceCanAccessPeer) X(cuDeviceGetP2PAttribute)      \
+  X(cuDeviceGetPCIBusId)
 
 struct Driver {
 #define NCCLPOOL_DECLARE_FN(name) decltype(&::name) name = nullptr;

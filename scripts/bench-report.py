@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Reads what `ncclpool bench SUITE --json` and `ncclpool replay --timeline` write.
+
+  scripts/bench-report.py summary BENCH.json           one line of key figures (gpu-check's table)
+  scripts/bench-report.py plot BENCH.json OUT.png      coll: bus bandwidth vs size per kind, one panel per op
+                                                       alloc: ns per allocate+free per strategy
+                                                       scope: per-use cost vs segments per strategy
+  scripts/bench-report.py plot TIMELINE.csv OUT.png    replay: live and reserved memory over the events
+  scripts/bench-report.py compare COLL.json REF.json   coll's kinds vs a reference measurement of plain memory
+                                                       (bench/coll_reference_torch.py), sizes >= 1 MiB
+
+Plots need matplotlib (not a dependency of ncclpool: `pip install matplotlib`); summary needs nothing.
+"""
+import csv
+import json
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def table(report, prefix):
+    return [t for t in report["tables"] if t["title"].startswith(prefix)]
+
+
+def summary(report):
+    suite = report["suite"]
+    if suite == "alloc":
+        rows = report["tables"][0]["rows"]
+        names = [k for k in rows[0] if k not in ("bytes", "pattern", "speedup")]
+        parts = []
+        for r in rows:
+            if r["bytes"] == 1 << 20:
+                parts.append(f'1 MiB {r["pattern"]}: ' + ", ".join(f'{n} {r[n]:.0f} ns' for n in names))
+        return "; ".join(parts)
+    if suite == "scope":
+        return "; ".join(n for n in report["notes"] if n.startswith("S = 64")) or "no S = 64, G = 2 row"
+    if suite == "coll":
+        s = table(report, "summary")[0]["rows"]
+        parts = [f'{r["op"]} {r["kind"]} peak {r["peak_busbw"]:.1f}' for r in s]
+        worst = [n for n in report["notes"] if n.startswith("auto vs") or n.startswith("check")]
+        return "busbw GB/s: " + ", ".join(parts) + ("; " + "; ".join(worst) if worst else "")
+    return f"suite {suite}"
+
+
+def plot(path, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("bench-report: plotting needs matplotlib (pip install matplotlib)")
+    if path.endswith(".csv"):
+        with open(path) as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            sys.exit(f"bench-report: {path} has no rows")
+        x = [int(r["event"]) for r in rows]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for key in rows[0]:
+            if key != "event":
+                ax.plot(x, [int(r[key]) / 2**30 for r in rows], label=key.replace("_", " "))
+        ax.set_xlabel("trace event")
+        ax.set_ylabel("GiB")
+        ax.set_title(f"memory over time: {path.split('/')[-1]}")
+        ax.legend()
+    else:
+        report = load(path)
+        facts = report["facts"]
+        suite = report["suite"]
+        if suite == "coll":
+            ops = [t for t in report["tables"] if not t["title"].startswith("summary")]
+            fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), squeeze=False)
+            for ax, t in zip(axes[0], ops):
+                kinds = [k[: -len("_busbw")] for k in t["rows"][0] if k.endswith("_busbw")]
+                for kind in kinds:
+                    for place, style in (("out", "-"), ("in", ":")):
+                        rows = [r for r in t["rows"] if r["placement"] == place]
+                        ax.plot([r["bytes"] for r in rows], [r[f"{kind}_busbw"] for r in rows], style, marker=".",
+                                label=f"{kind} ({place}-of-place)" if place == "out" else f"{kind} (in-place)")
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("size (bytes)")
+                ax.set_ylabel("bus bandwidth (GB/s)")
+                ax.set_title(t["title"].split(":")[0])
+                ax.grid(True, alpha=0.3)
+            axes[0][0].legend(fontsize=7)
+            fig.suptitle(facts.get("ranks", ""), fontsize=8)
+        elif suite == "alloc":
+            t = report["tables"][0]
+            names = [k for k in t["rows"][0] if k not in ("bytes", "pattern", "speedup")]
+            fig, ax = plt.subplots(figsize=(9, 4))
+            labels = [f'{r["bytes"] // 1024} KiB {r["pattern"]}' for r in t["rows"]]
+            width = 0.8 / len(names)
+            for i, n in enumerate(names):
+                ax.bar([j + i * width for j in range(len(labels))], [r[n] for r in t["rows"]], width, label=n)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))], labels, rotation=30, ha="right", fontsize=7)
+            ax.set_yscale("log")
+            ax.set_ylabel("ns per allocate + free (growth: per allocation)")
+            ax.set_title(facts.get("target", ""))
+            ax.legend()
+        elif suite == "scope":
+            t = report["tables"][0]
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for strategy in ("ncclpool", "megatron", "per-group"):
+                for g in sorted({r["groups"] for r in t["rows"]}):
+                    rows = [r for r in t["rows"] if r["strategy"] == strategy and r["groups"] == g]
+                    ax.plot([r["segments"] for r in rows], [r["per_use_us"] for r in rows], marker="o", label=f"{strategy}, G={g}")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("segments S")
+            ax.set_ylabel("per use (us)")
+            ax.set_title(facts.get("ranks", ""), fontsize=8)
+            ax.legend(fontsize=7)
+        else:
+            sys.exit(f"bench-report: nothing to plot for suite {suite}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
+def compare(coll, ref, min_bytes=1 << 20):
+    """Per op and size: each kind's out-of-place busbw / the reference's, and the worst |1 - ratio| of `none`."""
+    refs = {(r["op"], r["bytes"]): r for r in ref["rows"]}
+    worst = (0.0, "")
+    print(f"reference: torch {ref.get('torch')} NCCL {ref.get('nccl')}, {ref['ranks']} ranks; out-of-place busbw ratio kind / reference")
+    for t in coll["tables"]:
+        if t["title"].startswith("summary"):
+            continue
+        op = t["title"].split(" ")[0]
+        kinds = [k[: -len("_busbw")] for k in t["rows"][0] if k.endswith("_busbw")]
+        print(f"{op:15s} {'size':>10s} {'reference':>10s} " + " ".join(f"{k:>10s}" for k in kinds))
+        for r in t["rows"]:
+            base = refs.get((op, r["bytes"]))
+            if r["placement"] != "out" or r["bytes"] < min_bytes or not base or base["busbw"] <= 0:
+                continue
+            ratios = [r[f"{k}_busbw"] / base["busbw"] for k in kinds]
+            print(f"{'':15s} {r['bytes']:>10d} {base['busbw']:>10.2f} " + " ".join(f"{x:>10.3f}" for x in ratios))
+            if "none" in kinds:
+                dev = abs(1 - ratios[kinds.index("none")])
+                if dev > worst[0]:
+                    worst = (dev, f"{op} {r['bytes']} B")
+    print(f"largest difference of 'none' (pool memory, same NCCL) from the reference: {worst[0] * 100:.1f}% ({worst[1]})")
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "summary":
+        print(summary(load(argv[1])))
+    elif len(argv) >= 3 and argv[0] == "compare":
+        compare(load(argv[1]), load(argv[2]))
+    elif len(argv) >= 3 and argv[0] == "plot":
+        plot(argv[1], argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

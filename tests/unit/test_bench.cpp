@@ -1,0 +1,159 @@
+// The `ncclpool bench` pieces that run without a GPU: report rendering, argument lists, the
+// nccl-tests bus-bandwidth factors, rank threads and their barrier, and the alloc and scope
+// suites' simulator side (real pools, registries and loopback communicators).
+#include "bench.hpp"
+#include "commands.hpp"
+#include "json.hpp"
+#include "report.hpp"
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/pool.hpp>
+#include <ncclpool/registry.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+
+using namespace ncclpool::tool;
+
+TEST(Report, TextAlignsNumbersRightAndJsonKeepsTypes) {
+  Report r;
+  r.suite = "demo";
+  r.facts = {{"target", "simulator"}};
+  Table t;
+  t.title = "a table";
+  t.headers = {"size", "name", "ns"};
+  t.keys = {"bytes", "name", "ns"};
+  t.add({bytes_cell(4096), text_cell("x"), number_cell(12.345, 1)});
+  t.add({bytes_cell(64ull << 20), text_cell("longer"), number_cell(1234.5, 1)});
+  t.add({bytes_cell(3000), text_cell("-"), text_cell("-")});
+  r.tables.push_back(t);
+  r.notes = {"a note"};
+  const std::string text = r.text();
+  EXPECT_NE(text.find("ncclpool bench demo"), std::string::npos);
+  EXPECT_NE(text.find("   4 KiB x        12.3"), std::string::npos) << text;
+  EXPECT_NE(text.find("  64 MiB longer 1234.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("* a note"), std::string::npos);
+
+  const Json j = parse_json(r.json());
+  EXPECT_EQ(j.find("suite")->string, "demo");
+  EXPECT_EQ(j.find("facts")->find("target")->string, "simulator");
+  const auto& rows = j.find("tables")->array.at(0).find("rows")->array;
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].find("bytes")->as_int("bytes"), 64ll << 20);
+  EXPECT_DOUBLE_EQ(rows[0].find("ns")->number, 12.345);  // full precision, not the shown digits
+  EXPECT_EQ(rows[2].find("ns")->type, Json::Type::null);  // "-" is no value
+  EXPECT_EQ(rows[2].find("bytes")->as_int("bytes"), 3000);
+}
+
+TEST(BenchArgs, SizesAndLists) {
+  EXPECT_EQ(parse_bytes("x", "4096"), 4096u);
+  EXPECT_EQ(parse_bytes("x", "4K"), 4096u);
+  EXPECT_EQ(parse_bytes("x", "64MiB"), 64ull << 20);
+  EXPECT_EQ(parse_bytes("x", "1g"), 1ull << 30);
+  EXPECT_EQ(parse_byte_list("sizes", "4K,1M"), (std::vector<std::size_t>{4096, 1u << 20}));
+  EXPECT_EQ(parse_int_list("groups", "1,2,4", 1, 64), (std::vector<int>{1, 2, 4}));
+  for (const char* bad : {"", "0", "4X", "K", "-1", "1T"}) EXPECT_THROW(parse_bytes("sizes", bad), UsageError) << bad;
+  EXPECT_THROW(parse_int_list("groups", "1,,2", 1, 64), UsageError);
+  EXPECT_THROW(parse_int_list("groups", "65", 1, 64), UsageError);
+  try {
+    parse_bytes("min", "4X");
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--min: '4X' is not a size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BenchArgs, CollOptionsAreChecked) {
+  auto parse = [](std::vector<std::string> argv) {
+    return parse_coll_options(Args::parse(argv, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks"}, {"no-check", "auto"}));
+  };
+  const CollOptions d = parse({});
+  EXPECT_EQ(d.min_bytes, 1024u);
+  EXPECT_EQ(d.max_bytes, 1ull << 30);
+  EXPECT_EQ(d.warmup, 5);  // nccl-tests' defaults
+  EXPECT_EQ(d.iters, 20);
+  EXPECT_TRUE(d.check);
+  const CollOptions o = parse({"--ops", "all_reduce", "--kinds", "local,symmetric", "--min", "1M", "--max", "8M", "--auto", "--no-check"});
+  EXPECT_EQ(o.ops, std::vector<std::string>{"all_reduce"});
+  EXPECT_EQ(o.kinds, (std::vector<std::string>{"local", "symmetric"}));
+  EXPECT_TRUE(o.auto_kind);
+  EXPECT_FALSE(o.check);
+  EXPECT_THROW(parse({"--ops", "broadcast"}), UsageError);
+  EXPECT_THROW(parse({"--kinds", "global"}), UsageError);
+  EXPECT_THROW(parse({"--min", "2M", "--max", "1M"}), UsageError);
+  EXPECT_THROW(parse({"--factor", "1"}), UsageError);
+}
+
+TEST(BenchMath, BusBandwidthFactorsOfNcclTests) {
+  EXPECT_DOUBLE_EQ(busbw_factor("all_gather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(busbw_factor("reduce_scatter", 2), 0.5);
+  EXPECT_DOUBLE_EQ(busbw_factor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(busbw_factor("all_reduce", 1), 0.0);
+}
+
+TEST(BenchRanks, BarrierSynchronizesAndAFailureStopsTheOthers) {
+  std::atomic<int> before{0}, seen_all{0};
+  run_on_ranks(4, [&](int, RankBarrier& sync) {
+    ++before;
+    sync.wait();
+    if (before.load() == 4) ++seen_all;
+    sync.wait();
+  });
+  EXPECT_EQ(seen_all.load(), 4);
+  // Rank 2 fails before the barrier: the others must not wait forever, and the real error wins.
+  try {
+    run_on_ranks(4, [&](int rank, RankBarrier& sync) {
+      if (rank == 2) throw std::runtime_error("boom");
+      sync.wait();
+    });
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 2: boom");
+  }
+}
+
+TEST(BenchAlloc, SimTargetMeasuresEveryPattern) {
+  AllocTarget t = make_sim_alloc_target();
+  ASSERT_EQ(t.strategies.size(), 1u);
+  AllocStrategy& s = *t.strategies[0];
+  const auto rounds = time_rounds(2, 0.001, [&](std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) s.deallocate(s.allocate(4096, t.streams[i % 2]), t.streams[i % 2]);
+  });
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_GT(rounds[0], 0.0);
+  s.release_cached();  // growth starts from an empty pool
+  void* p = s.allocate(1 << 20, t.streams[0]);
+  EXPECT_NE(p, nullptr);
+  s.deallocate(p, t.streams[0]);
+  EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2.0);
+  EXPECT_DOUBLE_EQ(median({4, 1, 2, 3}), 2.5);
+}
+
+TEST(BenchScope, LoopbackTeamRegistersAndCountsBackToZero) {
+  auto team = make_loopback_team(2, 2);
+  EXPECT_EQ(team->ranks(), 2);
+  EXPECT_TRUE(team->windows(nullptr));
+  run_on_ranks(2, [&](int rank, RankBarrier& sync) {
+    auto pool = std::make_shared<ncclpool::Pool>(team->source(rank), ncclpool::PoolConfig{.name = "t", .deterministic = true});
+    void* block = pool->allocate(4u << 20);
+    ncclpool::Registry registry(pool);
+    for (int g = 0; g < 2; ++g) registry.attach(team->comm(rank, g), ncclpool::RegistrationKind::symmetric);
+    sync.wait();
+    registry.check_invariants();
+    EXPECT_EQ(registry.stats(*team->comm(rank, 1)).registered_segments, 1u);
+    for (int g = 0; g < 2; ++g) registry.detach(*team->comm(rank, g));
+    pool->deallocate(block);
+  });
+}
+
+TEST(BenchGpu, WithoutGpusTheGpuPartsSayWhy) {
+  std::string why;
+  if (gpu_count(&why) > 0) GTEST_SKIP() << "GPUs here";
+  EXPECT_FALSE(why.empty());
+  Report r;
+  EXPECT_THROW(run_coll(CollOptions{}, r), ncclpool::Error);
+  EXPECT_THROW(make_nccl_team(2, 1), ncclpool::Error);
+}

@@ -1,0 +1,120 @@
+// `ncclpool bench alloc`: hot-path latency of allocate + free for ncclpool and the CUDA driver's
+// own ways (cuMemAllocAsync from a memory pool, cuMemAlloc) on one GPU, or ncclpool on the
+// simulator without one. Three patterns:
+//   same stream  - allocate and free on one stream (the cached, steady-state path)
+//   cross stream - the block freed on stream A is asked for on stream B (needs a stream dependency)
+//   growth       - the first allocation after the cache was emptied (new memory from the device)
+
+#include "bench.hpp"
+#include "commands.hpp"
+
+#include <cstdio>
+
+namespace ncclpool::tool {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: ncclpool bench alloc [--device N] [--sizes 4K,1M,64M] [--repeats 5] [--min-ms 50]\n"
+    "                            [--growth-iters 20] [--sim] [--json]\n"
+    "\n"
+    "Latency of allocate + free (nanoseconds per pair, median of the repeats) on one stream, across two\n"
+    "streams, and of growth (the first allocation after the cache was emptied). On a GPU: ncclpool over\n"
+    "cuMem, cuMemAllocFromPoolAsync from a driver memory pool (release threshold: keep everything), and\n"
+    "cuMemAlloc/cuMemFree. Without a GPU, or with --sim: ncclpool on the simulator.\n";
+
+struct Measured {
+  double median_s = 0, min_s = 0;
+};
+
+Measured summarize(const std::vector<double>& v) {
+  Measured m;
+  m.median_s = median(v);
+  m.min_s = v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+  return m;
+}
+
+}  // namespace
+
+int cmd_bench_alloc(const Args& a) {
+  if (a.has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const std::vector<std::size_t> sizes = parse_byte_list("sizes", a.get("sizes", "4K,1M,64M"));
+  const int repeats = static_cast<int>(a.get_int("repeats", 5, 1, 1000));
+  const double min_s = a.get_double("min-ms", 50.0, 0.0) / 1000.0;
+  const int growth_iters = static_cast<int>(a.get_int("growth-iters", 20, 1, 100000));
+  const int device = static_cast<int>(a.get_int("device", 0, 0, 1023));
+
+  std::string why_no_gpu;
+  const bool use_gpu = !a.has("sim") && gpu_count(&why_no_gpu) > 0;
+  if (use_gpu && device >= gpu_count(nullptr)) throw UsageError("--device " + std::to_string(device) + ": there are " + std::to_string(gpu_count(nullptr)) + " GPU(s)");
+  AllocTarget target = use_gpu ? make_gpu_alloc_target(device) : make_sim_alloc_target();
+
+  Report report;
+  report.suite = "alloc";
+  report.facts.push_back({"target", target.description});
+  if (!use_gpu && !a.has("sim")) report.facts.push_back({"no GPU", why_no_gpu + " -> simulator"});
+  report.facts.push_back({"timing", "median of " + std::to_string(repeats) + " rounds of >= " + std::to_string(static_cast<int>(min_s * 1000)) +
+                                        " ms; growth: " + std::to_string(growth_iters) + " first allocations"});
+
+  Table table;
+  table.title = "allocate + free, ns per pair (growth: ns per allocation)";
+  table.headers = {"size", "pattern"};
+  table.keys = {"bytes", "pattern"};
+  for (const auto& s : target.strategies) {
+    table.headers.push_back(s->name());
+    table.keys.push_back(s->name());
+  }
+  if (target.strategies.size() > 1) {
+    table.headers.push_back("speed-up vs " + target.strategies[1]->name());
+    table.keys.push_back("speedup");
+  }
+
+  const char* patterns[] = {"same stream", "cross stream", "growth"};
+  Progress progress("bench alloc", sizes.size() * 3 * target.strategies.size());
+  const stream_t s0 = target.streams[0], s1 = target.streams[1];
+  for (std::size_t bytes : sizes) {
+    for (const char* pattern : patterns) {
+      std::vector<Cell> row{bytes_cell(bytes), text_cell(pattern)};
+      std::vector<double> medians;
+      for (auto& strategy : target.strategies) {
+        progress.step(format_bytes(bytes) + " " + pattern + " " + strategy->name());
+        AllocStrategy& st = *strategy;
+        std::vector<double> rounds;
+        const std::string p = pattern;
+        if (p == "same stream") {
+          rounds = time_rounds(repeats, min_s, [&](std::size_t n) {
+            for (std::size_t i = 0; i < n; ++i) st.deallocate(st.allocate(bytes, s0), s0);
+          });
+        } else if (p == "cross stream") {
+          rounds = time_rounds(repeats, min_s, [&](std::size_t n) {
+            for (std::size_t i = 0; i < n; ++i) st.deallocate(st.allocate(bytes, i % 2 ? s1 : s0), i % 2 ? s1 : s0);
+          });
+        } else {  // growth: only the allocation after release_cached() is timed
+          for (int i = 0; i < growth_iters; ++i) {
+            st.release_cached();
+            const auto t = BenchClock::now();
+            void* ptr = st.allocate(bytes, s0);
+            rounds.push_back(seconds_since(t));
+            st.deallocate(ptr, s0);
+          }
+        }
+        const Measured m = summarize(rounds);
+        medians.push_back(m.median_s);
+        row.push_back(number_cell(m.median_s * 1e9, m.median_s * 1e9 < 100 ? 1 : 0));
+      }
+      if (medians.size() > 1) row.push_back(number_cell(medians[1] / medians[0], 2));
+      table.add(std::move(row));
+    }
+  }
+  progress.finish();
+  report.tables.push_back(std::move(table));
+  if (target.strategies.size() > 1)
+    report.notes.push_back("speed-up = " + target.strategies[1]->name() + " time / " + target.strategies[0]->name() + " time (> 1: ncclpool is faster)");
+  report.notes.push_back("cross stream alternates the two streams, so every allocation reuses memory last freed on the other stream");
+  std::fputs(a.json ? (report.json() + "\n").c_str() : report.text().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ncclpool::tool

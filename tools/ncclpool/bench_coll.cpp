@@ -1,0 +1,73 @@
+// `ncclpool bench coll`: argument handling and output; the measurement is in gpu_coll.cpp.
+
+#include "bench.hpp"
+#include "commands.hpp"
+
+#include <ncclpool/errors.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+namespace ncclpool::tool {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric]\n"
+    "                           [--min 1K] [--max 1G] [--factor 2] [--warmup 5] [--iters 20] [--ranks N]\n"
+    "                           [--no-check] [--auto] [--json]\n"
+    "\n"
+    "Bus bandwidth and time of collectives on ncclpool memory, one thread per GPU, with no registration,\n"
+    "local registration (ncclCommRegister) and symmetric windows, measured with nccl-tests' conventions\n"
+    "(size, busbw formula, warm-up, out-of-place and in-place) so the figures compare with nccl-tests -R 0/1/2.\n"
+    "--auto adds the kind ncclpool would choose for each size class (the cheapest kind to hold unless a\n"
+    "costlier one measured >= 2% faster there), measured again. Needs GPUs; without, it says why and exits 1.\n";
+
+std::vector<std::string> split_names(const std::string& option, const std::string& text, const std::vector<std::string>& allowed) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    bool ok = false;
+    for (const auto& a : allowed) ok = ok || a == item;
+    if (!ok) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw UsageError("--" + option + ": '" + item + "' is not one of " + list);
+    }
+    out.push_back(item);
+  }
+  if (out.empty()) throw UsageError("--" + option + " needs at least one value");
+  return out;
+}
+
+}  // namespace
+
+CollOptions parse_coll_options(const Args& a) {
+  CollOptions o;
+  o.ops = split_names("ops", a.get("ops", "all_gather,reduce_scatter,all_reduce"), {"all_gather", "reduce_scatter", "all_reduce"});
+  o.kinds = split_names("kinds", a.get("kinds", "none,local,symmetric"), {"none", "local", "symmetric"});
+  o.min_bytes = parse_bytes("min", a.get("min", "1K"));
+  o.max_bytes = parse_bytes("max", a.get("max", "1G"));
+  if (o.min_bytes > o.max_bytes) throw UsageError("--min is larger than --max");
+  o.factor = static_cast<int>(a.get_int("factor", 2, 2, 1024));
+  o.warmup = static_cast<int>(a.get_int("warmup", 5, 0, 100000));
+  o.iters = static_cast<int>(a.get_int("iters", 20, 1, 1000000));
+  o.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
+  o.check = !a.has("no-check");
+  o.auto_kind = a.has("auto");
+  return o;
+}
+
+int cmd_bench_coll(const Args& a) {
+  if (a.has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  const CollOptions o = parse_coll_options(a);
+  Report report;
+  report.suite = "coll";
+  run_coll(o, report);
+  std::fputs(a.json ? (report.json() + "\n").c_str() : report.text().c_str(), stdout);
+  return 0;
+}
+
+}  // namespace ncclpool::tool

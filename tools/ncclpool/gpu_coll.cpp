@@ -1,0 +1,412 @@
+// `ncclpool bench coll` on GPUs: all-gather, reduce-scatter and all-reduce on ncclpool memory with
+// no registration, local registration (ncclCommRegister) and symmetric windows, measured the way
+// nccl-tests measures (doc/PERFORMANCE.md of NVIDIA/nccl-tests):
+//   * one thread per GPU, float data, sum; sizes from min to max by a factor;
+//   * size = total bytes of the gathered output (all-gather), of the scattered input
+//     (reduce-scatter), of the buffer (all-reduce); the per-rank count is rounded down to fit;
+//   * warm-up launches, then `iters` launches back to back, one stream synchronize, host time / iters,
+//     averaged over the ranks; out-of-place and in-place (nccl-tests' buffer offsets);
+//   * algbw = size / time, busbw = algbw * (n-1)/n (all-gather, reduce-scatter) or 2(n-1)/n (all-reduce);
+//   * a check run before the timing (known inputs, sampled outputs): the `wrong` column.
+// The three kinds share one pool per GPU (its segments registered with a second communicator locally
+// and as windows with a third): exactly the situation ncclpool is for.
+
+#include "bench.hpp"
+
+#include "backends/cuda/driver.hpp"
+#include "backends/nccl/library.hpp"
+
+#include <ncclpool/nccl.hpp>
+#include <ncclpool/pool.hpp>
+#include <ncclpool/registry.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace ncclpool::tool {
+namespace {
+
+constexpr int kNone = 0, kLocal = 1, kSymmetric = 2;
+const char* const kKindNames[] = {"none", "local", "symmetric"};
+constexpr double kAutoMargin = 0.02;  // --auto takes a costlier kind only when it is >= 2% faster
+
+struct Measurement {
+  std::vector<double> seconds;  // per rank, per operation
+  std::vector<int> wrong;       // per rank
+  [[nodiscard]] double mean() const {
+    double s = 0;
+    for (double v : seconds) s += v;
+    return seconds.empty() ? 0 : s / static_cast<double>(seconds.size());
+  }
+  [[nodiscard]] int wrong_total() const {
+    int w = 0;
+    for (int v : wrong) w += v;
+    return w;
+  }
+};
+
+// What all rank threads write into; read by every rank after a barrier (so all make the same choices).
+struct Shared {
+  std::mutex mutex;
+  std::map<std::string, Measurement> results;  // key: op/bytes/kind/placement
+  Measurement& at(const std::string& key, int ranks) {
+    std::lock_guard lock(mutex);
+    Measurement& m = results[key];
+    m.seconds.resize(static_cast<std::size_t>(ranks));
+    m.wrong.resize(static_cast<std::size_t>(ranks));
+    return m;
+  }
+};
+
+std::string key_of(const std::string& op, std::size_t bytes, const std::string& kind, bool in_place) {
+  return op + "/" + std::to_string(bytes) + "/" + kind + "/" + (in_place ? "in" : "out");
+}
+
+// Bytes per element count for an op with n ranks (nccl-tests' size convention).
+std::size_t count_for(const std::string& op, std::size_t bytes, int n) {
+  return op == "all_reduce" ? bytes / sizeof(float) : bytes / sizeof(float) / static_cast<std::size_t>(n);
+}
+std::size_t size_for(const std::string& op, std::size_t count, int n) {
+  return op == "all_reduce" ? count * sizeof(float) : count * sizeof(float) * static_cast<std::size_t>(n);
+}
+
+class RankRunner {
+ public:
+  RankRunner(Team& team, int rank, const CollOptions& o) : d_(cuda::driver()), lib_(nccl::library()), team_(team), rank_(rank), n_(team.ranks()), o_(o), context_(rank) {
+    cuda::check(d_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
+    cuda::check(d_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    PoolConfig c;
+    c.name = "bench-coll";
+    c.deterministic = true;  // windows: the same offsets on every rank
+    pool_ = std::make_shared<Pool>(team.source(rank), c);
+    send_ = pool_->allocate(o.max_bytes, reinterpret_cast<stream_t>(stream_));
+    recv_ = pool_->allocate(o.max_bytes, reinterpret_cast<stream_t>(stream_));
+    registry_ = std::make_unique<Registry>(pool_);
+  }
+  ~RankRunner() {
+    d_.cuStreamSynchronize(stream_);
+    if (registry_) {
+      for (int g : attached_) {
+        try {
+          registry_->detach(*team_.comm(rank_, g));
+        } catch (const std::exception&) {
+          registry_->forget(*team_.comm(rank_, g));
+        }
+      }
+    }
+    registry_.reset();
+    pool_->deallocate(send_);
+    pool_->deallocate(recv_);
+    pool_.reset();
+    d_.cuStreamDestroy_v2(stream_);
+  }
+
+  // Collective over the ranks: registers the pool's segments with the kind's communicator.
+  void attach(int kind) {
+    if (kind == kNone) return;
+    registry_->attach(team_.comm(rank_, kind), kind == kLocal ? RegistrationKind::local : RegistrationKind::symmetric);
+    attached_.push_back(kind);
+  }
+
+  // One op on `kind`'s communicator; returns the check result (wrong samples) and fills seconds/op.
+  void measure(const std::string& op, std::size_t count, int kind, bool in_place, Measurement& out, RankBarrier& sync) {
+    auto* comm = reinterpret_cast<ncclComm_t>(team_.comm(rank_, kind)->native_handle());
+    char* send = static_cast<char*>(send_);
+    char* recv = static_cast<char*>(recv_);
+    const std::size_t chunk = count * sizeof(float);
+    // nccl-tests' in-place layouts: all-gather input = this rank's slice of the output;
+    // reduce-scatter output = this rank's slice of the input; all-reduce in the same buffer.
+    void* in = send;
+    void* res = recv;
+    std::size_t in_count = count;
+    if (op == "reduce_scatter") in_count = count * static_cast<std::size_t>(n_);
+    if (in_place) {
+      if (op == "all_gather") in = recv + static_cast<std::size_t>(rank_) * chunk, res = recv;
+      else if (op == "reduce_scatter") in = send, res = send + static_cast<std::size_t>(rank_) * chunk;
+      else in = res = recv;
+    }
+    auto launch = [&] {
+      ncclResult_t r;
+      if (op == "all_gather") r = lib_.ncclAllGather(in, res, count, ncclFloat, comm, stream_);
+      else if (op == "reduce_scatter") r = lib_.ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, stream_);
+      else r = lib_.ncclAllReduce(in, res, count, ncclFloat, ncclSum, comm, stream_);
+      if (r != ncclSuccess) throw BackendError(op + " on " + kKindNames[kind] + ": " + nccl::error_text(r));
+    };
+    int wrong = 0;
+    if (o_.check) {
+      const float value = static_cast<float>(rank_ + 1);
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &value, sizeof bits);
+      cuda::check(d_.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(in), bits, in_count, stream_), "cuMemsetD32Async");
+      cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+      sync.wait();
+      launch();
+      cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+      wrong = check_result(op, res, count);
+      sync.wait();  // nobody overwrites a peer's input before every rank checked
+    }
+    for (int i = 0; i < o_.warmup; ++i) launch();
+    cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    sync.wait();
+    const auto t = BenchClock::now();
+    for (int i = 0; i < o_.iters; ++i) launch();
+    cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    out.seconds[static_cast<std::size_t>(rank_)] = seconds_since(t) / o_.iters;
+    out.wrong[static_cast<std::size_t>(rank_)] = wrong;
+  }
+
+ private:
+  // Samples the first and last element of each rank's slice (all-gather) or of the result.
+  int check_result(const std::string& op, void* res, std::size_t count) {
+    const float sum = static_cast<float>(n_) * static_cast<float>(n_ + 1) / 2;
+    std::vector<std::pair<std::size_t, float>> samples;  // element index, expected
+    if (op == "all_gather") {
+      for (int r = 0; r < n_; ++r) {
+        const std::size_t base = static_cast<std::size_t>(r) * count;
+        samples.push_back({base, static_cast<float>(r + 1)});
+        samples.push_back({base + count - 1, static_cast<float>(r + 1)});
+      }
+    } else {
+      samples = {{0, sum}, {count / 2, sum}, {count - 1, sum}};
+    }
+    int wrong = 0;
+    for (const auto& [index, expected] : samples) {
+      float got = 0;
+      cuda::check(d_.cuMemcpyDtoH_v2(&got, reinterpret_cast<CUdeviceptr>(res) + index * sizeof(float), sizeof got), "cuMemcpyDtoH");
+      if (got != expected) ++wrong;
+    }
+    return wrong;
+  }
+
+  const cuda::Driver& d_;
+  const nccl::Library& lib_;
+  Team& team_;
+  int rank_, n_;
+  const CollOptions& o_;
+  cuda::PrimaryContext context_;
+  CUstream stream_ = nullptr;
+  std::shared_ptr<Pool> pool_;
+  std::unique_ptr<Registry> registry_;
+  std::vector<int> attached_;
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+};
+
+int kind_index(const std::string& name) {
+  for (int k = 0; k < 3; ++k)
+    if (name == kKindNames[k]) return k;
+  throw InvalidArgument("unknown registration kind '" + name + "'");
+}
+
+std::vector<std::size_t> size_sweep(const CollOptions& o) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = o.min_bytes; b <= o.max_bytes; b *= static_cast<std::size_t>(o.factor)) {
+    sizes.push_back(b);
+    if (o.factor < 2) break;
+  }
+  return sizes;
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+}  // namespace
+
+void run_coll(const CollOptions& o, Report& report) {
+  std::string why;
+  const int gpus = gpu_count(&why);
+  if (gpus == 0) throw Unsupported("bench coll needs GPUs: " + why);
+  const int ranks = o.ranks == 0 ? gpus : o.ranks;
+  if (ranks > gpus) throw InvalidArgument("--ranks " + std::to_string(ranks) + ": there are " + std::to_string(gpus) + " GPU(s)");
+  auto team = make_nccl_team(ranks, 3);  // group k carries kind k: none, local, symmetric
+  std::vector<int> kinds;
+  for (const auto& k : o.kinds) kinds.push_back(kind_index(k));
+  std::string why_no_windows;
+  if (std::find(kinds.begin(), kinds.end(), kSymmetric) != kinds.end() && !team->windows(&why_no_windows)) {
+    kinds.erase(std::remove(kinds.begin(), kinds.end(), kSymmetric), kinds.end());
+    report.notes.push_back("symmetric skipped: " + why_no_windows);
+  }
+  if (kinds.empty()) throw Unsupported("no registration kind left to measure");
+  const std::vector<std::size_t> sizes = size_sweep(o);
+
+  report.facts.push_back({"ranks", team->description()});
+  report.facts.push_back({"method", "nccl-tests conventions: float sum, warm-up " + std::to_string(o.warmup) + ", iters " + std::to_string(o.iters) +
+                                        ", host time per op averaged over ranks, busbw = algbw x (n-1)/n (AG, RS) or 2(n-1)/n (AR)"});
+  report.facts.push_back({"memory", "one ncclpool pool per GPU (cuMem, deterministic); none = communicator without registration, local = "
+                                    "ncclCommRegister, symmetric = ncclCommWindowRegister"});
+  report.facts.push_back({"environment", "NCCL_NVLS_ENABLE=" + env_or("NCCL_NVLS_ENABLE", "(unset)")});
+
+  Shared shared;
+  Progress progress("bench coll", o.ops.size() * sizes.size() * (kinds.size() + (o.auto_kind ? 1 : 0)));
+  std::map<std::string, int> auto_choice;  // op/bytes -> kind
+  std::mutex choice_mutex;
+  run_on_ranks(ranks, [&](int rank, RankBarrier& sync) {
+    RankRunner runner(*team, rank, o);
+    for (int k : kinds) runner.attach(k);  // collective per communicator, same order everywhere
+    sync.wait();
+    for (const auto& op : o.ops) {
+      for (std::size_t bytes : sizes) {
+        const std::size_t count = count_for(op, bytes, ranks);
+        if (count == 0) continue;
+        const std::size_t size = size_for(op, count, ranks);
+        for (int k : kinds) {
+          if (rank == 0) progress.step(op + " " + format_bytes(size) + " " + kKindNames[k]);
+          for (bool in_place : {false, true}) runner.measure(op, count, k, in_place, shared.at(key_of(op, size, kKindNames[k], in_place), ranks), sync);
+        }
+        if (o.auto_kind) {
+          sync.wait();  // every rank's times are in: all ranks pick the same kind
+          // Kinds are tried from the cheapest to hold (none, local, symmetric: a window costs a
+          // collective registration and whole chunks); a costlier kind wins only where it is
+          // measurably faster, so noise does not flip the choice between equal kinds.
+          std::vector<int> by_cost = kinds;
+          std::sort(by_cost.begin(), by_cost.end());
+          int best = by_cost[0];
+          double best_time = 0;
+          for (int k : by_cost) {
+            const double t = shared.at(key_of(op, size, kKindNames[k], false), ranks).mean() + shared.at(key_of(op, size, kKindNames[k], true), ranks).mean();
+            if (k == by_cost[0] || t < best_time * (1 - kAutoMargin)) best = k, best_time = t;
+          }
+          if (rank == 0) {
+            std::lock_guard lock(choice_mutex);
+            auto_choice[op + "/" + std::to_string(size)] = best;
+            progress.step(op + " " + format_bytes(size) + " auto (" + kKindNames[best] + ")");
+          }
+          for (bool in_place : {false, true}) runner.measure(op, count, best, in_place, shared.at(key_of(op, size, "auto", in_place), ranks), sync);
+        }
+      }
+    }
+    sync.wait();
+  });
+  progress.finish();
+
+  // Tables: one per op, rows per size and placement, nccl-tests' columns per kind.
+  double worst_auto = 0;
+  std::string worst_auto_at;
+  int wrong_total = 0;
+  for (const auto& op : o.ops) {
+    Table t;
+    t.title = op + " (" + std::to_string(ranks) + " ranks): time us, busbw GB/s";
+    t.headers = {"size", "count", "place"};
+    t.keys = {"bytes", "count", "placement"};
+    for (int k : kinds) {
+      t.headers.push_back(std::string(kKindNames[k]) + " us");
+      t.headers.push_back(std::string(kKindNames[k]) + " busbw");
+      t.keys.push_back(std::string(kKindNames[k]) + "_us");
+      t.keys.push_back(std::string(kKindNames[k]) + "_busbw");
+    }
+    if (o.auto_kind) {
+      for (const char* h : {"auto kind", "auto us", "auto busbw", "auto/best"}) t.headers.push_back(h);
+      for (const char* k : {"auto_kind", "auto_us", "auto_busbw", "auto_vs_best"}) t.keys.push_back(k);
+    }
+    t.headers.push_back("wrong");
+    t.keys.push_back("wrong");
+    Table peak;
+    for (std::size_t bytes : sizes) {
+      const std::size_t count = count_for(op, bytes, ranks);
+      if (count == 0) continue;
+      const std::size_t size = size_for(op, count, ranks);
+      for (bool in_place : {false, true}) {
+        std::vector<Cell> row{bytes_cell(size), integer_cell(static_cast<long long>(count)), text_cell(in_place ? "in" : "out")};
+        int wrong = 0;
+        double best = 0;
+        auto add = [&](const Measurement& m) {
+          const double secs = m.mean();
+          const double busbw = secs > 0 ? static_cast<double>(size) / secs / 1e9 * busbw_factor(op, ranks) : 0;
+          row.push_back(number_cell(secs * 1e6, 2));
+          row.push_back(number_cell(busbw, 2));
+          wrong += m.wrong_total();
+          return secs;
+        };
+        for (int k : kinds) {
+          const double secs = add(shared.results[key_of(op, size, kKindNames[k], in_place)]);
+          if (best == 0 || secs < best) best = secs;
+        }
+        if (o.auto_kind) {
+          row.push_back(text_cell(kKindNames[auto_choice[op + "/" + std::to_string(size)]]));
+          const double secs = add(shared.results[key_of(op, size, "auto", in_place)]);
+          const double ratio = secs / best;
+          row.push_back(number_cell(ratio, 3));
+          if (ratio > worst_auto) {
+            worst_auto = ratio;
+            worst_auto_at = op + " " + format_bytes(size) + (in_place ? " in-place" : " out-of-place");
+          }
+        }
+        row.push_back(integer_cell(wrong));
+        wrong_total += wrong;
+        t.add(std::move(row));
+      }
+    }
+    report.tables.push_back(std::move(t));
+  }
+
+  // Summary: per op and kind, nccl-tests' "Avg bus bandwidth" (over sizes and both placements) and the peak.
+  Table summary;
+  summary.title = "summary: bus bandwidth GB/s";
+  summary.headers = {"op", "kind", "avg busbw", "peak busbw", "at size"};
+  summary.keys = {"op", "kind", "avg_busbw", "peak_busbw", "peak_bytes"};
+  for (const auto& op : o.ops) {
+    std::vector<std::string> names;
+    for (int k : kinds) names.push_back(kKindNames[k]);
+    if (o.auto_kind) names.push_back("auto");
+    for (const auto& name : names) {
+      double sum = 0, peak = 0;
+      std::size_t peak_size = 0;
+      int samples = 0;
+      for (std::size_t bytes : sizes) {
+        const std::size_t count = count_for(op, bytes, ranks);
+        if (count == 0) continue;
+        const std::size_t size = size_for(op, count, ranks);
+        for (bool in_place : {false, true}) {
+          const double secs = shared.results[key_of(op, size, name, in_place)].mean();
+          const double busbw = secs > 0 ? static_cast<double>(size) / secs / 1e9 * busbw_factor(op, ranks) : 0;
+          sum += busbw;
+          ++samples;
+          if (busbw > peak) peak = busbw, peak_size = size;
+        }
+      }
+      summary.add({text_cell(op), text_cell(name), number_cell(samples ? sum / samples : 0, 2), number_cell(peak, 2), bytes_cell(peak_size)});
+    }
+  }
+  report.tables.push_back(std::move(summary));
+
+  if (o.auto_kind) {
+    for (const auto& op : o.ops) {  // "all_gather: symmetric 1 KiB..64 MiB, local 128 MiB..1 GiB"
+      std::string line = "auto chose for " + op + ":";
+      int current = -1;
+      std::size_t from = 0, last = 0;
+      auto flush = [&] {
+        if (current >= 0) line += std::string(" ") + kKindNames[current] + " " + format_bytes(from) + (from == last ? "" : ".." + format_bytes(last)) + ";";
+      };
+      for (std::size_t bytes : sizes) {
+        const std::size_t count = count_for(op, bytes, ranks);
+        if (count == 0) continue;
+        const std::size_t size = size_for(op, count, ranks);
+        const int k = auto_choice[op + "/" + std::to_string(size)];
+        if (k != current) {
+          flush();
+          current = k;
+          from = size;
+        }
+        last = size;
+      }
+      flush();
+      report.notes.push_back(line);
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "auto vs the best single kind: worst ratio %.3f (%s); > 1 means auto was slower there", worst_auto, worst_auto_at.c_str());
+    report.notes.push_back(buf);
+    report.notes.push_back("auto = per size class, the cheapest kind to hold (none < local < symmetric) unless a costlier one was >= 2% "
+                           "faster (out-of-place + in-place time), measured again");
+  }
+  if (ranks == 1) report.notes.push_back("1 rank: bus bandwidth is 0 by definition (factor (n-1)/n); times are still meaningful");
+  report.notes.push_back(wrong_total == 0 ? "check: every sampled result was right" : "check: " + std::to_string(wrong_total) + " sampled results were WRONG");
+  if (wrong_total != 0) throw BackendError("bench coll: " + std::to_string(wrong_total) + " wrong results\n" + report.text());
+}
+
+}  // namespace ncclpool::tool
