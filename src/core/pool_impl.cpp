@@ -64,6 +64,7 @@ void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
   std::lock_guard lock(mutex_);
   StreamState* requester = stream_state(stream);
   Block* block = take_free_block(size, requester);
+  if (block == nullptr) block = merge_free_run(size, requester);  // rare: before growing
   if (block == nullptr) block = grow(size);  // returns a fresh block, not in any index
   split(block, size);
   block->is_free = false;
@@ -138,6 +139,68 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
     other->index.remove(b);
     ++stats_.cross_stream_reuses;
     return b;
+  }
+  return nullptr;
+}
+
+// No single free block fits, but adjacent free blocks of different streams (which coalesce() keeps
+// apart) may: the first run of them, in segment creation order, that holds `size` is merged for the
+// requester behind a wait on each other stream in it. Only the growth path pays for this walk over
+// the blocks; without it, pools shared by several streams grow where the memory is already there.
+// Decisions depend on the block layout, never on addresses, so deterministic pools stay in step.
+Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
+  StreamOrdering& ordering = source_->ordering();
+  for (const auto& segment : segments_) {
+    Block* start = nullptr;
+    std::size_t run = 0;
+    for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
+      if (!b->is_free) {
+        start = nullptr;
+        run = 0;
+        continue;
+      }
+      if (start == nullptr) start = b;
+      run += b->size;
+      if (run < size) continue;
+      // Drop leading blocks the run does not need, then order the requester after every other
+      // stream in it.
+      while (run - start->size >= size) {
+        run -= start->size;
+        start = start->phys_next;
+      }
+      Block* refused = nullptr;
+      for (Block* m = start; m != b->phys_next && refused == nullptr; m = m->phys_next) {
+        StreamState* o = m->owner;
+        if (o == requester || o->fresh) continue;
+        const bool done = !config_.deterministic && ordering.is_complete(o->id);
+        if (!done && !ordering.wait(requester->id, o->id)) refused = m;
+      }
+      if (refused != nullptr) {  // rare (capture): give up on this run, look further on
+        start = nullptr;
+        run = 0;
+        continue;
+      }
+      for (Block* m = start; m != b->phys_next; m = m->phys_next) {
+        m->owner->index.remove(m);
+        if (m->owner != requester && !m->owner->fresh) ++stats_.cross_stream_reuses;
+      }
+      // Free blocks right after the run that the requester's blocks absorb anyway (its own, fresh)
+      // join too, or they would sit beside the merged block's tail uncoalesced.
+      Block* end = b->phys_next;
+      while (end != nullptr && end->is_free && (end->owner == requester || end->owner->fresh)) {
+        end->owner->index.remove(end);
+        end = end->phys_next;
+      }
+      start->owner = requester;
+      while (start->phys_next != end) {
+        Block* next = start->phys_next;
+        start->size += next->size;
+        start->phys_next = next->phys_next;
+        if (next->phys_next != nullptr) next->phys_next->phys_prev = start;
+        arena_.recycle(next);
+      }
+      return start;
+    }
   }
   return nullptr;
 }

@@ -81,6 +81,45 @@ TEST(StreamOrdering, RefusedWaitMakesThePoolGrowInstead) {
   pool.deallocate(b);
 }
 
+TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 4 * MiB;
+  config.deterministic = true;
+  Pool pool(source, config);
+  void* a = pool.allocate(2 * MiB, 1);
+  void* b = pool.allocate(2 * MiB, 2);  // the segment is full: a (stream 1) then b (stream 2)
+  pool.deallocate(a);
+  pool.deallocate(b);  // two free blocks that coalesce() keeps apart (different streams)
+  EXPECT_EQ(pool.stats().largest_free_block, 2 * MiB);
+  void* c = pool.allocate(4 * MiB, 3);  // fits only across both
+  EXPECT_EQ(c, a);
+  EXPECT_EQ(pool.stats().segments_created, 1u) << "merged instead of growing";
+  EXPECT_EQ(source->sim_ordering().waited_epoch(3, 1), source->sim_ordering().epoch(1));
+  EXPECT_EQ(source->sim_ordering().waited_epoch(3, 2), source->sim_ordering().epoch(2));
+  EXPECT_EQ(pool.stats().cross_stream_reuses, 2u);
+  pool.check_invariants();
+  pool.deallocate(c);
+  pool.check_invariants();
+}
+
+TEST(StreamOrdering, AMergeThatCannotWaitGrowsInstead) {
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 4 * MiB;
+  Pool pool(source, config);
+  void* a = pool.allocate(2 * MiB, 1);
+  void* b = pool.allocate(2 * MiB, 2);
+  pool.deallocate(a);
+  pool.deallocate(b);
+  source->sim_ordering().set_refuse_waits(true);
+  void* c = pool.allocate(4 * MiB, 3);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(pool.stats().segments_created, 2u);
+  pool.check_invariants();
+  pool.deallocate(c);
+}
+
 TEST(StreamOrdering, ExplicitFreeStreamOverridesTheAllocationStream) {
   auto source = sim();
   Pool pool(source);

@@ -87,6 +87,7 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   ReplayResult r;
   r.events = trace.events.size();
   r.groups = trace.groups;
+  r.recorded_peak_reserved = trace.recorded_peak_reserved;
   r.kind = o.kind;
   r.growth_chunk = o.growth_chunk != 0 ? o.growth_chunk : (o.kind == RegistrationKind::symmetric ? 1024 * kMiB : 2 * kMiB);
   ReplayPool shared("shared", trace.groups, o, r.growth_chunk);
@@ -174,6 +175,11 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
     const auto& p = r.per_group[g];
     row("  " + r.groups[g], p.peak_reserved, p.peak_live, p.segments, p.registrations, static_cast<double>(p.registrations) * r.registration_unit_ms);
   }
+  if (r.recorded_peak_reserved > 0) {  // what PyTorch's own allocator reserved for the same trace
+    std::snprintf(line, sizeof line, "%-22s %14s %14s %10.3f %10s %10s %14s\n", "recording allocator", mib(r.recorded_peak_reserved).c_str(),
+                  mib(r.shared.peak_live).c_str(), static_cast<double>(r.recorded_peak_reserved) / static_cast<double>(r.shared.peak_live), "-", "-", "(no registration)");
+    out << line;
+  }
   std::snprintf(line, sizeof line, "\nshared pool: %.1f%% of the peak reserved bytes never held live data; registrations per group:", 100 * r.shared.fragmentation_at_peak);
   out << line;
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << ' ' << r.groups[g] << '=' << r.shared_registrations_per_group[g];
@@ -205,7 +211,7 @@ std::string format_json(const ReplayResult& r) {
     pool(r.per_group[g]);
   }
   out << "],\"per_group_peak_reserved_bytes\":" << r.per_group_peak_reserved << ",\"per_group_peak_live_bytes\":" << r.per_group_peak_live
-      << ",\"per_group_registration_ms\":" << r.per_group_registration_ms << "}";
+      << ",\"per_group_registration_ms\":" << r.per_group_registration_ms << ",\"recorded_peak_reserved_bytes\":" << r.recorded_peak_reserved << "}";
   return out.str();
 }
 

@@ -46,6 +46,7 @@ struct ReplayResult {
   double shared_registration_ms = 0;   // estimated with window_ms / local_us
   double per_group_registration_ms = 0;
   double registration_unit_ms = 0;     // the estimate's cost of one registration
+  std::size_t recorded_peak_reserved = 0;  // the recording allocator's own (torch traces), 0 if unknown
 };
 
 /// @throws TraceError / ncclpool::Error.

@@ -1,5 +1,6 @@
 // Trace readers: ncclpool CSV and PyTorch memory snapshots.
 
+#include <algorithm>
 #include "trace.hpp"
 
 #include "json.hpp"
@@ -117,11 +118,18 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
   trace.format = "torch-snapshot";
   std::unordered_map<std::int64_t, std::uint64_t> live;  // address -> id
   std::uint64_t next_id = 0;
+  std::int64_t recorded_reserved = 0;
   for (const auto& e : events) {
     const Json* action = e.find("action");
     if (action == nullptr) continue;
     try {
-      if (action->string == "alloc") {
+      if (action->string == "segment_alloc" || action->string == "segment_map" || action->string == "segment_free" ||
+          action->string == "segment_unmap") {
+        const std::int64_t size = e.find("size") ? e.find("size")->as_int("size") : 0;
+        const bool grows = action->string == "segment_alloc" || action->string == "segment_map";
+        recorded_reserved += grows ? size : -size;
+        trace.recorded_peak_reserved = std::max(trace.recorded_peak_reserved, static_cast<std::size_t>(std::max<std::int64_t>(recorded_reserved, 0)));
+      } else if (action->string == "alloc") {
         TraceEvent ev;
         ev.id = next_id++;
         ev.size = static_cast<std::size_t>(e.find("size") ? e.find("size")->as_int("size") : 0);

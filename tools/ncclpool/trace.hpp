@@ -35,6 +35,9 @@ struct Trace {
   std::vector<TraceEvent> events;
   std::size_t skipped_frees = 0;    // frees of blocks allocated before recording started (torch)
   std::size_t live_at_end = 0;      // blocks never freed
+  /// torch: the most memory the recording allocator (PyTorch's own caching allocator) added to its
+  /// reserve during the recording (segment_alloc minus segment_free events); 0 when not recorded.
+  std::size_t recorded_peak_reserved = 0;
 
   int group_index(const std::string& name);  // adds the name if new
 };
