@@ -75,10 +75,10 @@ def plot(path, out):
             fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4), squeeze=False)
             for ax, t in zip(axes[0], ops):
                 kinds = [k[: -len("_busbw")] for k in t["rows"][0] if k.endswith("_busbw")]
-                for kind in kinds:
-                    for place, style in (("out", "-"), ("in", ":")):
+                for i, kind in enumerate(kinds):
+                    for place, style in (("out", "-"), ("in", ":")):  # one colour per kind
                         rows = [r for r in t["rows"] if r["placement"] == place]
-                        ax.plot([r["bytes"] for r in rows], [r[f"{kind}_busbw"] for r in rows], style, marker=".",
+                        ax.plot([r["bytes"] for r in rows], [r[f"{kind}_busbw"] for r in rows], style, marker=".", color=f"C{i}",
                                 label=f"{kind} ({place}-of-place)" if place == "out" else f"{kind} (in-place)")
                 ax.set_xscale("log", base=2)
                 ax.set_xlabel("size (bytes)")

@@ -204,7 +204,9 @@ fi
 #    JSON for plots lands in $OUT/bench-*.json (scripts/bench-report.py plots them).
 if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   T="$BUILD/tools/ncclpool"
-  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto"; do
+  # coll: 100 launches after 10 warm-up (nccl-tests -n 100 -w 10) so that --auto's comparison of
+  # two measurements is not lost in launch jitter at small sizes.
+  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --iters 100 --warmup 10"; do
     set -- $suite
     name=$1
     timeout 420 $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
@@ -221,7 +223,7 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   done
   # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
-    timeout 300 python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
+    timeout 300 python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
     python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
     cat "$OUT/coll-compare.txt" >>"$LOG"
     row "bench coll vs torch reference (>= 1 MiB)" "$(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
