@@ -2,7 +2,8 @@
 against, since nccl-tests is not on the GPU host: torch.distributed over the same NCCL, on tensors
 from torch's own allocator (plain cudaMalloc memory, like nccl-tests -R 0), with nccl-tests'
 conventions (float sum, size = gathered output / scattered input / buffer, warm-up 5, 20 launches,
-host time / launches averaged over ranks, out-of-place, busbw factors of doc/PERFORMANCE.md).
+host time / launches averaged over ranks, out-of-place, busbw factors of doc/PERFORMANCE.md); the
+median of --repeats such rounds is kept so that a Python hiccup does not become the reference.
 Eager Python adds launch overhead: below ~1 MiB this is a loose reference.
 
   torchrun --nproc-per-node N bench/coll_reference_torch.py --out ref.json [--min 1K --max 1G]
@@ -29,6 +30,7 @@ def main():
     p.add_argument("--max", default="1G")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds per size; the median is kept")
     a = p.parse_args()
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
@@ -52,16 +54,19 @@ def main():
                 launch = lambda: dist.all_reduce(src)
             for _ in range(a.warmup):
                 launch()
-            torch.cuda.synchronize()
-            dist.barrier()
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(a.iters):
-                launch()
-            torch.cuda.synchronize()
-            secs = torch.tensor([(time.perf_counter() - t) / a.iters], device="cuda", dtype=torch.float64)
-            dist.all_reduce(secs)
-            secs = secs.item() / n
+            rounds = []
+            for _ in range(a.repeats):  # the median round: Python hiccups do not make the reference
+                torch.cuda.synchronize()
+                dist.barrier()
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                for _ in range(a.iters):
+                    launch()
+                torch.cuda.synchronize()
+                secs = torch.tensor([(time.perf_counter() - t) / a.iters], device="cuda", dtype=torch.float64)
+                dist.all_reduce(secs)
+                rounds.append(secs.item() / n)
+            secs = sorted(rounds)[len(rounds) // 2]
             factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
             rows.append({"op": op, "bytes": total, "us": secs * 1e6, "busbw": total / secs / 1e9 * factor})
             del src
