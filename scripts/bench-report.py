@@ -21,6 +21,14 @@ def load(path):
         return json.load(f)
 
 
+def human(n):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or n % 1024:
+            return f"{n} {unit}"
+        n //= 1024
+    return f"{n} TiB"
+
+
 def table(report, prefix):
     return [t for t in report["tables"] if t["title"].startswith(prefix)]
 
@@ -91,7 +99,7 @@ def plot(path, out):
             t = report["tables"][0]
             names = [k for k in t["rows"][0] if k not in ("bytes", "pattern", "speedup")]
             fig, ax = plt.subplots(figsize=(9, 4))
-            labels = [f'{r["bytes"] // 1024} KiB {r["pattern"]}' for r in t["rows"]]
+            labels = [f'{human(r["bytes"])} {r["pattern"]}' for r in t["rows"]]
             width = 0.8 / len(names)
             for i, n in enumerate(names):
                 ax.bar([j + i * width for j in range(len(labels))], [r[n] for r in t["rows"]], width, label=n)

@@ -11,6 +11,8 @@
 ///  * Decisions never depend on addresses (only on the request sequence), so pools on different ranks
 ///    fed the same requests place blocks at the same (segment sequence, offset). With
 ///    `deterministic = true` they never depend on timing either (no event polling).
+///  * Before growing, a run of adjacent free blocks of different streams that holds the request is
+///    merged behind waits on those streams (a walk over the blocks, on the growth path only).
 ///  * Growth takes segments of round_up(request, growth_chunk) from the source. On a source OOM the
 ///    pool releases its empty segments and retries once before throwing OutOfMemory.
 ///  * Observers hear of every segment created (with its creation sequence number) and of every
