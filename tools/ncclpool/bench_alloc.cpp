@@ -22,17 +22,6 @@ constexpr const char* kHelp =
     "cuMem, cuMemAllocFromPoolAsync from a driver memory pool (release threshold: keep everything), and\n"
     "cuMemAlloc/cuMemFree. Without a GPU, or with --sim: ncclpool on the simulator.\n";
 
-struct Measured {
-  double median_s = 0, min_s = 0;
-};
-
-Measured summarize(const std::vector<double>& v) {
-  Measured m;
-  m.median_s = median(v);
-  m.min_s = v.empty() ? 0 : *std::min_element(v.begin(), v.end());
-  return m;
-}
-
 }  // namespace
 
 int cmd_bench_alloc(const Args& a) {
@@ -100,9 +89,9 @@ int cmd_bench_alloc(const Args& a) {
             st.deallocate(ptr, s0);
           }
         }
-        const Measured m = summarize(rounds);
-        medians.push_back(m.median_s);
-        row.push_back(number_cell(m.median_s * 1e9, m.median_s * 1e9 < 100 ? 1 : 0));
+        const double per_op = median(rounds);
+        medians.push_back(per_op);
+        row.push_back(number_cell(per_op * 1e9, per_op * 1e9 < 100 ? 1 : 0));
       }
       if (medians.size() > 1) row.push_back(number_cell(medians[1] / medians[0], 2));
       table.add(std::move(row));
