@@ -117,6 +117,25 @@ StreamState* PoolImpl::stream_state(stream_t stream) {
   return last_stream_;
 }
 
+// Makes `requester` safe to use memory `producer` freed: nothing to do for its own or fresh memory;
+// else a completed event (non-deterministic pools only) or a stream wait. False when no wait can be
+// made now (graph capture).
+bool PoolImpl::order_after(StreamState* requester, StreamState* producer) {
+  if (producer == requester || producer->fresh) return true;
+  StreamOrdering& ordering = source_->ordering();
+  const bool done = !config_.deterministic && ordering.is_complete(producer->id);
+  return done || ordering.wait(requester->id, producer->id);
+}
+
+// Merges block->phys_next (already out of its index) into `block`.
+void PoolImpl::absorb_next(Block* block) {
+  Block* next = block->phys_next;
+  block->size += next->size;
+  block->phys_next = next->phys_next;
+  if (next->phys_next != nullptr) next->phys_next->phys_prev = block;
+  arena_.recycle(next);
+}
+
 // Own stream first (no wait), then memory never used (no wait), then other streams in first-use
 // order behind a wait. Nothing here depends on addresses; with deterministic=false, a completed
 // event lets a block cross streams without adding a dependency.
@@ -129,13 +148,10 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
     fresh_.index.remove(b);
     return b;
   }
-  StreamOrdering& ordering = source_->ordering();
   for (auto& other : streams_) {
     if (other.get() == requester) continue;
     Block* b = other->index.find(size);
-    if (b == nullptr) continue;
-    const bool done = !config_.deterministic && ordering.is_complete(other->id);
-    if (!done && !ordering.wait(requester->id, other->id)) continue;
+    if (b == nullptr || !order_after(requester, other.get())) continue;
     other->index.remove(b);
     ++stats_.cross_stream_reuses;
     return b;
@@ -149,7 +165,6 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
 // the blocks; without it, pools shared by several streams grow where the memory is already there.
 // Decisions depend on the block layout, never on addresses, so deterministic pools stay in step.
 Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
-  StreamOrdering& ordering = source_->ordering();
   for (const auto& segment : segments_) {
     Block* start = nullptr;
     std::size_t run = 0;
@@ -168,14 +183,9 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
         run -= start->size;
         start = start->phys_next;
       }
-      Block* refused = nullptr;
-      for (Block* m = start; m != b->phys_next && refused == nullptr; m = m->phys_next) {
-        StreamState* o = m->owner;
-        if (o == requester || o->fresh) continue;
-        const bool done = !config_.deterministic && ordering.is_complete(o->id);
-        if (!done && !ordering.wait(requester->id, o->id)) refused = m;
-      }
-      if (refused != nullptr) {  // rare (capture): give up on this run, look further on
+      bool ordered = true;
+      for (Block* m = start; m != b->phys_next && ordered; m = m->phys_next) ordered = order_after(requester, m->owner);
+      if (!ordered) {  // rare (capture): give up on this run, look further on
         start = nullptr;
         run = 0;
         continue;
@@ -192,13 +202,7 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
         end = end->phys_next;
       }
       start->owner = requester;
-      while (start->phys_next != end) {
-        Block* next = start->phys_next;
-        start->size += next->size;
-        start->phys_next = next->phys_next;
-        if (next->phys_next != nullptr) next->phys_next->phys_prev = start;
-        arena_.recycle(next);
-      }
+      while (start->phys_next != end) absorb_next(start);
       return start;
     }
   }
@@ -231,18 +235,12 @@ Block* PoolImpl::coalesce(Block* block) {
   auto absorbable = [&](const Block* n) { return n != nullptr && n->is_free && (n->owner == block->owner || n->owner->fresh); };
   if (Block* next = block->phys_next; absorbable(next)) {
     next->owner->index.remove(next);
-    block->size += next->size;
-    block->phys_next = next->phys_next;
-    if (next->phys_next != nullptr) next->phys_next->phys_prev = block;
-    arena_.recycle(next);
+    absorb_next(block);
   }
   if (Block* prev = block->phys_prev; absorbable(prev)) {
     prev->owner->index.remove(prev);
-    prev->size += block->size;
     prev->owner = block->owner;
-    prev->phys_next = block->phys_next;
-    if (block->phys_next != nullptr) block->phys_next->phys_prev = prev;
-    arena_.recycle(block);
+    absorb_next(prev);
     block = prev;
   }
   return block;

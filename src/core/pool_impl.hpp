@@ -55,6 +55,8 @@ class PoolImpl {
   StreamState* stream_state(stream_t stream);
   Block* take_free_block(std::size_t size, StreamState* requester);
   Block* merge_free_run(std::size_t size, StreamState* requester);
+  [[nodiscard]] bool order_after(StreamState* requester, StreamState* producer);
+  void absorb_next(Block* block);
   Block* grow(std::size_t size);
   SegmentAllocation allocate_segment(std::size_t segment_size, std::size_t request);
   Segment* adopt_segment(const SegmentAllocation& allocation);
