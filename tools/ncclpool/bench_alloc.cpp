@@ -102,7 +102,7 @@ int cmd_bench_alloc(const Args& a) {
   if (target.strategies.size() > 1)
     report.notes.push_back("speed-up = " + target.strategies[1]->name() + " time / " + target.strategies[0]->name() + " time (> 1: ncclpool is faster)");
   report.notes.push_back("cross stream alternates the two streams, so every allocation reuses memory last freed on the other stream");
-  std::fputs(a.json ? (report.json() + "\n").c_str() : report.text().c_str(), stdout);
+  print(report, a.json);
   return 0;
 }
 

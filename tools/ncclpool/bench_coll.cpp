@@ -66,7 +66,7 @@ int cmd_bench_coll(const Args& a) {
   Report report;
   report.suite = "coll";
   run_coll(o, report);
-  std::fputs(a.json ? (report.json() + "\n").c_str() : report.text().c_str(), stdout);
+  print(report, a.json);
   return 0;
 }
 

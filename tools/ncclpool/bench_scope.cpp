@@ -61,53 +61,35 @@ struct Config {
   RegistrationKind kind = RegistrationKind::symmetric;
 };
 
-// Every rank runs the same calls in the same order (registration is collective); rank 0's times are reported.
-Outcome run_ncclpool(Team& team, const Config& c) {
+// ncclpool (one pool registered with every group) and per-group (one pool per group, each registered
+// with its own) differ only in how pools map to groups. Every rank runs the same calls in the same
+// order (registration is collective); rank 0's times are reported.
+Outcome run_registered(Team& team, const Config& c, bool pool_per_group) {
   Outcome out;
+  const int pools = pool_per_group ? c.groups : 1;
   run_on_ranks(team.ranks(), [&](int rank, RankBarrier& sync) {
-    FilledPool fp(team.source(rank), c.segments, c.chunk);
-    Registry registry(fp.pool);
+    std::vector<std::unique_ptr<FilledPool>> filled;
+    std::vector<std::unique_ptr<Registry>> registries;
+    for (int p = 0; p < pools; ++p) {
+      filled.push_back(std::make_unique<FilledPool>(team.source(rank), c.segments, c.chunk));
+      registries.push_back(std::make_unique<Registry>(filled.back()->pool));
+    }
+    auto registry_of_group = [&](int g) -> Registry& { return *registries[static_cast<std::size_t>(pool_per_group ? g : 0)]; };
     sync.wait();
     auto t = BenchClock::now();
-    for (int g = 0; g < c.groups; ++g) registry.attach(team.comm(rank, g), c.kind);
+    for (int g = 0; g < c.groups; ++g) registry_of_group(g).attach(team.comm(rank, g), c.kind);
     const double setup = seconds_since(t);
     t = BenchClock::now();
     for (int i = 0; i < c.uses; ++i) {
-      Scope scope(registry);
+      Scope scope(registry_of_group(i % c.groups));
       scope.close();  // commit: nothing pending, O(1), no collective
     }
     const double per_use = seconds_since(t) / c.uses;
-    if (rank == 0) out = Outcome{setup, per_use, 0, fp.pool->stats().reserved_bytes};
-    sync.wait();
-    for (int g = 0; g < c.groups; ++g) registry.detach(*team.comm(rank, g));
-  });
-  return out;
-}
-
-Outcome run_per_group(Team& team, const Config& c) {
-  Outcome out;
-  run_on_ranks(team.ranks(), [&](int rank, RankBarrier& sync) {
-    std::vector<std::unique_ptr<FilledPool>> pools;
-    std::vector<std::unique_ptr<Registry>> registries;
-    for (int g = 0; g < c.groups; ++g) {
-      pools.push_back(std::make_unique<FilledPool>(team.source(rank), c.segments, c.chunk));
-      registries.push_back(std::make_unique<Registry>(pools.back()->pool));
-    }
-    sync.wait();
-    auto t = BenchClock::now();
-    for (int g = 0; g < c.groups; ++g) registries[static_cast<std::size_t>(g)]->attach(team.comm(rank, g), c.kind);
-    const double setup = seconds_since(t);
-    t = BenchClock::now();
-    for (int i = 0; i < c.uses; ++i) {
-      Scope scope(*registries[static_cast<std::size_t>(i % c.groups)]);
-      scope.close();
-    }
-    const double per_use = seconds_since(t) / c.uses;
     std::size_t reserved = 0;
-    for (const auto& p : pools) reserved += p->pool->stats().reserved_bytes;
+    for (const auto& f : filled) reserved += f->pool->stats().reserved_bytes;
     if (rank == 0) out = Outcome{setup, per_use, 0, reserved};
     sync.wait();
-    for (int g = 0; g < c.groups; ++g) registries[static_cast<std::size_t>(g)]->detach(*team.comm(rank, g));
+    for (int g = 0; g < c.groups; ++g) registry_of_group(g).detach(*team.comm(rank, g));
   });
   return out;
 }
@@ -183,11 +165,11 @@ int cmd_bench_scope(const Args& a) {
       c.groups = g;
       const std::string label = "S=" + std::to_string(s) + " G=" + std::to_string(g);
       progress.step(label + " ncclpool");
-      const Outcome mine = run_ncclpool(*team, c);
+      const Outcome mine = run_registered(*team, c, /*pool_per_group=*/false);
       progress.step(label + " megatron");
       const Outcome megatron = run_megatron(*team, c);
       progress.step(label + " per-group");
-      const Outcome per_group = run_per_group(*team, c);
+      const Outcome per_group = run_registered(*team, c, /*pool_per_group=*/true);
       auto add = [&](const char* name, const Outcome& o) {
         table.add({integer_cell(s), integer_cell(g), text_cell(name), number_cell(o.setup_s * 1e3, 2), number_cell(o.per_use_s * 1e6, 3),
                    number_cell(o.registrations_per_use, 0), bytes_cell(o.reserved), number_cell(o.per_use_s / mine.per_use_s, 1)});
@@ -206,7 +188,7 @@ int cmd_bench_scope(const Args& a) {
     report.notes.push_back(buf);
   }
   report.notes.push_back("per-group uses cost what ncclpool's do, but reserve G times the memory");
-  std::fputs(a.json ? (report.json() + "\n").c_str() : report.text().c_str(), stdout);
+  print(report, a.json);
   return 0;
 }
 

@@ -3,11 +3,11 @@
 
 #include "commands.hpp"
 #include "replay.hpp"
+#include "report.hpp"
 #include "workloads.hpp"
 
-#include <unistd.h>
-
 #include <cstdio>
+#include <memory>
 
 namespace ncclpool::tool {
 namespace {
@@ -33,11 +33,11 @@ ReplayOptions replay_options(const Args& a) {
   o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 0, 1 << 20)) << 20;
   o.window_ms = a.get_double("window-ms", 15.0, 0.0);
   o.timeline_path = a.get("timeline", "");
-  if (isatty(2)) {
-    o.progress = [](std::size_t done, std::size_t total) {
-      std::fprintf(stderr, "\rreplaying: %3zu%% (%zu/%zu events)%s", done * 100 / total, done, total, done == total ? "\n" : "");
-    };
-  }
+  auto progress = std::make_shared<Progress>("replaying", 0);  // silent unless stderr is a terminal
+  o.progress = [progress](std::size_t done, std::size_t total) {
+    progress->update(done, total, "events");
+    if (done == total) progress->finish();
+  };
   return o;
 }
 

@@ -119,12 +119,17 @@ std::string Report::json() const {
   return o.str();
 }
 
+void print(const Report& report, bool json) { std::fputs(json ? (report.json() + "\n").c_str() : report.text().c_str(), stdout); }
+
 Progress::Progress(std::string what, std::size_t total) : what_(std::move(what)), total_(std::max<std::size_t>(total, 1)), enabled_(isatty(2) != 0) {}
 
 Progress::~Progress() { finish(); }
 
-void Progress::step(const std::string& label) {
-  ++done_;
+void Progress::step(const std::string& label) { update(done_ + 1, total_, label); }
+
+void Progress::update(std::size_t done, std::size_t total, const std::string& label) {
+  done_ = done;
+  total_ = std::max<std::size_t>(total, 1);
   if (!enabled_) return;
   // \33[K clears what a longer previous label left on the line.
   std::fprintf(stderr, "\r%s [%zu/%zu] %s\33[K", what_.c_str(), std::min(done_, total_), total_, label.c_str());

@@ -44,7 +44,10 @@ struct Report {
   [[nodiscard]] std::string json() const;
 };
 
-/// Progress on stderr while a suite runs: one rewritten line on a terminal, nothing otherwise
+/// Prints the report on stdout: JSON (one line) with `json`, else the text.
+void print(const Report& report, bool json);
+
+/// Progress on stderr while a command runs: one rewritten line on a terminal, nothing otherwise
 /// (so logs and --json stay clean). Counts steps of a known total and shows the current one.
 class Progress {
  public:
@@ -53,6 +56,8 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
   void step(const std::string& label);
+  /// Shows `done` of `total` (for work that counts itself, e.g. replayed events).
+  void update(std::size_t done, std::size_t total, const std::string& label);
   /// Ends the line (also done by the destructor).
   void finish();
 
