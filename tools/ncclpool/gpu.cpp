@@ -4,6 +4,7 @@
 // does (the same libnccl.so.2 instance: dlopen returns the one already loaded).
 
 #include "bench.hpp"
+#include "gpu_device.hpp"
 
 #include "backends/cuda/driver.hpp"
 #include "backends/nccl/library.hpp"
@@ -27,27 +28,6 @@ int gpu_count(std::string* why) {
 }
 
 namespace {
-
-// The device's primary context, current on the creating thread, and two non-blocking streams.
-struct DeviceStreams {
-  cuda::PrimaryContext context;
-  CUstream streams[2] = {nullptr, nullptr};
-  explicit DeviceStreams(int device) : context(device) {
-    const cuda::Driver& d = cuda::driver();
-    cuda::check(d.cuCtxSetCurrent(context.get()), "cuCtxSetCurrent");
-    for (auto& s : streams) cuda::check(d.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  }
-  ~DeviceStreams() {
-    const cuda::Driver& d = cuda::driver();
-    for (auto& s : streams)
-      if (s) {
-        d.cuStreamSynchronize(s);
-        d.cuStreamDestroy_v2(s);
-      }
-  }
-  DeviceStreams(const DeviceStreams&) = delete;
-  DeviceStreams& operator=(const DeviceStreams&) = delete;
-};
 
 // cuMemAllocFromPoolAsync / cuMemFreeAsync from a memory pool of its own that keeps everything it
 // got (release threshold = max), as frameworks configure it; release_cached() trims it to zero.
@@ -151,7 +131,7 @@ class NcclTeam final : public Team {
 }  // namespace
 
 AllocTarget make_gpu_alloc_target(int device) {
-  auto streams = std::make_shared<DeviceStreams>(device);
+  auto streams = std::make_shared<DeviceStreams>(device, 2);
   char name[256] = {};
   cuda::driver().cuDeviceGetName(name, sizeof name, streams->context.device());
   AllocTarget t;

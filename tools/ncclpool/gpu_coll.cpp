@@ -12,6 +12,7 @@
 // and as windows with a third): exactly the situation ncclpool is for.
 
 #include "bench.hpp"
+#include "gpu_device.hpp"
 
 #include "backends/cuda/driver.hpp"
 #include "backends/nccl/library.hpp"
@@ -66,19 +67,30 @@ std::string key_of(const std::string& op, std::size_t bytes, const std::string& 
   return op + "/" + std::to_string(bytes) + "/" + kind + "/" + (in_place ? "in" : "out");
 }
 
-// Bytes per element count for an op with n ranks (nccl-tests' size convention).
-std::size_t count_for(const std::string& op, std::size_t bytes, int n) {
-  return op == "all_reduce" ? bytes / sizeof(float) : bytes / sizeof(float) / static_cast<std::size_t>(n);
+// One measured point of an op: the per-rank element count and nccl-tests' size for it.
+struct Point {
+  std::size_t count = 0, size = 0;
+};
+
+// The sweep's sizes for `op` with n ranks, nccl-tests' convention: size = gathered output
+// (all-gather), scattered input (reduce-scatter), buffer (all-reduce); the per-rank count is
+// rounded down to fit, and sizes too small for one element per rank are skipped.
+std::vector<Point> points_for(const std::string& op, const std::vector<std::size_t>& sizes, int n) {
+  std::vector<Point> out;
+  const std::size_t per_count = op == "all_reduce" ? sizeof(float) : sizeof(float) * static_cast<std::size_t>(n);
+  for (std::size_t bytes : sizes)
+    if (const std::size_t count = bytes / per_count; count > 0) out.push_back({count, count * per_count});
+  return out;
 }
-std::size_t size_for(const std::string& op, std::size_t count, int n) {
-  return op == "all_reduce" ? count * sizeof(float) : count * sizeof(float) * static_cast<std::size_t>(n);
+
+double busbw_gbs(const std::string& op, std::size_t size, double seconds, int n) {
+  return seconds > 0 ? static_cast<double>(size) / seconds / 1e9 * busbw_factor(op, n) : 0;
 }
 
 class RankRunner {
  public:
-  RankRunner(Team& team, int rank, const CollOptions& o) : d_(cuda::driver()), lib_(nccl::library()), team_(team), rank_(rank), n_(team.ranks()), o_(o), context_(rank) {
-    cuda::check(d_.cuCtxSetCurrent(context_.get()), "cuCtxSetCurrent");
-    cuda::check(d_.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  RankRunner(Team& team, int rank, const CollOptions& o)
+      : d_(cuda::driver()), lib_(nccl::library()), team_(team), rank_(rank), n_(team.ranks()), o_(o), device_(rank, 1), stream_(device_.streams[0]) {
     PoolConfig c;
     c.name = "bench-coll";
     c.deterministic = true;  // windows: the same offsets on every rank
@@ -102,7 +114,6 @@ class RankRunner {
     pool_->deallocate(send_);
     pool_->deallocate(recv_);
     pool_.reset();
-    d_.cuStreamDestroy_v2(stream_);
   }
 
   // Collective over the ranks: registers the pool's segments with the kind's communicator.
@@ -187,8 +198,8 @@ class RankRunner {
   Team& team_;
   int rank_, n_;
   const CollOptions& o_;
-  cuda::PrimaryContext context_;
-  CUstream stream_ = nullptr;
+  DeviceStreams device_;  // context and stream: synchronized and destroyed after the pool is gone
+  CUstream stream_;
   std::shared_ptr<Pool> pool_;
   std::unique_ptr<Registry> registry_;
   std::vector<int> attached_;
@@ -251,10 +262,7 @@ void run_coll(const CollOptions& o, Report& report) {
     for (int k : kinds) runner.attach(k);  // collective per communicator, same order everywhere
     sync.wait();
     for (const auto& op : o.ops) {
-      for (std::size_t bytes : sizes) {
-        const std::size_t count = count_for(op, bytes, ranks);
-        if (count == 0) continue;
-        const std::size_t size = size_for(op, count, ranks);
+      for (const auto [count, size] : points_for(op, sizes, ranks)) {
         for (int k : kinds) {
           if (rank == 0) progress.step(op + " " + format_bytes(size) + " " + kKindNames[k]);
           for (bool in_place : {false, true}) runner.measure(op, count, k, in_place, shared.at(key_of(op, size, kKindNames[k], in_place), ranks), sync);
@@ -306,11 +314,7 @@ void run_coll(const CollOptions& o, Report& report) {
     }
     t.headers.push_back("wrong");
     t.keys.push_back("wrong");
-    Table peak;
-    for (std::size_t bytes : sizes) {
-      const std::size_t count = count_for(op, bytes, ranks);
-      if (count == 0) continue;
-      const std::size_t size = size_for(op, count, ranks);
+    for (const auto [count, size] : points_for(op, sizes, ranks)) {
       // auto/best is judged as auto was chosen: per size class, out-of-place + in-place time,
       // against the single kind with the lowest such sum.
       auto class_time = [&](const std::string& kind) {
@@ -327,12 +331,9 @@ void run_coll(const CollOptions& o, Report& report) {
         std::vector<Cell> row{bytes_cell(size), integer_cell(static_cast<long long>(count)), text_cell(in_place ? "in" : "out")};
         int wrong = 0;
         auto add = [&](const Measurement& m) {
-          const double secs = m.mean();
-          const double busbw = secs > 0 ? static_cast<double>(size) / secs / 1e9 * busbw_factor(op, ranks) : 0;
-          row.push_back(number_cell(secs * 1e6, 2));
-          row.push_back(number_cell(busbw, 2));
+          row.push_back(number_cell(m.mean() * 1e6, 2));
+          row.push_back(number_cell(busbw_gbs(op, size, m.mean(), ranks), 2));
           wrong += m.wrong_total();
-          return secs;
         };
         for (int k : kinds) add(shared.results[key_of(op, size, kKindNames[k], in_place)]);
         if (o.auto_kind) {
@@ -361,13 +362,10 @@ void run_coll(const CollOptions& o, Report& report) {
       double sum = 0, peak = 0;
       std::size_t peak_size = 0;
       int samples = 0;
-      for (std::size_t bytes : sizes) {
-        const std::size_t count = count_for(op, bytes, ranks);
-        if (count == 0) continue;
-        const std::size_t size = size_for(op, count, ranks);
+      for (const Point& point : points_for(op, sizes, ranks)) {
+        const std::size_t size = point.size;
         for (bool in_place : {false, true}) {
-          const double secs = shared.results[key_of(op, size, name, in_place)].mean();
-          const double busbw = secs > 0 ? static_cast<double>(size) / secs / 1e9 * busbw_factor(op, ranks) : 0;
+          const double busbw = busbw_gbs(op, size, shared.results[key_of(op, size, name, in_place)].mean(), ranks);
           sum += busbw;
           ++samples;
           if (busbw > peak) peak = busbw, peak_size = size;
@@ -386,10 +384,8 @@ void run_coll(const CollOptions& o, Report& report) {
       auto flush = [&] {
         if (current >= 0) line += std::string(" ") + kKindNames[current] + " " + format_bytes(from) + (from == last ? "" : ".." + format_bytes(last)) + ";";
       };
-      for (std::size_t bytes : sizes) {
-        const std::size_t count = count_for(op, bytes, ranks);
-        if (count == 0) continue;
-        const std::size_t size = size_for(op, count, ranks);
+      for (const Point& point : points_for(op, sizes, ranks)) {
+        const std::size_t size = point.size;
         const int k = auto_choice[op + "/" + std::to_string(size)];
         if (k != current) {
           flush();
