@@ -4,25 +4,42 @@
 /// window registration and a small all-gather for agreement. Implemented by NcclCommunicator
 /// (a caller-owned ncclComm_t) and LoopbackCommunicator (threads as ranks, for the simulator).
 ///
-/// Contract: register_window, deregister_window and all_gather are collective: every rank of the
-/// communicator makes the same calls in the same order. Implementations report failures as
+/// Contract: register_window, deregister_window and start_all_gather are collective: every rank of
+/// the communicator makes the same calls in the same order. Implementations report failures as
 /// RegistrationError (registration refused) or AgreementError (a collective that did not complete
-/// or did not match), naming the communicator; they never hang without bound.
+/// or did not match), naming the communicator; they never hang without bound. A collective that
+/// timed out leaves the communicator broken: every later collective call throws AgreementError at
+/// once (its owner must abort it; the registry then forgets it).
 
 #include <ncclpool/export.hpp>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace ncclpool {
 
-/// A fixed-size record exchanged at agreement points (64 bytes, so one all-gather suffices).
+/// A fixed-size record exchanged at agreement points (128 bytes, so one all-gather suffices).
 struct AgreementRecord {
-  std::array<std::uint64_t, 8> words{};
+  static constexpr std::size_t kWords = 16;
+  std::array<std::uint64_t, kWords> words{};
   friend bool operator==(const AgreementRecord&, const AgreementRecord&) = default;
+};
+
+/// An all-gather that was started and whose result has not been read yet. Destroying it without
+/// wait() abandons the result (the collective still completes on the device).
+class NCCLPOOL_API PendingGather {
+ public:
+  virtual ~PendingGather() = default;
+  /// True once wait() would return without waiting. Never blocks, never throws.
+  [[nodiscard]] virtual bool ready() = 0;
+  /// Every rank's record, indexed by rank. Waits until the deadline (the communicator's timeout,
+  /// counted from the start of the all-gather). @throws AgreementError (timeout, asynchronous NCCL
+  /// error: the communicator is broken from then on), BackendError.
+  [[nodiscard]] virtual std::vector<AgreementRecord> wait() = 0;
 };
 
 class NCCLPOOL_API Communicator {
@@ -45,8 +62,14 @@ class NCCLPOOL_API Communicator {
   [[nodiscard]] virtual void* register_window(void* base, std::size_t size) = 0;
   /// Collective window deregistration.
   virtual void deregister_window(void* window) = 0;
-  /// Collective: every rank's record, indexed by rank.
-  [[nodiscard]] virtual std::vector<AgreementRecord> all_gather(const AgreementRecord& mine) = 0;
+  /// Collective, asynchronous: enqueues an all-gather of `mine` and returns at once (no host wait),
+  /// so a rank with nothing to register still joins every agreement for a few microseconds.
+  [[nodiscard]] virtual std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) = 0;
+  /// Collective, blocking: every rank's record, indexed by rank.
+  [[nodiscard]] std::vector<AgreementRecord> all_gather(const AgreementRecord& mine) { return start_all_gather(mine)->wait(); }
+  /// True after a collective of this communicator timed out or failed asynchronously: it must be
+  /// aborted by its owner, and no collective is started on it any more.
+  [[nodiscard]] virtual bool broken() const { return false; }
 };
 
 }  // namespace ncclpool

@@ -6,6 +6,11 @@
 /// sizes) fail on every rank; a rank that never comes makes the others fail after the group timeout,
 /// naming the missing ranks. A group whose collective failed that way is broken for good (as a real
 /// communicator would need an abort), and says so. Fault injection: the k-th call of a kind fails.
+///
+/// LoopbackMatching::nccl makes the group as unforgiving as NCCL: calls pair by position whatever
+/// they are, so a skipped or reordered collective silently pairs with the next one (an all-gather
+/// that met another call returns garbage; a window registration succeeds whatever the sizes). Only a
+/// rank that never comes is noticed, by the timeout. CPU tests use it to see what a GPU would hide.
 
 #include <ncclpool/communicator.hpp>
 #include <ncclpool/export.hpp>
@@ -24,13 +29,21 @@ class LoopbackState;
 /// Operations whose k-th call can be made to fail.
 enum class LoopbackOp : int { register_local = 0, deregister_local = 1, register_window = 2, deregister_window = 3 };
 
+/// How a group matches the calls of its ranks (see the file comment).
+enum class LoopbackMatching : int {
+  strict = 0,  ///< every rank must make the same call; a mismatch fails the call on every rank
+  nccl = 1,    ///< calls pair by position, unchecked, as on real NCCL
+};
+
 /// Shared state of one simulated communicator (one "group" of ranks).
 class NCCLPOOL_API LoopbackGroup {
  public:
   /// @param name   used in messages ("world", "dp", ...)
   /// @param size   number of ranks
   /// @param timeout how long a collective waits for the other ranks before failing
-  LoopbackGroup(std::string name, int size, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  /// @param matching strict (default) or nccl-like pairing
+  LoopbackGroup(std::string name, int size, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                LoopbackMatching matching = LoopbackMatching::strict);
   ~LoopbackGroup();
   LoopbackGroup(const LoopbackGroup&) = delete;
   LoopbackGroup& operator=(const LoopbackGroup&) = delete;
@@ -43,6 +56,8 @@ class NCCLPOOL_API LoopbackGroup {
   /// Live registrations (local handles + windows) over all ranks: returns to 0 when all is released.
   [[nodiscard]] std::int64_t live_registrations() const;
   [[nodiscard]] std::uint64_t collective_calls() const;
+  /// A collective timed out: every later collective call fails at once.
+  [[nodiscard]] bool broken() const;
 
   detail::LoopbackState& state() noexcept { return *state_; }
 
@@ -64,7 +79,11 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   void deregister_local(void* handle) override;
   [[nodiscard]] void* register_window(void* base, std::size_t size) override;
   void deregister_window(void* window) override;
-  [[nodiscard]] std::vector<AgreementRecord> all_gather(const AgreementRecord& mine) override;
+  [[nodiscard]] std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override;
+  [[nodiscard]] bool broken() const override;
+  /// Stands in for an application collective on this communicator (an all_reduce): blocks until every
+  /// rank made its call in this position; `argument` is what strict matching compares.
+  void user_collective(std::uint64_t argument = 0);
 
  private:
   std::shared_ptr<LoopbackGroup> group_;

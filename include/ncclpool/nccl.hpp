@@ -27,12 +27,15 @@ struct NcclInfo {
 NCCLPOOL_API NcclInfo nccl_info();
 
 struct NcclCommunicatorOptions {
-  /// How long an agreement all-gather may take before AgreementError (the communicator must then
-  /// be aborted by its owner). NCCLPOOL_AGREEMENT_TIMEOUT_S overrides the default.
+  /// How long an agreement all-gather may take, from its start, before AgreementError (the
+  /// communicator is then broken and must be aborted by its owner). NCCLPOOL_AGREEMENT_TIMEOUT_S
+  /// (seconds, > 0; anything else is InvalidArgument) overrides it.
   std::chrono::milliseconds agreement_timeout = std::chrono::seconds(60);
 };
 
 /// @brief Wraps a caller-owned ncclComm_t (passed as void*). ncclpool never creates or destroys it.
+/// Blocking and non-blocking (ncclInProgress) communicators both work. Destroying the wrapper never
+/// waits for the device.
 /// @throws Unsupported (no NCCL), BackendError (NCCL refused a query).
 NCCLPOOL_API std::shared_ptr<Communicator> make_nccl_communicator(void* nccl_comm, NcclCommunicatorOptions options = {});
 

@@ -111,13 +111,16 @@ typedef struct ncclpool_pool_options {
   int deterministic;         /* 1: timing never steers placement (required for symmetric); -1 = auto
                                 (on when default_registration is symmetric) */
   size_t sim_capacity;       /* SIM only: simulated device memory; 0 = 64 GiB */
+  int check;                 /* check mode (docs/registry.md): 0 off, 1 layout, 2 collectives;
+                                -1 = $NCCLPOOL_CHECK (off|layout|collectives or 0|1|2), else off */
 } ncclpool_pool_options_t;
 
 /* Fills *options with the defaults above (device 0, AUTO source, local registration). */
 NCCLPOOL_C_API void ncclpool_pool_options_init(ncclpool_pool_options_t* options);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, ncclpool_pool_t* pool);
 /* Detaches local communicators and releases every segment. Refused (INVALID_STATE) while blocks are
- * live or a symmetric communicator is attached (detach or forget it first). */
+ * live, a scope of the pool is open in any thread, or a symmetric communicator is attached (detach or
+ * forget it first). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool);
 /* The options the pool runs with (source resolved, defaults filled in; name points into the pool). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_options_t* options);
@@ -125,8 +128,11 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool,
 NCCLPOOL_C_API const char* ncclpool_pool_source_description(ncclpool_pool_t pool);
 
 NCCLPOOL_C_API ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream, void** ptr);
-/* Frees a block last used on `stream` (reusable there at once, elsewhere behind an event). */
+/* Frees a block last used on `stream` (reusable there at once, elsewhere behind an event). NULL is the
+ * legacy default stream, as in CUDA. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream);
+/* Frees a block last used on the stream it was allocated on. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes);
 /* Releases empty segments (collectively over symmetric communicators, which must all call it). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* released_bytes);
@@ -159,8 +165,17 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm);
 /* Drops comm's registrations without calling NCCL (the communicator was destroyed or aborted) and
  * frees the handle. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_forget(ncclpool_comm_t comm);
-/* Registers every pending window, after agreement (collective over communicators with pending work). */
+/* An agreement point: registers every pending window after agreement. Collective over every attached
+ * symmetric communicator on every call (a rank with nothing pending joins without waiting and learns
+ * of a mismatch later: at its next agreement point, ncclpool_poll or scope begin). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool);
+/* Checks earlier agreements whose results arrived; AGREEMENT_ERROR names one that differed. Never
+ * waits, nothing collective. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool);
+/* Collective over comm's communicator: proves that `buffers` (one collective's, same order on every
+ * rank) sit at the same offset of the same symmetric window on every rank, or in none (check mode 2
+ * calls it before every collective of ncclpool.torch). AGREEMENT_ERROR names ranks and offsets. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* const* buffers, size_t count);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending);
 
 typedef struct {
@@ -169,6 +184,8 @@ typedef struct {
   uint64_t registrations, deregistrations, registered_segments, bytes_registered;
   double registration_seconds;       /* time in register/deregister calls and agreements */
   uint64_t pending, agreements, errors;
+  uint64_t agreements_waited;        /* agreements this rank waited for (it had something to register) */
+  uint64_t agreements_in_flight;     /* started, not checked yet */
 } ncclpool_comm_stats_t;
 NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* stats);
 /* The window (or local registration handle) of the segment holding ptr, NULL if none. */
@@ -206,6 +223,12 @@ NCCLPOOL_C_API uint64_t ncclpool_torch_failures(void);
 /* ---- Simulator (CPU tests): a group of ranks that are threads of this process ---- */
 typedef struct ncclpool_sim_group_s* ncclpool_sim_group_t;
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_create(const char* name, int size, int timeout_ms, ncclpool_sim_group_t* group);
+/* Same, with matching 0 = strict (mismatched calls fail on every rank) or 1 = nccl (calls pair by
+ * position unchecked, as on real NCCL: a skipped collective pairs with the next one). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_create_matching(const char* name, int size, int timeout_ms, int matching, ncclpool_sim_group_t* group);
+/* Stands in for an application collective on rank `rank` of the group (blocks until every rank made
+ * its call in this position). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_user_collective(ncclpool_comm_t comm, uint64_t argument);
 /* Drops the handle; communicators attached from the group keep its state alive until detached. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_destroy(ncclpool_sim_group_t group);
 /* Attaches rank `rank` of the group (the simulated counterpart of ncclpool_attach_nccl). */

@@ -114,6 +114,14 @@ class NCCLPOOL_API Pool {
   [[nodiscard]] std::vector<SegmentInfo> segments() const;
   /// @brief Segments with no live block, in creation order (what trim() would release).
   [[nodiscard]] std::vector<SegmentInfo> empty_segments() const;
+  /// @brief Takes every empty segment out of use (no allocation can land in it) and returns them in
+  /// creation order: the first half of a release that ranks agree on before it happens.
+  std::vector<SegmentInfo> withhold_empty_segments();
+  /// @brief Ends a withholding: with `release`, frees every withheld segment (observers are told, not
+  /// asked: the caller agreed with them) and returns the bytes; else puts them back into use.
+  std::size_t release_withheld(bool release);
+  /// @brief Every live block, by segment creation order then offset (check mode compares these).
+  [[nodiscard]] std::vector<BlockLocation> live_blocks() const;
   /// @brief The segment containing ptr, in O(log segments).
   [[nodiscard]] std::optional<SegmentInfo> segment_of(const void* ptr) const;
   /// @brief Segment sequence and offset of the live block that starts at ptr.

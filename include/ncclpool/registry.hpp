@@ -6,22 +6,31 @@
 ///   later segments are registered as the pool creates them (inside the allocation that grew the pool).
 /// * attach(comm, symmetric): collective. Agrees with the other ranks, then registers every existing
 ///   segment as a window (creation order). Later segments are *pending* until commit().
-/// * commit(): collective over each symmetric communicator with pending segments: all-gathers (count,
-///   bytes, digest of the creation sequence) and registers pending windows in creation order, or
-///   throws AgreementError naming the ranks that differ and registers nothing. Refused (InvalidState)
-///   while a stream of the pool's device captures a CUDA graph; local registrations that fell into a
+/// * commit(): an agreement point. Collective over every attached symmetric communicator, whether or
+///   not this rank has anything pending: each rank all-gathers a record (pool, agreement number,
+///   count, bytes, digest of the pending segments). A rank with pending windows waits for the
+///   records, registers when every rank brought the same, else throws AgreementError naming the
+///   ranks that differ. A rank with nothing pending only enqueues its part (a few microseconds, no
+///   host wait) and checks the outcome later: at its next agreement point, poll() or scope begin, at
+///   the latest once the agreement timeout passed. So every mismatch ends in an error on every rank.
+///   Skipped (nothing collective) while a stream of the pool's device captures a CUDA graph; with
+///   something pending it is refused then (InvalidState). Local registrations that fell into a
 ///   capture are pending too and are made by the next commit().
 /// * Segments with windows (or pending windows) are kept by trim and OOM release; Registry::trim()
 ///   releases them collectively. Local registrations are removed before a segment is freed.
 /// * detach(comm): removes all of comm's registrations (collectively for windows, after agreement).
 ///   forget(comm): drops comm's handles without calling it (aborted or destroyed communicator).
-/// * Steady state costs nothing: allocation with no growth never enters the registry; commit() with
-///   nothing pending is O(1).
+/// * Steady state costs little: allocation with no growth never enters the registry; commit() with
+///   nothing pending is O(1) without symmetric communicators, and one enqueued all-gather per
+///   symmetric communicator with them.
+/// * Check mode (RegistryOptions::check, NCCLPOOL_CHECK) proves more at each agreement point, at the
+///   price of a host wait there: see CheckLevel.
 
 #include <ncclpool/communicator.hpp>
 #include <ncclpool/export.hpp>
 #include <ncclpool/pool.hpp>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +44,24 @@ enum class RegistrationKind : int {
 };
 NCCLPOOL_API const char* to_string(RegistrationKind kind) noexcept;
 
+/// How much ranks prove to each other (docs/registry.md, "Check mode").
+enum class CheckLevel : int {
+  off = 0,          ///< agreements compare what is about to be registered (always on)
+  layout = 1,       ///< also, at every agreement point every rank waits for the records and the live
+                    ///< blocks of the pool must sit at the same (segment, offset, size) on every rank
+  collectives = 2,  ///< also, ncclpool.torch checks the buffers of every collective on a group with
+                    ///< windows (verify_symmetric_buffers); C++ callers call that function themselves
+};
+NCCLPOOL_API const char* to_string(CheckLevel level) noexcept;
+/// NCCLPOOL_CHECK: off|layout|collectives or 0|1|2; unset or empty = off.
+/// @throws InvalidArgument naming the variable on any other value.
+NCCLPOOL_API CheckLevel check_level_from_env();
+
+struct RegistryOptions {
+  /// Check level; std::nullopt = check_level_from_env().
+  std::optional<CheckLevel> check;
+};
+
 /// Per-communicator counters.
 struct CommunicatorStats {
   RegistrationKind kind = RegistrationKind::local;
@@ -44,7 +71,9 @@ struct CommunicatorStats {
   std::size_t bytes_registered = 0;     ///< now
   double registration_seconds = 0;      ///< time spent in register/deregister calls and agreements
   std::size_t pending = 0;              ///< segments waiting for commit()
-  std::uint64_t agreements = 0;         ///< all-gathers made for this communicator
+  std::uint64_t agreements = 0;         ///< all-gathers started for this communicator
+  std::uint64_t agreements_waited = 0;  ///< of which this rank waited for (it had something to do)
+  std::size_t agreements_in_flight = 0; ///< started, result not checked yet (nothing pending then)
   std::uint64_t errors = 0;             ///< failed register/deregister calls
 };
 
@@ -68,7 +97,8 @@ class RegistryImpl;
 class NCCLPOOL_API Registry {
  public:
   /// Observes `pool` from now on (existing segments included). The registry keeps the pool alive.
-  explicit Registry(std::shared_ptr<Pool> pool);
+  /// @throws InvalidArgument (null pool, bad NCCLPOOL_CHECK).
+  explicit Registry(std::shared_ptr<Pool> pool, RegistryOptions options = {});
   /// Deregisters local registrations. Never collective: symmetric communicators still attached are
   /// forgotten (reported on stderr); detach them first.
   ~Registry();
@@ -83,10 +113,17 @@ class NCCLPOOL_API Registry {
   void detach(const Communicator& comm);
   /// Drops comm's handles without calling it. @throws InvalidArgument if comm is not attached.
   void forget(const Communicator& comm);
-  /// Registers everything pending. @throws InvalidState (graph capture), AgreementError, RegistrationError.
+  /// An agreement point (see the file comment): registers everything pending.
+  /// @throws InvalidState (graph capture with something pending), AgreementError (now, or for an
+  /// earlier agreement point of this rank found to have differed), RegistrationError.
   void commit();
-  /// Collectively (over the symmetric communicators) releases the empty segments every rank agrees
-  /// on, then trims the pool. Returns the bytes released on this rank.
+  /// Checks agreements of earlier agreement points whose results arrived (never waits, nothing
+  /// collective). @throws AgreementError for the oldest one that differed.
+  void poll();
+  /// Collectively (over the symmetric communicators) releases the empty segments. The empty segments
+  /// are withheld from allocation first, so no thread can reuse one between the agreement and the
+  /// release; if ranks differ, nothing is released anywhere and they return to use. Returns the
+  /// bytes released on this rank. @throws AgreementError, InvalidState (graph capture).
   std::size_t trim();
 
   [[nodiscard]] std::optional<SegmentRegistrations> lookup(const void* ptr) const;
@@ -95,6 +132,9 @@ class NCCLPOOL_API Registry {
   [[nodiscard]] CommunicatorStats stats(const Communicator& comm) const;
   [[nodiscard]] std::size_t pending() const;
   [[nodiscard]] std::size_t attached() const;
+  [[nodiscard]] CheckLevel check_level() const noexcept;
+  /// Open Scopes on this registry (all threads). Destroying a registry with open scopes is a bug.
+  [[nodiscard]] int open_scopes() const noexcept;
   /// Each live segment registered exactly once with each attached communicator (or pending), no
   /// handle without a segment, counters match. @throws InvariantViolation.
   void check_invariants() const;
@@ -103,13 +143,17 @@ class NCCLPOOL_API Registry {
   [[nodiscard]] const std::shared_ptr<Pool>& shared_pool() const noexcept;
 
  private:
+  friend class Scope;
+  std::atomic<int>& impl_open_scopes() noexcept;
   std::unique_ptr<detail::RegistryImpl> impl_;
 };
 
 /// @brief Routes this thread's allocations to a registry's pool (see current_scope()) and commits on
 /// close(). Nothing collective runs in the destructor: a scope destroyed without close() only pops.
+/// The registry must outlive its open scopes (destroying it first aborts the process with a message).
 class NCCLPOOL_API Scope {
  public:
+  /// Checks earlier agreements first (Registry::poll). @throws AgreementError (no scope is opened).
   explicit Scope(Registry& registry);
   ~Scope();
   Scope(const Scope&) = delete;
@@ -119,6 +163,7 @@ class NCCLPOOL_API Scope {
   [[nodiscard]] Registry& registry() noexcept { return *registry_; }
 
  private:
+  void leave() noexcept;
   Registry* registry_;
   Scope* previous_;
   bool open_ = true;
@@ -126,5 +171,13 @@ class NCCLPOOL_API Scope {
 
 /// The innermost open scope of the calling thread, or nullptr.
 NCCLPOOL_API Scope* current_scope() noexcept;
+
+/// @brief Proves that the buffers of one collective sit at the same place in the same symmetric
+/// windows of `comm` on every rank (or in none), as a symmetric kernel needs: else it reads a peer's
+/// memory at the wrong offset and the result is wrong without any error. Collective over comm: call it
+/// on every rank right before the collective, with its buffers in the same order (send, receive).
+/// Windows of every registry in the process count. A host wait; for check mode and tests.
+/// @throws AgreementError naming the ranks, windows and offsets that differ.
+NCCLPOOL_API void verify_symmetric_buffers(Communicator& comm, const std::vector<const void*>& buffers);
 
 }  // namespace ncclpool

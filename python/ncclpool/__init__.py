@@ -66,6 +66,29 @@ def _kind(kind) -> int:
     return REGISTRATIONS[kind]
 
 
+CHECK_LEVELS = {None: -1, "off": 0, "layout": 1, "collectives": 2, 0: 0, 1: 1, 2: 2}
+_CHECK_NAMES = {0: "off", 1: "layout", 2: "collectives"}
+_SIZE_MAX = 2**64 - 1
+
+
+def _size(value, what: str, *, allow_zero: bool = True) -> c_size_t:
+    """A size_t from a Python int, refusing what ctypes would wrap silently (2**64 + 1024 -> 1024)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0 or value > _SIZE_MAX:
+        raise (SizeTooLarge if value > _SIZE_MAX else InvalidArgument)(
+            f"{what} = {value} is outside 0 .. 2**64 - 1")
+    if value == 0 and not allow_zero:
+        raise InvalidArgument(f"{what} must be positive")
+    return c_size_t(value)
+
+
+def _check_level(check) -> int:
+    if check not in CHECK_LEVELS:
+        raise InvalidArgument(f"check {check!r} is not one of None (NCCLPOOL_CHECK), 'off', 'layout', 'collectives', 0, 1, 2")
+    return CHECK_LEVELS[check]
+
+
 def _stream(stream) -> c_void_p:
     """Accepts an int handle, None (default stream) or anything with ``cuda_stream`` (torch.cuda.Stream)."""
     if stream is None:
@@ -85,13 +108,15 @@ class Pool:
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.
-        name: used in every message and report about the pool.
+        name: used in every message and report about the pool. Symmetric pools are matched across
+            ranks by name and attach order: give a pool the same name on every rank.
         sim_capacity: simulated device memory for 'sim' (0: 64 GiB).
+        check: check mode (docs/registry.md): None ($NCCLPOOL_CHECK), 'off', 'layout', 'collectives'.
     """
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
                  alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
-                 name: str = "ncclpool", sim_capacity: int = 0):
+                 name: str = "ncclpool", sim_capacity: int = 0, check=None):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
         if registration not in ("local", "symmetric"):
@@ -103,11 +128,12 @@ class Pool:
         options.device = device
         options.source = SOURCES[source]
         options.default_registration = REGISTRATIONS[registration]
-        options.growth_chunk = growth_chunk
-        options.alignment = alignment
-        options.max_reserved = max_reserved
+        options.growth_chunk = _size(growth_chunk, "growth_chunk")
+        options.alignment = _size(alignment, "alignment")
+        options.max_reserved = _size(max_reserved, "max_reserved")
         options.deterministic = -1 if deterministic is None else int(bool(deterministic))
-        options.sim_capacity = sim_capacity
+        options.sim_capacity = _size(sim_capacity, "sim_capacity")
+        options.check = _check_level(check)
         handle = c_void_p()
         call("ncclpool_pool_create", byref(options), byref(handle))
         self._handle = handle
@@ -121,6 +147,7 @@ class Pool:
         self.growth_chunk = resolved.growth_chunk
         self.alignment = resolved.alignment
         self.deterministic = bool(resolved.deterministic)
+        self.check_level = _CHECK_NAMES[resolved.check]
         self.source_description = lib.ncclpool_pool_source_description(handle).decode()
 
     # -- lifetime --
@@ -131,7 +158,8 @@ class Pool:
         return self._handle
 
     def close(self) -> None:
-        """Destroys the pool. Refused while blocks are live or a symmetric communicator is attached."""
+        """Destroys the pool. Refused (InvalidState) while blocks are live, a scope of the pool is open,
+        or a symmetric communicator is attached."""
         if self._handle is not None:
             call("ncclpool_pool_destroy", self._handle)
             self._handle = None
@@ -157,15 +185,19 @@ class Pool:
     def alloc(self, size: int, stream=None) -> int:
         """Allocates `size` bytes ordered on `stream`; returns the address."""
         ptr = c_void_p()
-        call("ncclpool_alloc", self.handle, c_size_t(size), _stream(stream), byref(ptr))
+        call("ncclpool_alloc", self.handle, _size(size, "size"), _stream(stream), byref(ptr))
         return ptr.value
 
     def free(self, ptr: int, stream=None) -> None:
-        call("ncclpool_free", self.handle, c_void_p(ptr), _stream(stream))
+        """Frees a block. `stream`: where it was last used; None = the stream it was allocated on."""
+        if stream is None:
+            call("ncclpool_free_on_alloc_stream", self.handle, c_void_p(ptr))
+        else:
+            call("ncclpool_free", self.handle, c_void_p(ptr), _stream(stream))
 
     def reserve(self, size: int) -> None:
         """Grows the pool now so that at least `size` bytes are reserved."""
-        call("ncclpool_reserve", self.handle, c_size_t(size))
+        call("ncclpool_reserve", self.handle, _size(size, "size"))
 
     def trim(self) -> int:
         """Releases empty segments (collective over symmetric communicators); returns bytes released."""
@@ -200,8 +232,13 @@ class Pool:
         return list(self._comms)
 
     def commit(self) -> None:
-        """Registers pending windows after agreement across ranks (collective)."""
+        """An agreement point: registers pending windows after agreement across ranks. Collective over
+        every symmetric communicator, on every rank, pending or not."""
         call("ncclpool_commit", self.handle)
+
+    def poll(self) -> None:
+        """Raises AgreementError for an earlier agreement point found to have differed (never waits)."""
+        call("ncclpool_poll", self.handle)
 
     @property
     def pending(self) -> int:
@@ -283,6 +320,16 @@ class Communicator:
         out["kind"] = _KIND_NAMES.get(out["kind"], str(out["kind"]))
         return out
 
+    def verify_buffers(self, *ptrs: int) -> None:
+        """Collective: proves that the buffers of one collective sit at the same offset of the same
+        symmetric window on every rank (or in none); AgreementError names ranks and offsets."""
+        array = (c_void_p * max(1, len(ptrs)))(*ptrs)
+        call("ncclpool_verify_buffers", self.handle, array, c_size_t(len(ptrs)))
+
+    def sim_user_collective(self, argument: int = 0) -> None:
+        """Simulator only: stands in for an application collective on this communicator."""
+        call("ncclpool_sim_user_collective", self.handle, c_uint64(argument))
+
     def handle_of(self, ptr: int) -> int | None:
         """The window (or local registration handle) covering ptr, None if there is none."""
         out = c_void_p()
@@ -295,11 +342,17 @@ class Communicator:
 
 class SimGroup:
     """Simulated communicator: `size` ranks that are threads of this process (collectives block until
-    every rank made the matching call, or fail after `timeout_ms`)."""
+    every rank made its call, or fail after `timeout_ms`). matching='strict' fails mismatched calls on
+    every rank; 'nccl' pairs calls by position unchecked, as NCCL does."""
 
-    def __init__(self, name: str, size: int, timeout_ms: int = 5000):
+
+    MATCHING = {"strict": 0, "nccl": 1}
+
+    def __init__(self, name: str, size: int, timeout_ms: int = 5000, matching: str = "strict"):
+        if matching not in self.MATCHING:
+            raise InvalidArgument(f"matching {matching!r} is not 'strict' or 'nccl'")
         handle = c_void_p()
-        call("ncclpool_sim_group_create", name.encode(), size, timeout_ms, byref(handle))
+        call("ncclpool_sim_group_create_matching", name.encode(), size, timeout_ms, self.MATCHING[matching], byref(handle))
         self._handle = handle
         self.name = name
         self.size = size

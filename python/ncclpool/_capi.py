@@ -31,6 +31,7 @@ class PoolOptions(ctypes.Structure):
         ("max_reserved", c_size_t),
         ("deterministic", c_int),
         ("sim_capacity", c_size_t),
+        ("check", c_int),
     ]
 
 
@@ -66,7 +67,8 @@ class CommStats(ctypes.Structure):
         ("kind", c_int), ("rank", c_int), ("size", c_int), ("device", c_int),
         ("registrations", c_uint64), ("deregistrations", c_uint64), ("registered_segments", c_uint64),
         ("bytes_registered", c_uint64), ("registration_seconds", c_double), ("pending", c_uint64),
-        ("agreements", c_uint64), ("errors", c_uint64),
+        ("agreements", c_uint64), ("errors", c_uint64), ("agreements_waited", c_uint64),
+        ("agreements_in_flight", c_uint64),
     ]
 
 
@@ -92,6 +94,7 @@ _PROTOTYPES = {
     "ncclpool_pool_source_description": (c_char_p, [_P]),
     "ncclpool_alloc": (_Status, [_P, c_size_t, _P, POINTER(_P)]),
     "ncclpool_free": (_Status, [_P, _P, _P]),
+    "ncclpool_free_on_alloc_stream": (_Status, [_P, _P]),
     "ncclpool_reserve": (_Status, [_P, c_size_t]),
     "ncclpool_trim": (_Status, [_P, POINTER(c_size_t)]),
     "ncclpool_check": (_Status, [_P]),
@@ -102,6 +105,8 @@ _PROTOTYPES = {
     "ncclpool_forget": (_Status, [_P]),
     "ncclpool_commit": (_Status, [_P]),
     "ncclpool_pending": (_Status, [_P, POINTER(c_size_t)]),
+    "ncclpool_poll": (_Status, [_P]),
+    "ncclpool_verify_buffers": (_Status, [_P, POINTER(_P), c_size_t]),
     "ncclpool_comm_stats": (_Status, [_P, POINTER(CommStats)]),
     "ncclpool_comm_handle_of": (_Status, [_P, _P, POINTER(_P)]),
     "ncclpool_scope_begin": (_Status, [_P]),
@@ -114,6 +119,8 @@ _PROTOTYPES = {
     "ncclpool_torch_unbind": (_Status, [_P]),
     "ncclpool_torch_failures": (c_uint64, []),
     "ncclpool_sim_group_create": (_Status, [c_char_p, c_int, c_int, POINTER(_P)]),
+    "ncclpool_sim_group_create_matching": (_Status, [c_char_p, c_int, c_int, c_int, POINTER(_P)]),
+    "ncclpool_sim_user_collective": (_Status, [_P, c_uint64]),
     "ncclpool_sim_group_destroy": (_Status, [_P]),
     "ncclpool_sim_group_live_registrations": (_Status, [_P, POINTER(c_uint64)]),
     "ncclpool_sim_group_inject_failure": (_Status, [_P, c_int, c_int, c_int]),

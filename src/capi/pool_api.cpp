@@ -46,6 +46,8 @@ ncclpool_pool_options_t resolve(const ncclpool_pool_options_t& in) {
   if (symmetric && out.deterministic == 0)
     throw InvalidArgument(who + ": a pool whose default registration is symmetric must be deterministic (set deterministic = 1 or -1)");
   if (out.device < 0) throw InvalidArgument(who + ": device " + std::to_string(out.device) + " is negative");
+  if (out.check < -1 || out.check > 2) throw InvalidArgument(who + ": check " + std::to_string(out.check) + " is not -1 (environment), 0, 1 or 2");
+  if (out.check == -1) out.check = static_cast<int>(check_level_from_env());
   return out;
 }
 
@@ -99,6 +101,7 @@ std::string full_json(ncclpool_pool_s& p) {
   out << "{\"name\":" << json_string(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_string(p.pool->source_properties().description)
       << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
+      << ",\"check\":\"" << to_string(p.registry->check_level()) << "\""
       << ",\"stats\":" << p.pool->stats_json() << ",\"pending_registrations\":" << p.registry->pending() << ",\"communicators\":[";
   std::lock_guard lock(p.comms_mutex);
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
@@ -108,7 +111,9 @@ std::string full_json(ncclpool_pool_s& p) {
         << "\",\"rank\":" << c.comm->rank() << ",\"size\":" << c.comm->size() << ",\"registrations\":" << s.registrations
         << ",\"deregistrations\":" << s.deregistrations << ",\"registered_segments\":" << s.registered_segments
         << ",\"bytes_registered\":" << s.bytes_registered << ",\"registration_seconds\":" << s.registration_seconds
-        << ",\"pending\":" << s.pending << ",\"agreements\":" << s.agreements << ",\"errors\":" << s.errors << "}";
+        << ",\"pending\":" << s.pending << ",\"agreements\":" << s.agreements
+        << ",\"agreements_waited\":" << s.agreements_waited << ",\"agreements_in_flight\":" << s.agreements_in_flight
+        << ",\"errors\":" << s.errors << "}";
   }
   out << "]}";
   return out.str();
@@ -132,6 +137,7 @@ void ncclpool_pool_options_init(ncclpool_pool_options_t* options) {
   options->source = NCCLPOOL_SOURCE_AUTO;
   options->default_registration = NCCLPOOL_REGISTRATION_LOCAL;
   options->deterministic = -1;
+  options->check = -1;
 }
 
 ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, ncclpool_pool_t* out) {
@@ -153,7 +159,7 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
     config.max_reserved = handle->options.max_reserved;
     config.deterministic = handle->options.deterministic == 1;
     handle->pool = std::make_shared<Pool>(capi::make_source(handle->options), config);
-    handle->registry = std::make_unique<Registry>(handle->pool);
+    handle->registry = std::make_unique<Registry>(handle->pool, RegistryOptions{static_cast<CheckLevel>(handle->options.check)});
     capi::register_pool(handle.get());
     *out = handle.release();
   });
@@ -162,6 +168,9 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
 ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
   return guarded("ncclpool_pool_destroy", [&] {
     require(pool, "pool");
+    if (const int open = pool->registry->open_scopes(); open != 0)
+      throw InvalidState("pool '" + pool->name + "': " + std::to_string(open) +
+                         " scope(s) of this pool are still open (ncclpool_scope_begin, Pool.scope, ncclpool.torch contexts): end them first");
     const PoolStats stats = pool->pool->stats();
     if (stats.active_allocations != 0)
       throw InvalidState("pool '" + pool->name + "': " + std::to_string(stats.active_allocations) + " allocations (" +
@@ -203,6 +212,10 @@ ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream
 
 ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream) {
   return guarded("ncclpool_free", [&] { require(pool, "pool")->pool->deallocate(ptr, capi::as_stream(stream)); });
+}
+
+ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr) {
+  return guarded("ncclpool_free_on_alloc_stream", [&] { require(pool, "pool")->pool->deallocate(ptr); });
 }
 
 ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes) {

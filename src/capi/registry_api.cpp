@@ -114,6 +114,18 @@ ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool) {
   return guarded("ncclpool_commit", [&] { require(pool, "pool")->registry->commit(); });
 }
 
+ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool) {
+  return guarded("ncclpool_poll", [&] { require(pool, "pool")->registry->poll(); });
+}
+
+ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* const* buffers, size_t count) {
+  return guarded("ncclpool_verify_buffers", [&] {
+    capi::require_attached(comm, "comm");
+    if (count != 0) require(buffers, "buffers");
+    verify_symmetric_buffers(*comm->comm, std::vector<const void*>(buffers, buffers + count));
+  });
+}
+
 ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending) {
   return guarded("ncclpool_pending", [&] { *require(pending, "pending") = require(pool, "pool")->registry->pending(); });
 }
@@ -125,7 +137,8 @@ ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_
     const CommunicatorStats s = comm->pool->registry->stats(*comm->comm);
     *out = ncclpool_comm_stats_t{static_cast<int>(s.kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
                                  s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
-                                 s.registration_seconds, s.pending, s.agreements, s.errors};
+                                 s.registration_seconds, s.pending, s.agreements, s.errors, s.agreements_waited,
+                                 s.agreements_in_flight};
   });
 }
 

@@ -24,15 +24,30 @@ SimSource& sim_source_of(ncclpool_pool_s& pool, const char* what) {
 
 extern "C" {
 
-ncclpool_status_t ncclpool_sim_group_create(const char* name, int size, int timeout_ms, ncclpool_sim_group_t* out) {
+ncclpool_status_t ncclpool_sim_group_create_matching(const char* name, int size, int timeout_ms, int matching, ncclpool_sim_group_t* out) {
   return guarded("ncclpool_sim_group_create", [&] {
     require(out, "group (output)");
     *out = nullptr;
     if (size < 1) throw InvalidArgument("sim group size " + std::to_string(size) + " must be at least 1");
     if (timeout_ms < 1) throw InvalidArgument("sim group timeout " + std::to_string(timeout_ms) + " ms must be positive");
+    if (matching != 0 && matching != 1) throw InvalidArgument("sim group matching " + std::to_string(matching) + " is not 0 (strict) or 1 (nccl)");
     auto handle = std::make_unique<ncclpool_sim_group_s>();
-    handle->group = std::make_shared<LoopbackGroup>(name ? name : "sim", size, std::chrono::milliseconds(timeout_ms));
+    handle->group = std::make_shared<LoopbackGroup>(name ? name : "sim", size, std::chrono::milliseconds(timeout_ms),
+                                                    static_cast<LoopbackMatching>(matching));
     *out = handle.release();
+  });
+}
+
+ncclpool_status_t ncclpool_sim_group_create(const char* name, int size, int timeout_ms, ncclpool_sim_group_t* out) {
+  return ncclpool_sim_group_create_matching(name, size, timeout_ms, 0, out);
+}
+
+ncclpool_status_t ncclpool_sim_user_collective(ncclpool_comm_t comm, uint64_t argument) {
+  return guarded("ncclpool_sim_user_collective", [&] {
+    require(comm, "comm");
+    auto* loopback = dynamic_cast<LoopbackCommunicator*>(comm->comm.get());
+    if (loopback == nullptr) throw InvalidArgument("ncclpool_sim_user_collective: " + comm->comm->describe() + " is not a sim communicator");
+    loopback->user_collective(argument);
   });
 }
 

@@ -36,6 +36,7 @@ struct Segment {
   std::uint64_t sequence = 0;
   Block* first = nullptr;
   std::size_t live_blocks = 0;
+  bool withheld = false;  // taken out of use for a collective release (Pool::withhold_empty_segments)
 };
 
 // Block objects come from here, never from malloc on the hot path.

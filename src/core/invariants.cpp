@@ -40,8 +40,12 @@ void PoolImpl::check_invariants() const {
       expected_offset += b->size;
       if (b->owner == nullptr) fail(at + ": block has no owner", pool);
       if (b->is_free) {
-        ++free_blocks;
-        if (!b->owner->index.contains(b)) fail(at + ": free block missing from its owner's free index", pool);
+        if (seg->withheld) {
+          if (b->owner->index.contains(b)) fail(at + ": block of a withheld segment is in a free index", pool);
+        } else {
+          ++free_blocks;
+          if (!b->owner->index.contains(b)) fail(at + ": free block missing from its owner's free index", pool);
+        }
         if (live_.find(reinterpret_cast<std::uintptr_t>(seg->base + b->offset)) == b) fail(at + ": free block in the live map", pool);
         if (prev != nullptr && prev->is_free && (prev->owner == b->owner || prev->owner->fresh || b->owner->fresh))
           fail(at + ": adjacent free blocks that should have coalesced", pool);
@@ -55,6 +59,7 @@ void PoolImpl::check_invariants() const {
     }
     if (expected_offset != seg->size) fail(where + ": blocks cover " + std::to_string(expected_offset) + " of " + std::to_string(seg->size) + " bytes", pool);
     if (live_in_segment != seg->live_blocks) fail(where + ": live block count is stale", pool);
+    if (seg->withheld && live_in_segment != 0) fail(where + ": a withheld segment has live blocks", pool);
     live += live_in_segment;
   }
 

@@ -65,6 +65,9 @@ void Pool::add_observer(PoolObserver& observer, bool replay_existing) { impl_->a
 void Pool::remove_observer(PoolObserver& observer) noexcept { impl_->remove_observer(observer); }
 std::vector<SegmentInfo> Pool::segments() const { return impl_->segments(); }
 std::vector<SegmentInfo> Pool::empty_segments() const { return impl_->empty_segments(); }
+std::vector<SegmentInfo> Pool::withhold_empty_segments() { return impl_->withhold_empty_segments(); }
+std::size_t Pool::release_withheld(bool release) { return impl_->release_withheld(release); }
+std::vector<BlockLocation> Pool::live_blocks() const { return impl_->live_blocks(); }
 std::optional<SegmentInfo> Pool::segment_of(const void* ptr) const { return impl_->segment_of(ptr); }
 std::optional<BlockLocation> Pool::locate(const void* ptr) const { return impl_->locate(ptr); }
 void Pool::check_invariants() const { impl_->check_invariants(); }

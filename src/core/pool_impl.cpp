@@ -166,6 +166,7 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
 // Decisions depend on the block layout, never on addresses, so deterministic pools stay in step.
 Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
   for (const auto& segment : segments_) {
+    if (segment->withheld) continue;
     Block* start = nullptr;
     std::size_t run = 0;
     for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
@@ -280,9 +281,20 @@ SegmentAllocation PoolImpl::allocate_segment(std::size_t segment_size, std::size
     }
   }
   ++stats_.oom_count;
+  std::size_t kept_bytes = 0, kept = 0;
+  for (const auto& s : segments_)
+    if (s->live_blocks == 0) {
+      kept_bytes += s->size;
+      ++kept;
+    }
+  std::string hint;
+  if (kept != 0)
+    hint = "; " + std::to_string(kept) + " empty segment(s) of " + format_bytes(kept_bytes) +
+           " are kept because they are registered as windows (or withheld for a release): a collective trim on every rank "
+           "(Registry::trim, ncclpool_trim, Pool.trim) releases them";
   throw OutOfMemory(describe() + ": out of memory allocating " + format_bytes(request) + " (new segment of " +
                     format_bytes(segment_size) + "; reserved " + format_bytes(stats_.reserved_bytes) +
-                    ", allocated " + format_bytes(stats_.allocated_bytes) + "): " + reason);
+                    ", allocated " + format_bytes(stats_.allocated_bytes) + "): " + reason + hint);
 }
 
 // Turns a source allocation into a segment with one fresh block, and tells the observers. If an
@@ -348,7 +360,7 @@ std::size_t PoolImpl::release_empty_segments() {
   // Creation order; collect first, since release_segment edits segments_.
   std::vector<Segment*> empty;
   for (auto& s : segments_)
-    if (s->live_blocks == 0 && observers_allow_release(*s)) empty.push_back(s.get());
+    if (s->live_blocks == 0 && !s->withheld && observers_allow_release(*s)) empty.push_back(s.get());
   for (Segment* s : empty) {
     released += s->size;
     release_segment(s);
@@ -362,7 +374,7 @@ void PoolImpl::release_segment(Segment* segment) {
   for (Block* b = segment->first; b != nullptr;) {
     Block* next = b->phys_next;
     if (b->is_free) {
-      b->owner->index.remove(b);
+      if (!segment->withheld) b->owner->index.remove(b);
       if (!b->owner->fresh) producers.insert(b->owner->id);
     } else {
       // Only on destruction: a live block is dropped with its segment.
@@ -437,6 +449,45 @@ std::vector<SegmentInfo> PoolImpl::empty_segments() const {
   std::vector<SegmentInfo> out;
   for (const auto& s : segments_)
     if (s->live_blocks == 0) out.push_back(info(*s));
+  return out;
+}
+
+std::vector<SegmentInfo> PoolImpl::withhold_empty_segments() {
+  std::lock_guard lock(mutex_);
+  std::vector<SegmentInfo> out;
+  for (const auto& s : segments_) {
+    if (s->live_blocks != 0 || s->withheld) continue;
+    for (Block* b = s->first; b != nullptr; b = b->phys_next) b->owner->index.remove(b);  // all free
+    s->withheld = true;
+    out.push_back(info(*s));
+  }
+  return out;
+}
+
+std::size_t PoolImpl::release_withheld(bool release) {
+  std::lock_guard lock(mutex_);
+  std::vector<Segment*> withheld;
+  for (auto& s : segments_)
+    if (s->withheld) withheld.push_back(s.get());
+  std::size_t released = 0;
+  for (Segment* s : withheld) {
+    if (release) {
+      released += s->size;
+      release_segment(s);
+    } else {
+      s->withheld = false;
+      for (Block* b = s->first; b != nullptr; b = b->phys_next) b->owner->index.insert(b);
+    }
+  }
+  return released;
+}
+
+std::vector<BlockLocation> PoolImpl::live_blocks() const {
+  std::lock_guard lock(mutex_);
+  std::vector<BlockLocation> out;
+  for (const auto& s : segments_)
+    for (const Block* b = s->first; b != nullptr; b = b->phys_next)
+      if (!b->is_free) out.push_back(BlockLocation{s->sequence, b->offset, b->size});
   return out;
 }
 

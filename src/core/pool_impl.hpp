@@ -42,6 +42,9 @@ class PoolImpl {
   void remove_observer(PoolObserver& observer) noexcept;
   std::vector<SegmentInfo> segments() const;
   std::vector<SegmentInfo> empty_segments() const;
+  std::vector<SegmentInfo> withhold_empty_segments();
+  std::size_t release_withheld(bool release);
+  std::vector<BlockLocation> live_blocks() const;
   std::optional<SegmentInfo> segment_of(const void* ptr) const;
   std::optional<BlockLocation> locate(const void* ptr) const;
   void check_invariants() const;

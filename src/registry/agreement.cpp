@@ -1,16 +1,73 @@
-// Agreement records: before anything collective, ranks all-gather (phase, count, bytes, digest) of
-// the segments they are about to register or release. Equal records mean every rank is about to make
-// the same calls in the same order; anything else is reported, naming who differs, instead of hanging.
+// Agreement records: before anything collective, ranks all-gather a record of who they are (pool
+// name, attachment ordinal on the communicator, agreement number) and what they are about to do
+// (phase; count, bytes and digest of the segments), and in check mode where their live blocks sit.
+// Equal records mean every rank is about to make the same calls in the same order; anything else is
+// reported, naming who differs, instead of hanging or pairing one pool's window with another's.
 
 #include "registry_impl.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <sstream>
 
 namespace ncclpool::detail {
 
 namespace {
-constexpr std::uint64_t kMagic = 0x6e63636c706f6f6cull;  // "ncclpool"
+
+class Fnv1a {
+ public:
+  void mix(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      digest_ ^= (v >> (8 * i)) & 0xff;
+      digest_ *= 1099511628211ull;
+    }
+  }
+  [[nodiscard]] std::uint64_t value() const { return digest_; }
+
+ private:
+  std::uint64_t digest_ = 1469598103934665603ull;
+};
+
+std::string name_of(const AgreementRecord& r) {
+  char buf[17] = {};
+  std::memcpy(buf, &r.words[word::name_prefix], 16);
+  return buf;
+}
+
+std::string hex(std::uint64_t v) {
+  std::ostringstream out;
+  out << "0x" << std::hex << v;
+  return out.str();
+}
+
+// "pool 'comm' (attachment #0), commit #5: 1 segment(s), 4194304 bytes, sequences 3..3, digest 0x..."
+std::string describe_record(const AgreementRecord& r) {
+  const auto& w = r.words;
+  if (w[word::magic] != kAgreementMagic)
+    return "not an ncclpool agreement: another collective ran in its place on this communicator (a rank skipped an "
+           "agreement point, made an extra one, or called a collective in between)";
+  std::ostringstream msg;
+  msg << "pool '" << name_of(r) << "' (attachment #" << w[word::ordinal] << "), " << phase_name(static_cast<AgreementPhase>(w[word::phase]))
+      << " #" << w[word::epoch] << ": ";
+  if (w[word::aborting]) msg << "gave up after an earlier error in this operation; ";
+  msg << w[word::count] << " segment(s), " << w[word::bytes] << " bytes";
+  if (w[word::count] != 0) msg << ", sequences " << w[word::first] << ".." << w[word::last] << ", digest " << hex(w[word::digest]);
+  if (w[word::check] != 0) msg << ", check " << to_string(static_cast<CheckLevel>(w[word::check]));
+  if (w[word::check] >= static_cast<std::uint64_t>(CheckLevel::layout))
+    msg << ", " << w[word::live_blocks] << " live block(s) with layout digest " << hex(w[word::layout_digest]);
+  return msg.str();
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << (ranks.size() > 1 ? "ranks " : "rank ");
+  for (std::size_t i = 0; i < ranks.size(); ++i) out << (i ? "," : "") << ranks[i];
+  return out.str();
+}
+
+}  // namespace
 
 const char* phase_name(AgreementPhase phase) {
   switch (phase) {
@@ -18,60 +75,166 @@ const char* phase_name(AgreementPhase phase) {
     case AgreementPhase::commit: return "commit";
     case AgreementPhase::detach: return "detach";
     case AgreementPhase::trim: return "trim";
+    case AgreementPhase::trim_verdict: return "trim verdict";
+    case AgreementPhase::layout_detail: return "layout detail";
+    case AgreementPhase::buffers: return "buffer check";
   }
-  return "?";
+  return "unknown phase";
 }
-}  // namespace
 
-AgreementRecord make_agreement(AgreementPhase phase, const std::vector<std::pair<std::uint64_t, std::size_t>>& segments) {
-  std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over (sequence, size) in order
+AgreementRecord make_agreement(const AgreementInput& in) {
+  Fnv1a segments;
   std::uint64_t bytes = 0;
-  auto mix = [&](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      digest ^= (v >> (8 * i)) & 0xff;
-      digest *= 1099511628211ull;
-    }
-  };
-  for (auto [sequence, size] : segments) {
-    mix(sequence);
-    mix(size);
+  for (auto [sequence, size] : in.segments) {
+    segments.mix(sequence);
+    segments.mix(size);
     bytes += size;
   }
+  Fnv1a name;
+  const std::string& pool_name = in.pool_name ? *in.pool_name : std::string();
+  for (unsigned char c : pool_name) name.mix(c);
   AgreementRecord r;
-  r.words[0] = kMagic;
-  r.words[1] = static_cast<std::uint64_t>(phase);
-  r.words[2] = segments.size();
-  r.words[3] = bytes;
-  r.words[4] = digest;
-  r.words[5] = segments.empty() ? 0 : segments.front().first;
-  r.words[6] = segments.empty() ? 0 : segments.back().first;
+  auto& w = r.words;
+  w[word::magic] = kAgreementMagic;
+  w[word::phase] = static_cast<std::uint64_t>(in.phase);
+  w[word::epoch] = in.epoch;
+  w[word::ordinal] = in.ordinal;
+  w[word::name_digest] = name.value();
+  std::memcpy(&w[word::name_prefix], pool_name.data(), std::min<std::size_t>(pool_name.size(), 16));
+  w[word::count] = in.segments.size();
+  w[word::bytes] = bytes;
+  w[word::digest] = segments.value();
+  w[word::first] = in.segments.empty() ? 0 : in.segments.front().first;
+  w[word::last] = in.segments.empty() ? 0 : in.segments.back().first;
+  w[word::check] = static_cast<std::uint64_t>(in.check);
+  w[word::layout_digest] = in.layout_digest;
+  w[word::live_blocks] = in.live_blocks;
+  w[word::aborting] = in.aborting ? 1 : 0;
   return r;
 }
 
-void check_agreement(const std::vector<AgreementRecord>& records, const Communicator& comm, AgreementPhase phase) {
-  bool all_equal = true;
-  for (const auto& r : records) all_equal = all_equal && r == records.front();
-  if (all_equal) return;
+std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks) {
+  Fnv1a d;
+  for (const auto& b : blocks) {
+    d.mix(b.segment_sequence);
+    d.mix(b.offset);
+    d.mix(b.size);
+  }
+  return d.value();
+}
+
+void check_agreement(const std::vector<AgreementRecord>& records, const AgreementRecord& mine, const Communicator& comm, bool late) {
+  if (std::all_of(records.begin(), records.end(), [&](const AgreementRecord& r) { return r == records.front(); })) return;
   // Group ranks by what they brought, so the message reads "ranks 0,1,2: ...; rank 3: ...".
   std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
   for (std::size_t rank = 0; rank < records.size(); ++rank)
     groups[{records[rank].words.begin(), records[rank].words.end()}].push_back(static_cast<int>(rank));
   std::ostringstream msg;
-  msg << comm.describe() << ": ranks disagree at " << phase_name(phase) << "; nothing was registered:";
+  const auto phase = static_cast<AgreementPhase>(mine.words[word::phase]);
+  msg << comm.describe() << ": ranks disagree at " << phase_name(phase) << " #" << mine.words[word::epoch] << " of pool '"
+      << name_of(mine) << "'";
+  if (late) msg << " (found after the fact: this rank had nothing to register there and did not wait)";
+  msg << "; nothing was registered there:";
   for (const auto& [words, ranks] : groups) {
-    msg << (ranks.size() > 1 ? " ranks " : " rank ");
-    for (std::size_t i = 0; i < ranks.size(); ++i) msg << (i ? "," : "") << ranks[i];
-    if (words[0] != kMagic) {
-      msg << ": not an ncclpool agreement (another collective is running on this communicator);";
-    } else if (words[1] != static_cast<std::uint64_t>(phase)) {
-      msg << ": at " << phase_name(static_cast<AgreementPhase>(words[1])) << " instead;";
-    } else {
-      msg << ": " << words[2] << " segment(s), " << words[3] << " bytes, sequences " << words[5] << ".." << words[6]
-          << ", digest " << std::hex << words[4] << std::dec << ';';
-    }
+    AgreementRecord r;
+    std::copy(words.begin(), words.end(), r.words.begin());
+    msg << ' ' << rank_list(ranks) << ": " << describe_record(r) << ';';
   }
-  msg << " (ranks must create the same segments in the same order: use a deterministic pool and the same requests)";
+  msg << " (ranks must create the same segments in the same order and attach and commit their pools in the same "
+         "order, with the same pool names: use deterministic pools fed the same requests)";
   throw AgreementError(msg.str());
 }
 
+bool only_layouts_differ(const std::vector<AgreementRecord>& records) {
+  auto without_layout = [](AgreementRecord r) {
+    r.words[word::layout_digest] = 0;
+    r.words[word::live_blocks] = 0;
+    return r;
+  };
+  const AgreementRecord first = without_layout(records.front());
+  bool layouts_differ = false;
+  for (const auto& r : records) {
+    if (r.words[word::magic] != kAgreementMagic || r.words[word::check] < static_cast<std::uint64_t>(CheckLevel::layout)) return false;
+    if (without_layout(r) != first) return false;
+    layouts_differ = layouts_differ || r.words[word::layout_digest] != records.front().words[word::layout_digest] ||
+                     r.words[word::live_blocks] != records.front().words[word::live_blocks];
+  }
+  return layouts_differ;
+}
+
+// Rounds of kPerRound blocks each, until the first round whose blocks differ. Every rank sees every
+// record, so every rank makes the same number of rounds. Bounded: past kMaxRounds it reports only
+// that the digests differ.
+void explain_layout_difference(Communicator& comm, const std::vector<AgreementRecord>& records,
+                               const std::vector<BlockLocation>& mine, const std::string& pool_name) {
+  constexpr std::size_t kPerRound = 4, kMaxRounds = 64;
+  std::uint64_t most = 0;
+  for (const auto& r : records) most = std::max(most, r.words[word::live_blocks]);
+  const std::size_t rounds = std::min<std::size_t>((most + kPerRound - 1) / kPerRound, kMaxRounds);
+  std::ostringstream msg;
+  msg << comm.describe() << ": check mode: the symmetric layouts of pool '" << pool_name
+      << "' differ across ranks (a symmetric kernel would read peers at the wrong offsets):";
+  for (std::size_t i = 0; i < records.size(); ++i)
+    msg << " rank " << i << ": " << records[i].words[word::live_blocks] << " live block(s), digest " << hex(records[i].words[word::layout_digest]) << ';';
+  for (std::size_t round = 0; round < rounds; ++round) {
+    AgreementRecord r;
+    r.words[0] = kAgreementMagic;
+    r.words[1] = static_cast<std::uint64_t>(AgreementPhase::layout_detail);
+    r.words[2] = round;
+    for (std::size_t k = 0; k < kPerRound; ++k) {
+      const std::size_t index = round * kPerRound + k;
+      if (index >= mine.size()) break;
+      r.words[3 + 3 * k] = mine[index].segment_sequence + 1;  // 0 = no block
+      r.words[4 + 3 * k] = mine[index].offset;
+      r.words[5 + 3 * k] = mine[index].size;
+    }
+    const std::vector<AgreementRecord> all = comm.all_gather(r);
+    for (std::size_t k = 0; k < kPerRound; ++k) {
+      const std::size_t base = 3 + 3 * k;
+      const bool same = std::all_of(all.begin(), all.end(), [&](const AgreementRecord& a) {
+        return std::equal(a.words.begin() + static_cast<long>(base), a.words.begin() + static_cast<long>(base + 3),
+                          all.front().words.begin() + static_cast<long>(base));
+      });
+      if (same) continue;
+      msg << " first difference at live block #" << round * kPerRound + k << " (in segment creation order, then offset):";
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        const auto& w = all[i].words;
+        msg << " rank " << i << ": ";
+        if (w[base] == 0) {
+          msg << "none;";
+        } else {
+          msg << "segment " << w[base] - 1 << " offset " << w[base + 1] << " size " << w[base + 2] << ';';
+        }
+      }
+      throw AgreementError(msg.str() + " (every rank must make the same allocation requests in the same order)");
+    }
+  }
+  throw AgreementError(msg.str() + " (every rank must make the same allocation requests in the same order)");
+}
+
+const char* to_string_level(CheckLevel level) noexcept {
+  switch (level) {
+    case CheckLevel::off: return "off";
+    case CheckLevel::layout: return "layout";
+    case CheckLevel::collectives: return "collectives";
+  }
+  return "unknown";
+}
+
 }  // namespace ncclpool::detail
+
+namespace ncclpool {
+
+const char* to_string(CheckLevel level) noexcept { return detail::to_string_level(level); }
+
+CheckLevel check_level_from_env() {
+  const char* env = std::getenv("NCCLPOOL_CHECK");
+  if (env == nullptr || *env == '\0') return CheckLevel::off;
+  const std::string v = env;
+  if (v == "0" || v == "off") return CheckLevel::off;
+  if (v == "1" || v == "layout") return CheckLevel::layout;
+  if (v == "2" || v == "collectives") return CheckLevel::collectives;
+  throw InvalidArgument("NCCLPOOL_CHECK='" + v + "' is not one of off, layout, collectives (or 0, 1, 2)");
+}
+
+}  // namespace ncclpool

@@ -35,6 +35,7 @@ CommunicatorStats RegistryImpl::stats(const Communicator& comm) const {
   const CommState& cs = require(comm, "stats");
   CommunicatorStats s = cs.stats;
   s.pending = cs.pending.size();
+  s.agreements_in_flight = cs.outstanding.size();
   return s;
 }
 
@@ -77,12 +78,16 @@ void RegistryImpl::check_invariants() const {
 
 }  // namespace detail
 
-Registry::Registry(std::shared_ptr<Pool> pool) : impl_(std::make_unique<detail::RegistryImpl>(std::move(pool))) {}
+Registry::Registry(std::shared_ptr<Pool> pool, RegistryOptions options)
+    : impl_(std::make_unique<detail::RegistryImpl>(std::move(pool), options)) {}
 Registry::~Registry() = default;
 void Registry::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind) { impl_->attach(std::move(comm), kind); }
 void Registry::detach(const Communicator& comm) { impl_->detach(comm); }
 void Registry::forget(const Communicator& comm) { impl_->forget(comm); }
 void Registry::commit() { impl_->commit(); }
+void Registry::poll() { impl_->poll(); }
+CheckLevel Registry::check_level() const noexcept { return impl_->check_level(); }
+int Registry::open_scopes() const noexcept { return impl_->open_scopes_.load(); }
 std::size_t Registry::trim() { return impl_->trim(); }
 std::optional<SegmentRegistrations> Registry::lookup(const void* ptr) const { return impl_->lookup(ptr); }
 void* Registry::handle_of(const void* ptr, const Communicator& comm) const { return impl_->handle_of(ptr, comm); }
@@ -91,6 +96,7 @@ std::size_t Registry::pending() const { return impl_->pending(); }
 std::size_t Registry::attached() const { return impl_->attached(); }
 void Registry::check_invariants() const { impl_->check_invariants(); }
 Pool& Registry::pool() noexcept { return *impl_->pool_; }
+std::atomic<int>& Registry::impl_open_scopes() noexcept { return impl_->open_scopes_; }
 const std::shared_ptr<Pool>& Registry::shared_pool() const noexcept { return impl_->pool_; }
 
 // ---- Scope: a thread-local stack of open scopes ----
@@ -99,16 +105,27 @@ namespace {
 thread_local Scope* innermost = nullptr;
 }
 
-Scope::Scope(Registry& registry) : registry_(&registry), previous_(innermost) { innermost = this; }
+// Opening a scope also reports agreements of earlier agreement points that turned out to differ
+// (poll: no wait), so a rank that had nothing to register there hears of it before it goes on.
+Scope::Scope(Registry& registry) : registry_(&registry), previous_(innermost) {
+  registry.poll();
+  innermost = this;
+  ++registry.impl_open_scopes();
+}
 
 Scope::~Scope() {
-  if (open_) innermost = previous_;  // no commit here: nothing collective runs in a destructor
+  if (open_) leave();  // no commit here: nothing collective runs in a destructor
+}
+
+void Scope::leave() noexcept {
+  open_ = false;
+  innermost = previous_;
+  --registry_->impl_open_scopes();
 }
 
 void Scope::close() {
   if (!open_) throw InvalidState("scope: close() called twice");
-  open_ = false;
-  innermost = previous_;
+  leave();
   registry_->commit();
 }
 

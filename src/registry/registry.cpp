@@ -1,18 +1,28 @@
 // The registration state machine: attach, growth, commit, release, detach, forget.
 
 #include "registry_impl.hpp"
+#include "window_directory.hpp"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace ncclpool::detail {
 
-RegistryImpl::RegistryImpl(std::shared_ptr<Pool> pool) : pool_(std::move(pool)) {
+RegistryImpl::RegistryImpl(std::shared_ptr<Pool> pool, RegistryOptions options) : pool_(std::move(pool)) {
   if (!pool_) throw InvalidArgument("registry: pool is null");
+  check_ = options.check ? *options.check : check_level_from_env();
   pool_->add_observer(*this, /*replay_existing=*/true);
 }
 
 RegistryImpl::~RegistryImpl() {
+  if (const int open = open_scopes_.load(); open != 0) {
+    // A Scope keeps a pointer to this registry and the torch allocator may still route to it: going on
+    // would be a use after free somewhere later. Fail here, loudly.
+    std::fprintf(stderr, "ncclpool: registry of pool '%s' destroyed with %d scope(s) still open: close them first\n",
+                 pool_->config().name.c_str(), open);
+    std::abort();
+  }
   {
     std::lock_guard lock(mutex_);
     while (!comms_.empty()) {
@@ -66,6 +76,8 @@ void RegistryImpl::register_one(CommState& cs, SegmentEntry& entry) {
                               ") of pool '" + pool_->config().name + "' with " + cs.comm->describe() + " failed: " + e.what());
     }
   }
+  if (cs.kind == RegistrationKind::symmetric)
+    WindowDirectory::instance().add_window(cs.comm->native_handle(), entry.info.base, entry.info.size);
   entry.handles.emplace_back(&cs, handle);
   ++cs.stats.registrations;
   ++cs.stats.registered_segments;
@@ -78,6 +90,7 @@ void RegistryImpl::deregister_one(CommState& cs, SegmentEntry& entry) {
   void* const handle = it->second;
   // The handle is dropped whatever NCCL answers: a registration NCCL refused to remove is not ours.
   entry.handles.erase(it);
+  if (cs.kind == RegistrationKind::symmetric) WindowDirectory::instance().remove_window(cs.comm->native_handle(), entry.info.base);
   --cs.stats.registered_segments;
   cs.stats.bytes_registered -= entry.info.size;
   ++cs.stats.deregistrations;
@@ -120,21 +133,74 @@ std::vector<std::pair<std::uint64_t, std::size_t>> RegistryImpl::describe_segmen
   return out;
 }
 
-void RegistryImpl::agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences) {
-  const AgreementRecord mine = make_agreement(phase, describe_segments(sequences));
-  std::vector<AgreementRecord> all;
-  {
-    RegistrationTimer timer(cs.stats);
-    all = cs.comm->all_gather(mine);
+std::vector<CommState*> RegistryImpl::symmetric_comms() const {
+  std::vector<CommState*> out;
+  for (const auto& cs : comms_)
+    if (cs->kind == RegistrationKind::symmetric) out.push_back(cs.get());
+  return out;
+}
+
+AgreementRecord RegistryImpl::start_agreement(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, bool aborting) {
+  AgreementInput in;
+  in.phase = phase;
+  in.epoch = cs.epoch;
+  in.ordinal = cs.ordinal;
+  in.pool_name = &pool_->config().name;
+  in.segments = describe_segments(sequences);
+  in.check = check_;
+  in.aborting = aborting;
+  if (check_ >= CheckLevel::layout) {
+    last_layout_ = pool_->live_blocks();
+    in.layout_digest = layout_digest(last_layout_);
+    in.live_blocks = last_layout_.size();
   }
+  const AgreementRecord mine = make_agreement(in);
+  RegistrationTimer timer(cs.stats);
+  std::unique_ptr<PendingGather> gather = cs.comm->start_all_gather(mine);  // throws if broken: nothing started
+  ++cs.epoch;
   ++cs.stats.agreements;
-  check_agreement(all, *cs.comm, phase);
+  cs.outstanding.push_back(Outstanding{std::move(gather), mine});
+  return mine;
+}
+
+// Oldest first, so that an error names the first agreement point that differed. An outstanding
+// agreement is removed before it is checked: each is reported once.
+void RegistryImpl::settle(CommState& cs, bool wait_all) {
+  // A rank that never waits would pile agreements up behind a peer that is gone: past a few, wait.
+  constexpr std::size_t kMaxInFlight = 16;
+  while (!cs.outstanding.empty()) {
+    Outstanding& front = cs.outstanding.front();
+    if (!wait_all && cs.outstanding.size() <= kMaxInFlight && !front.gather->ready()) return;
+    Outstanding o = std::move(front);
+    cs.outstanding.pop_front();
+    const bool late = !wait_all;
+    std::vector<AgreementRecord> records;
+    {
+      RegistrationTimer timer(cs.stats);
+      records = o.gather->wait();
+    }
+    if (wait_all) ++cs.stats.agreements_waited;
+    if (only_layouts_differ(records)) explain_layout_difference(*cs.comm, records, last_layout_, pool_->config().name);
+    check_agreement(records, o.mine, *cs.comm, late);
+  }
+}
+
+void RegistryImpl::agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences) {
+  start_agreement(cs, phase, sequences, /*aborting=*/false);
+  settle(cs, /*wait_all=*/true);
 }
 
 void RegistryImpl::remove_comm(CommState* cs) {
-  for (auto& [base, entry] : segments_)
+  for (auto& [base, entry] : segments_) {
+    if (cs->kind == RegistrationKind::symmetric && entry.registered_with(cs))
+      WindowDirectory::instance().remove_window(cs->comm->native_handle(), entry.info.base);
     std::erase_if(entry.handles, [&](auto& h) { return h.first == cs; });
+  }
   pending_total_ -= cs->pending.size();
+  if (cs->kind == RegistrationKind::symmetric) {
+    --symmetric_count_;
+    WindowDirectory::instance().detach_comm(cs->comm->native_handle());
+  }
   std::erase_if(comms_, [&](auto& p) { return p.get() == cs; });
 }
 
@@ -173,7 +239,6 @@ void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
 // Windows (registered or pending) are collective: only a collective trim may release them.
 bool RegistryImpl::may_release(const SegmentInfo& segment) {
   std::lock_guard lock(mutex_);
-  if (approved_release_.count(segment.sequence)) return true;
   for (auto& cs : comms_) {
     if (cs->kind != RegistrationKind::symmetric) continue;
     if (std::find(cs->pending.begin(), cs->pending.end(), segment.sequence) != cs->pending.end()) return false;
@@ -191,7 +256,6 @@ void RegistryImpl::on_segment_releasing(const SegmentInfo& segment) noexcept {
   // Communicators in attach order: the same on every rank, so windows go in the same order.
   for (auto& cs : comms_) deregister_or_report(*cs, entry, "segment release");
   drop_pending(segment.sequence);
-  approved_release_.erase(segment.sequence);
   by_sequence_.erase(segment.sequence);
   segments_.erase(it);
 }
@@ -228,7 +292,19 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
   for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
 
   const bool defer = kind == RegistrationKind::local && !existing.empty() && capturing();
-  if (kind == RegistrationKind::symmetric) agree(cs, AgreementPhase::attach, existing);
+  struct OrdinalGuard {  // the attachment's number on this communicator, given back if attach fails
+    std::uintptr_t comm = 0;
+    bool held = false;
+    ~OrdinalGuard() {
+      if (held) WindowDirectory::instance().detach_comm(comm);
+    }
+  } ordinal;
+  if (kind == RegistrationKind::symmetric) {
+    ordinal.comm = cs.comm->native_handle();
+    cs.ordinal = WindowDirectory::instance().attach_comm(ordinal.comm);
+    ordinal.held = true;
+    agree(cs, AgreementPhase::attach, existing);
+  }
   if (defer) {
     cs.pending = existing;
     pending_total_ += existing.size();
@@ -246,25 +322,74 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     }
   }
   comms_.push_back(std::move(owned));
+  if (kind == RegistrationKind::symmetric) ++symmetric_count_;
+  ordinal.held = false;
 }
 
+// Every symmetric communicator joins the agreement, whether or not this rank has pending windows:
+// a rank that skipped it would leave the others' all-gather to pair with its next collective. A rank
+// with nothing to register (and no check mode) does not wait; it checks the result later (settle).
+// Communicators go in attach order, each decided on its own records (identical on its ranks), and a
+// rank that failed on an earlier one tells the later ones (the `aborting` word), so that no rank
+// registers windows that another rank of the same communicator will not.
 void RegistryImpl::commit() {
-  if (pending_total_.load() == 0) return;  // steady state: O(1), nothing collective
-  if (capturing())
+  if (symmetric_count_.load() == 0 && pending_total_.load() == 0) return;  // no symmetric communicator: O(1)
+  if (capturing()) {
+    if (pending_total_.load() == 0) return;  // agreement points under capture are skipped on every rank
     throw InvalidState("commit: a CUDA graph is being captured on device " + std::to_string(pool_->source_properties().device) +
                        "; registration during capture is not allowed: commit after the capture ends");
+  }
   std::lock_guard lock(mutex_);
+  std::exception_ptr first_error;
+  auto remember = [&] {
+    if (!first_error) first_error = std::current_exception();
+  };
   for (auto& owned : comms_) {
     CommState& cs = *owned;
-    if (cs.pending.empty()) continue;
-    if (cs.kind == RegistrationKind::symmetric) agree(cs, AgreementPhase::commit, cs.pending);
+    if (cs.kind == RegistrationKind::symmetric) {
+      try {
+        start_agreement(cs, AgreementPhase::commit, cs.pending, first_error != nullptr);
+      } catch (...) {
+        remember();
+        continue;
+      }
+      const bool wait = !cs.pending.empty() || check_ >= CheckLevel::layout;
+      try {
+        settle(cs, wait);
+      } catch (...) {
+        remember();
+        continue;
+      }
+      if (!wait || first_error) continue;
+    } else if (cs.pending.empty() || first_error) {
+      continue;
+    }
     // Creation order; a failure leaves the rest pending (and the failed one unregistered).
-    while (!cs.pending.empty()) {
-      register_one(cs, entry_of(cs.pending.front()));
-      cs.pending.erase(cs.pending.begin());
-      --pending_total_;
+    try {
+      while (!cs.pending.empty()) {
+        register_one(cs, entry_of(cs.pending.front()));
+        cs.pending.erase(cs.pending.begin());
+        --pending_total_;
+      }
+    } catch (...) {
+      remember();
     }
   }
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+void RegistryImpl::poll() {
+  if (symmetric_count_.load() == 0) return;
+  std::lock_guard lock(mutex_);
+  std::exception_ptr first_error;
+  for (CommState* cs : symmetric_comms()) {
+    try {
+      settle(*cs, /*wait_all=*/false);
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 void RegistryImpl::detach(const Communicator& comm) {
@@ -294,24 +419,49 @@ void RegistryImpl::forget(const Communicator& comm) {
   remove_comm(&require(comm, "forget"));
 }
 
+// The empty segments are withheld from allocation before the ranks compare them, so the set they
+// agree on is the set they release: no thread can reuse one in between. Two rounds per symmetric
+// communicator: the candidates, then each rank's verdict on all of its communicators, so that a rank
+// releases only when every rank it shares a communicator with will (a world communicator reaches all).
 std::size_t RegistryImpl::trim() {
-  const std::vector<SegmentInfo> empty = pool_->empty_segments();  // before mutex_: lock order
+  const bool any_symmetric = symmetric_count_.load() > 0;
+  if (any_symmetric && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
+  const std::vector<SegmentInfo> withheld = pool_->withhold_empty_segments();  // before mutex_: lock order
+  bool release = true;
+  std::exception_ptr first_error;
   {
     std::lock_guard lock(mutex_);
     std::vector<std::uint64_t> candidates;
-    for (const auto& s : empty)
+    for (const auto& s : withheld)
       if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);
-    const bool any_symmetric = std::any_of(comms_.begin(), comms_.end(), [](auto& cs) { return cs->kind == RegistrationKind::symmetric; });
-    if (any_symmetric) {
-      if (capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
-      for (auto& cs : comms_)
-        if (cs->kind == RegistrationKind::symmetric) agree(*cs, AgreementPhase::trim, candidates);
+    const std::vector<CommState*> symmetric = symmetric_comms();
+    auto round = [&](AgreementPhase phase, const std::vector<std::uint64_t>& what) {
+      std::vector<CommState*> started;
+      for (CommState* cs : symmetric) {
+        try {
+          start_agreement(*cs, phase, what, !release);
+          started.push_back(cs);
+        } catch (...) {
+          release = false;
+          if (!first_error) first_error = std::current_exception();
+        }
+      }
+      for (CommState* cs : started) {
+        try {
+          settle(*cs, /*wait_all=*/true);
+        } catch (...) {
+          release = false;
+          if (!first_error) first_error = std::current_exception();
+        }
+      }
+    };
+    if (!symmetric.empty()) {
+      round(AgreementPhase::trim, candidates);
+      round(AgreementPhase::trim_verdict, {});  // records differ (aborting word) where a rank says no
     }
-    approved_release_.insert(candidates.begin(), candidates.end());
   }
-  const std::size_t released = pool_->trim();
-  std::lock_guard lock(mutex_);
-  approved_release_.clear();
+  const std::size_t released = pool_->release_withheld(release);
+  if (first_error) std::rethrow_exception(first_error);
   return released;
 }
 

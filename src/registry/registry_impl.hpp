@@ -1,8 +1,10 @@
 #pragma once
 // RegistryImpl: the segment x communicator table behind ncclpool::Registry.
 //   registry.cpp   attach / detach / forget / commit / trim and the pool hooks
-//   agreement.cpp  the agreement record (count, bytes, digest) and its mismatch report
+//   agreement.cpp  the agreement record and its mismatch report; layout proof (check mode)
 //   queries.cpp    lookups, statistics, invariant checks, Scope
+//   verify.cpp     verify_symmetric_buffers (a collective's buffers, same window and offset)
+//   window_directory.*  process-wide window ordinals per communicator
 //
 // Locking: the pool calls the hooks with its lock held and they take mutex_ (pool -> registry).
 // Registry calls that need the pool ask it *before* taking mutex_, never while holding it.
@@ -12,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -20,11 +23,34 @@
 
 namespace ncclpool::detail {
 
+// What an agreement compares. Phases: the registry's agreement points, plus the steps of a layout
+// proof and of verify_symmetric_buffers, which use the same record.
+enum class AgreementPhase : std::uint64_t { attach = 1, commit = 2, detach = 3, trim = 4, trim_verdict = 5, layout_detail = 6, buffers = 7 };
+const char* phase_name(AgreementPhase phase);
+
+// Word layout of an AgreementRecord (16 words):
+namespace word {
+enum : std::size_t {
+  magic = 0, phase = 1, epoch = 2, ordinal = 3, name_digest = 4, name_prefix = 5 /* and 6 */, count = 7, bytes = 8,
+  digest = 9, first = 10, last = 11, check = 12, layout_digest = 13, live_blocks = 14, aborting = 15,
+};
+}
+inline constexpr std::uint64_t kAgreementMagic = 0x6e63636c706f6f6cull;  // "ncclpool"
+
+// An agreement this rank started and has not checked yet.
+struct Outstanding {
+  std::unique_ptr<PendingGather> gather;
+  AgreementRecord mine;
+};
+
 struct CommState {
   std::shared_ptr<Communicator> comm;
   RegistrationKind kind = RegistrationKind::local;
   CommunicatorStats stats;
   std::vector<std::uint64_t> pending;  // segment sequences, creation order
+  std::uint64_t epoch = 0;             // agreements started on this attachment (symmetric)
+  std::uint64_t ordinal = 0;           // which symmetric attachment of this communicator in the process
+  std::deque<Outstanding> outstanding; // started, oldest first
 };
 
 struct SegmentEntry {
@@ -37,21 +63,42 @@ struct SegmentEntry {
   [[nodiscard]] bool registered_with(const CommState* cs) { return handle_of(cs) != handles.end(); }
 };
 
-// What agreement compares: how many segments, their bytes, and a digest of (sequence, size) in order.
-enum class AgreementPhase : std::uint64_t { attach = 1, commit = 2, detach = 3, trim = 4 };
-AgreementRecord make_agreement(AgreementPhase phase, const std::vector<std::pair<std::uint64_t, std::size_t>>& segments);
-// Throws AgreementError naming the ranks whose records differ (grouped), or returns.
-void check_agreement(const std::vector<AgreementRecord>& records, const Communicator& comm, AgreementPhase phase);
+// This rank's part of an agreement: who (pool name, attachment ordinal, agreement number), what
+// (pending segments as (sequence, size)), and in check mode the layout of the live blocks.
+struct AgreementInput {
+  AgreementPhase phase = AgreementPhase::commit;
+  std::uint64_t epoch = 0;
+  std::uint64_t ordinal = 0;
+  const std::string* pool_name = nullptr;
+  std::vector<std::pair<std::uint64_t, std::size_t>> segments;
+  CheckLevel check = CheckLevel::off;
+  std::uint64_t layout_digest = 0;
+  std::uint64_t live_blocks = 0;
+  bool aborting = false;  // this rank gave up the operation after an earlier error in it
+};
+AgreementRecord make_agreement(const AgreementInput& in);
+std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks);
+// Throws AgreementError naming the ranks whose records differ (grouped), or returns. `late` says the
+// mismatch is found after this rank went on (it had nothing to register and did not wait).
+void check_agreement(const std::vector<AgreementRecord>& records, const AgreementRecord& mine, const Communicator& comm, bool late);
+// True when every rank ran a layout check and only the layouts differ: then every rank (all of them
+// wait in check mode) takes part in explain_layout_difference.
+bool only_layouts_differ(const std::vector<AgreementRecord>& records);
+// Collective: exchanges the live blocks a few at a time until the first difference, and throws an
+// AgreementError naming it (ranks, segment, offset, size).
+[[noreturn]] void explain_layout_difference(Communicator& comm, const std::vector<AgreementRecord>& records,
+                                            const std::vector<BlockLocation>& mine, const std::string& pool_name);
 
 class RegistryImpl final : public PoolObserver {
  public:
-  explicit RegistryImpl(std::shared_ptr<Pool> pool);
+  RegistryImpl(std::shared_ptr<Pool> pool, RegistryOptions options);
   ~RegistryImpl() override;
 
   void attach(std::shared_ptr<Communicator> comm, RegistrationKind kind);
   void detach(const Communicator& comm);
   void forget(const Communicator& comm);
   void commit();
+  void poll();
   std::size_t trim();
   std::optional<SegmentRegistrations> lookup(const void* ptr) const;
   void* handle_of(const void* ptr, const Communicator& comm) const;
@@ -59,6 +106,7 @@ class RegistryImpl final : public PoolObserver {
   std::size_t pending() const { return pending_total_.load(); }
   std::size_t attached() const;
   void check_invariants() const;
+  CheckLevel check_level() const noexcept { return check_; }
 
   // PoolObserver (called with the pool lock held)
   void on_segment_created(const SegmentInfo& segment) override;
@@ -66,6 +114,7 @@ class RegistryImpl final : public PoolObserver {
   void on_segment_releasing(const SegmentInfo& segment) noexcept override;
 
   std::shared_ptr<Pool> pool_;
+  std::atomic<int> open_scopes_{0};
 
  private:
   CommState* find(const Communicator& comm) const;  // nullptr if not attached
@@ -77,15 +126,22 @@ class RegistryImpl final : public PoolObserver {
   void drop_pending(std::uint64_t sequence);
   std::vector<std::pair<std::uint64_t, std::size_t>> describe_segments(const std::vector<std::uint64_t>& sequences) const;
   SegmentEntry& entry_of(std::uint64_t sequence);
-  void agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences);
+  // Agreement points. start_agreement enqueues this rank's record (never waits); settle checks the
+  // started agreements of cs oldest first: all of them (waiting) or only those already complete.
+  AgreementRecord start_agreement(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, bool aborting);
+  void settle(CommState& cs, bool wait_all);
+  void agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences);  // start + settle(all)
+  [[nodiscard]] std::vector<CommState*> symmetric_comms() const;
   void remove_comm(CommState* cs);
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<CommState>> comms_;     // attach order
   std::map<std::uintptr_t, SegmentEntry> segments_;   // by base address (lookups)
   std::map<std::uint64_t, std::uintptr_t> by_sequence_;  // creation order
-  std::set<std::uint64_t> approved_release_;          // agreed by a collective trim
   std::atomic<std::size_t> pending_total_{0};
+  std::atomic<std::size_t> symmetric_count_{0};       // symmetric communicators attached
+  CheckLevel check_ = CheckLevel::off;
+  std::vector<BlockLocation> last_layout_;            // check mode: this rank's blocks at the last agreement
 };
 
 // Adds the wall time of a registration call to a communicator's statistics.

@@ -205,11 +205,42 @@ static void test_nested_scopes_and_failures(void) {
   OK(ncclpool_sim_group_destroy(group));
 }
 
+/* Destroying a pool whose scope is open was a use after free (the torch allocator kept routing to
+ * it); it is refused, and the pool still works. ncclpool_free_on_alloc_stream frees on the
+ * allocation's stream. */
+static void test_destroy_with_open_scope_and_free_stream(void) {
+  ncclpool_pool_t pool = make_sim_pool("c-scope", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_pool_stats_t st;
+  void* p = NULL;
+  void* q = NULL;
+  uint64_t reuses = 0;
+  OK(ncclpool_scope_begin(pool));
+  EXPECT(ncclpool_pool_destroy(pool) == NCCLPOOL_ERROR_INVALID_STATE);
+  EXPECT(strstr(ncclpool_last_error(), "scope(s) of this pool are still open") != NULL);
+  p = ncclpool_torch_alloc(4096, 0, NULL);
+  EXPECT(p != NULL);
+  ncclpool_torch_free(p, 4096, 0, NULL);
+  OK(ncclpool_scope_end(pool));
+  OK(ncclpool_alloc(pool, 4096, (void*)7, &p));
+  OK(ncclpool_free_on_alloc_stream(pool, p));
+  OK(ncclpool_pool_stats(pool, &st));
+  reuses = st.cross_stream_reuses;
+  OK(ncclpool_alloc(pool, 4096, (void*)7, &q));
+  OK(ncclpool_pool_stats(pool, &st));
+  EXPECT(q == p);
+  EXPECT(st.cross_stream_reuses == reuses); /* freed on stream 7, taken again on 7: no cross-stream reuse */
+  OK(ncclpool_free_on_alloc_stream(pool, q));
+  EXPECT(ncclpool_free_on_alloc_stream(pool, q) == NCCLPOOL_ERROR_DOUBLE_FREE);
+  OK(ncclpool_poll(pool));
+  OK(ncclpool_pool_destroy(pool));
+}
+
 int main(void) {
   test_status_and_version();
   test_alloc_free_errors();
   test_registration_and_scopes();
   test_nested_scopes_and_failures();
+  test_destroy_with_open_scope_and_free_stream();
   printf("test_capi: %d checks passed\n", checks);
   return 0;
 }

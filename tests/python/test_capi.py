@@ -152,7 +152,7 @@ def test_symmetric_windows_commit_at_scope_end_across_four_ranks():
     lib = ncclpool.library()
 
     def rank(r):
-        p = sim_pool("symmetric", name=f"rank{r}", growth_chunk=8 * MiB)
+        p = sim_pool("symmetric", name="world-pool", growth_chunk=8 * MiB)
         cw = p.attach_sim(world, r)
         ce = p.attach_sim(ep, r)
         ptrs = []
@@ -187,7 +187,7 @@ def test_divergent_ranks_raise_agreement_error_on_every_rank():
     comms = [None, None]
 
     def rank(r):
-        p = sim_pool("symmetric", name=f"div{r}", growth_chunk=4 * MiB)
+        p = sim_pool("symmetric", name="div-pool", growth_chunk=4 * MiB)
         comms[r] = p.attach_sim(world, r)  # collective: every rank attaches
         with pytest.raises(errors.AgreementError) as info:
             with p.scope():

@@ -6,6 +6,8 @@
 #include <ncclpool/registry.hpp>
 #include <ncclpool/sim.hpp>
 
+#include "common/registry_ranks.hpp"
+
 #include <array>
 #include <functional>
 #include <random>
@@ -13,58 +15,6 @@
 
 namespace ncclpool {
 namespace {
-
-constexpr std::size_t MiB = 1u << 20;
-using namespace std::chrono_literals;
-
-struct Rank {
-  std::shared_ptr<SimSource> source;
-  std::shared_ptr<Pool> pool;
-  std::unique_ptr<Registry> registry;
-};
-
-Rank make_rank(bool deterministic = true, std::size_t chunk = 2 * MiB, int device = 0) {
-  Rank r;
-  SimSourceConfig sc;
-  sc.device = device;
-  r.source = std::make_shared<SimSource>(sc);
-  PoolConfig pc;
-  pc.deterministic = deterministic;
-  pc.growth_chunk = chunk;
-  r.pool = std::make_shared<Pool>(r.source, pc);
-  r.registry = std::make_unique<Registry>(r.pool);
-  return r;
-}
-
-// Runs body(rank) on n threads; rethrows nothing, returns each rank's error message ("" = ok).
-std::vector<std::string> on_ranks(int n, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-// group->size() ranks, each with its own deterministic pool and registry, attached symmetrically to
-// `group`; body(rank's state, its communicator, rank) runs on one thread per rank.
-std::vector<std::string> on_symmetric_ranks(const std::shared_ptr<LoopbackGroup>& group,
-                                            const std::function<void(Rank&, const std::shared_ptr<LoopbackCommunicator>&, int)>& body) {
-  std::vector<Rank> ranks;
-  for (int i = 0; i < group->size(); ++i) ranks.push_back(make_rank());
-  return on_ranks(group->size(), [&](int rank) {
-    Rank& r = ranks[static_cast<std::size_t>(rank)];
-    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
-    r.registry->attach(comm, RegistrationKind::symmetric);
-    body(r, comm, rank);
-  });
-}
 
 // ---------------------------------------------------------------- local registration
 
@@ -96,7 +46,7 @@ TEST(Registry, LocalAttachRegistersExistingThenNewSegments) {
   r.registry->check_invariants();
 }
 
-TEST(Registry, SteadyStateDoesNoRegistryWork) {
+TEST(Registry, SteadyStateRegistersNothingAndOnlyJoinsTheAgreement) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
   Rank r = make_rank();
@@ -110,8 +60,12 @@ TEST(Registry, SteadyStateDoesNoRegistryWork) {
     a = r.pool->allocate(MiB);
     scope.close();
   }
-  EXPECT_EQ(group->collective_calls(), calls) << "a use with nothing new is not collective";
-  EXPECT_EQ(r.registry->stats(*comm).registrations, 1u);
+  // Each use is an agreement point: one all-gather, enqueued without waiting, and no registration.
+  EXPECT_EQ(group->collective_calls(), calls + 100) << "a use with nothing new joins exactly one agreement";
+  const CommunicatorStats s = r.registry->stats(*comm);
+  EXPECT_EQ(s.registrations, 1u);
+  EXPECT_EQ(s.agreements_waited, 2u) << "only attach and the first commit waited";
+  EXPECT_LE(s.agreements_in_flight, 16u);
   r.pool->deallocate(a);
   r.registry->detach(*comm);
 }
@@ -285,8 +239,8 @@ TEST(Symmetric, ExtraSegmentOnOneRankFailsOnEveryRankNamingIt) {
   for (int rank = 0; rank < kRanks; ++rank) {
     const std::string& e = errors[static_cast<std::size_t>(rank)];
     EXPECT_NE(e.find("ranks disagree at commit"), std::string::npos) << rank << ": " << e;
-    EXPECT_NE(e.find("ranks 0,1,2: 1 segment(s)"), std::string::npos) << e;
-    EXPECT_NE(e.find("rank 3: 2 segment(s)"), std::string::npos) << e;
+    EXPECT_NE(e.find("ranks 0,1,2: pool 'ncclpool' (attachment #0), commit #1: 1 segment(s)"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 3: pool 'ncclpool' (attachment #0), commit #1: 2 segment(s)"), std::string::npos) << e;
   }
   EXPECT_EQ(group->live_registrations(), 0) << "nothing was registered";
 }
@@ -295,8 +249,8 @@ TEST(Symmetric, MissingRankEndsInAnErrorNotAHang) {
   constexpr int kRanks = 3;
   auto group = std::make_shared<LoopbackGroup>("world", kRanks, 300ms);
   const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
-    if (rank != 2) (void)r.pool->allocate(MiB);  // rank 2 has nothing to commit: skips
-    r.registry->commit();
+    (void)r.pool->allocate(MiB);
+    if (rank != 2) r.registry->commit();  // rank 2 never gets there (it died, or its program differs)
     r.registry->forget(*comm);
   });
   EXPECT_EQ(errors[2], "");

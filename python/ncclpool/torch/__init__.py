@@ -34,7 +34,7 @@ from ncclpool._capi import library, library_path
 __all__ = [
     "init", "create_nccl_mem_pool", "register_mem_pool", "deregister_mem_pool", "forget_group", "nccl_mem",
     "MultiGroupMemPoolAllocator", "MemPoolAllocatorWithoutRegistration", "use_mem_pool", "ncclpool_pool",
-    "stats", "memory_summary", "release_mem_pool", "graph",
+    "stats", "memory_summary", "release_mem_pool", "graph", "check_collectives",
 ]
 
 _lock = threading.RLock()
@@ -58,6 +58,7 @@ class _Binding:
 
 
 _bindings: dict = {}  # torch MemPool id -> _Binding
+_pools_created = 0     # names pools in creation order (the same on every rank)
 
 
 def init() -> None:
@@ -95,19 +96,27 @@ def _torch_nccl_version() -> int:
 
 
 def create_nccl_mem_pool(symmetric: bool | None = None, *, device=None, growth_chunk: int | None = None,
-                         source: str = "auto", name: str | None = None):
+                         source: str = "auto", name: str | None = None, check=None):
     """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
 
     symmetric=None or True: the pool can back symmetric windows (deterministic placement, 1 GiB
-    chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only."""
+    chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only.
+    check: check mode (None: $NCCLPOOL_CHECK; 'layout'; 'collectives' also verifies the buffers of
+    every torch.distributed collective on a group with windows: see docs/registry.md). Pools are
+    matched across ranks by name: the default names count pools in creation order, the same on every
+    rank of a program that creates them in the same order."""
     init()
     device = _device_index(device)
     if growth_chunk is None:
         growth_chunk = int(os.environ.get("NCCLPOOL_GROWTH_CHUNK", "0"))
     registration = "local" if symmetric is False else "symmetric"
+    global _pools_created
     with _lock:
         pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk,
-                        name=name or f"torch-pool-{len(_bindings)}-cuda:{device}")
+                        name=name or f"torch-pool-{_pools_created}", check=check)
+        _pools_created += 1
+        if pool.check_level == "collectives":
+            check_collectives(True)
         mempool = torch.cuda.MemPool(_allocator.allocator())
         _bindings[mempool.id] = _Binding(pool, mempool)
         library().ncclpool_torch_bind(pool.handle)
@@ -332,11 +341,81 @@ def release_mem_pool(pool) -> None:
     with _lock:
         library().ncclpool_torch_unbind(binding.pool.handle)
         try:
-            for a in list(binding.attachments.values()):
+            for ptr, a in list(binding.attachments.items()):
                 if a.kind == "local":
                     a.comm.detach()
+                    del binding.attachments[ptr]  # the table says what is still attached, even if a later step fails
             binding.pool.close()
         except errors.Error:
             library().ncclpool_torch_bind(binding.pool.handle)
             raise
         del _bindings[pool.id]
+
+
+# ---- check mode 'collectives': every torch.distributed collective on a group with windows is
+# preceded by verify_buffers over that group, on every rank, so that buffers at different offsets of
+# the symmetric windows (which symmetric kernels would exchange silently wrong) end in an error.
+
+_COLLECTIVES = {  # name -> positions of tensor arguments (lists of tensors are flattened)
+    "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather_into_tensor": (0, 1),
+    "reduce_scatter_tensor": (0, 1), "all_to_all_single": (0, 1), "all_gather": (0, 1), "reduce_scatter": (0, 1),
+    "_all_gather_base": (0, 1), "_reduce_scatter_base": (0, 1),
+}
+_originals: dict = {}
+
+
+def _tensors(args, kwargs, positions):
+    out = []
+    names = ("output", "input", "output_tensor", "input_tensor", "tensor", "output_tensor_list", "input_list",
+             "tensor_list", "output_list")
+    values = [args[i] for i in positions if i < len(args)] + [v for k, v in kwargs.items() if k in names]
+    for v in values:
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                out.append(t.data_ptr())
+    return out
+
+
+def _symmetric_comm_of(group):
+    """The ncclpool Communicator attached with windows for this group, or None."""
+    group = group if group is not None else dist.group.WORLD
+    for binding in _bindings.values():
+        for a in binding.attachments.values():
+            if a.kind == "symmetric" and a.group is group and a.comm.attached:
+                return a.comm
+    return None
+
+
+def _checked(name, original, positions):
+    def collective(*args, **kwargs):
+        group = kwargs.get("group")
+        if group is None:  # positional: after the tensors and op/src in torch's signatures
+            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
+        comm = _symmetric_comm_of(group)
+        if comm is not None and not torch.cuda.is_current_stream_capturing():
+            comm.verify_buffers(*_tensors(args, kwargs, positions))
+        return original(*args, **kwargs)
+
+    collective.__wrapped__ = original
+    collective.__doc__ = original.__doc__
+    return collective
+
+
+def check_collectives(enable: bool = True) -> None:
+    """Turns the per-collective buffer check on or off (check mode 'collectives' turns it on). It
+    wraps the torch.distributed collectives named in _COLLECTIVES; functional collectives and DTensor
+    paths are not covered. Costs one small all-gather with a host wait per collective on a group with
+    windows: for first runs, not for production."""
+    with _lock:
+        for name, positions in _COLLECTIVES.items():
+            current = getattr(dist, name, None)
+            if current is None:
+                continue
+            if enable and name not in _originals:
+                _originals[name] = current
+                wrapped = _checked(name, current, positions)
+                setattr(dist, name, wrapped)
+                setattr(dist.distributed_c10d, name, wrapped)
+            elif not enable and name in _originals:
+                setattr(dist, name, _originals[name])
+                setattr(dist.distributed_c10d, name, _originals.pop(name))

@@ -1,7 +1,17 @@
 // NcclCommunicator: a caller-owned ncclComm_t seen through the registry's Communicator interface.
-// Agreement all-gathers run on a private stream of the communicator's device and are waited for
-// with a deadline, checking the communicator's asynchronous error, so a rank that never arrives
-// ends in AgreementError instead of a hang.
+//
+// Agreement all-gathers are asynchronous: the record goes from pinned host memory to the device,
+// through ncclAllGather, and back into pinned host memory, all enqueued on a private stream of the
+// communicator's device, then an event. NCCL orders them with the application's collectives on the
+// same communicator by issue order, whatever the stream. Starting one costs a few microseconds and no
+// host wait; wait() polls the event against a deadline counted from the start, checking the
+// communicator's asynchronous error, so a rank that never arrives ends in AgreementError instead of
+// a hang. After such a timeout the communicator is broken: a collective is stuck in it, only its
+// owner's ncclCommAbort ends that, and this object starts nothing more and never waits for its
+// stream again (the destructor included).
+//
+// Non-blocking communicators (ncclCommInitRankConfig with blocking = 0, TORCH_NCCL_USE_COMM_NONBLOCKING)
+// answer ncclInProgress; every call here then polls ncclCommGetAsyncError until it settles.
 
 #include "library.hpp"
 
@@ -9,8 +19,13 @@
 
 #include <ncclpool/errors.hpp>
 
+#include <atomic>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace ncclpool {
@@ -18,39 +33,66 @@ namespace ncclpool {
 namespace nccl {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// NCCLPOOL_AGREEMENT_TIMEOUT_S: seconds (fractions allowed), > 0. Anything else is an error, not 0 ms.
+std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
+  const char* env = std::getenv("NCCLPOOL_AGREEMENT_TIMEOUT_S");
+  if (env == nullptr || *env == '\0') return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const double seconds = std::strtod(env, &end);
+  if (errno != 0 || end == env || *end != '\0' || !std::isfinite(seconds) || seconds <= 0 || seconds > 1e7)
+    throw InvalidArgument(std::string("NCCLPOOL_AGREEMENT_TIMEOUT_S='") + env + "' is not a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+}
+
+class NcclCommunicator;
+
+// One agreement's buffers: device (send record, then every rank's records) and pinned host (the
+// same), and the event that says the copy back is done. Reused once its event completed.
+struct GatherSlot {
+  CUdeviceptr device = 0;
+  void* host = nullptr;
+  CUevent done = nullptr;
+  bool in_use = false;
+};
+
+class NcclPendingGather final : public PendingGather {
+ public:
+  NcclPendingGather(NcclCommunicator& comm, GatherSlot& slot, Clock::time_point deadline) : comm_(comm), slot_(slot), deadline_(deadline) {}
+  ~NcclPendingGather() override;
+  bool ready() override;
+  std::vector<AgreementRecord> wait() override;
+
+ private:
+  NcclCommunicator& comm_;
+  GatherSlot& slot_;
+  Clock::time_point deadline_;
+  bool read_ = false;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, NcclCommunicatorOptions options) : lib_(library()), comm_(comm), options_(options) {
     if (comm == nullptr) throw InvalidArgument("nccl communicator: ncclComm_t is null");
+    options_.agreement_timeout = timeout_from_env(options_.agreement_timeout);
     check(lib_.ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice");
     check(lib_.ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(lib_.ncclCommCount(comm_, &size_), "ncclCommCount");
-    if (const char* env = std::getenv("NCCLPOOL_AGREEMENT_TIMEOUT_S"))
-      options_.agreement_timeout = std::chrono::milliseconds(static_cast<long>(std::atof(env) * 1000));
     context_ = std::make_unique<cuda::PrimaryContext>(device_);
     const cuda::Driver& d = cuda::driver();
     cuda::ScopedContext scope(context_->get());
     cuda::check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), describe() + ": cuStreamCreate");
-    const std::size_t bytes = sizeof(AgreementRecord) * (1 + static_cast<std::size_t>(size_));
-    CUresult r = d.cuMemAlloc_v2(&scratch_, bytes);
-    if (r != CUDA_SUCCESS) {
-      d.cuStreamDestroy_v2(stream_);
-      cuda::check(r, describe() + ": cuMemAlloc of the agreement buffer");
+    try {
+      for (int i = 0; i < 2; ++i) add_slot();  // the steady state needs one or two
+    } catch (...) {
+      release_resources();
+      throw;
     }
   }
 
-  ~NcclCommunicator() override {
-    const cuda::Driver* d = cuda::try_driver(nullptr);
-    if (d == nullptr) return;
-    try {
-      cuda::ScopedContext scope(context_->get());  // throws once the driver is shutting down (exit)
-      d->cuStreamSynchronize(stream_);
-      d->cuMemFree_v2(scratch_);
-      d->cuStreamDestroy_v2(stream_);
-    } catch (const Error&) {
-      // Nothing to report to; the driver reclaims the stream and buffer with the context.
-    }
-  }
+  ~NcclCommunicator() override { release_resources(); }
 
   int device() const override { return device_; }
   int rank() const override { return rank_; }
@@ -66,6 +108,7 @@ class NcclCommunicator final : public Communicator {
     if (why) *why = "NCCL " + std::to_string(lib_.info.version) + " at " + lib_.info.library_path + " has no window registration (needs >= 2.27)";
     return false;
   }
+  bool broken() const override { return broken_.load(); }
 
   void* register_local(void* base, std::size_t size) override {
     cuda::ScopedContext scope(context_->get());
@@ -80,9 +123,13 @@ class NcclCommunicator final : public Communicator {
   void* register_window(void* base, std::size_t size) override {
     std::string why;
     if (!supports_windows(&why)) throw Unsupported(describe() + ": " + why);
+    refuse_if_broken("window registration");
     cuda::ScopedContext scope(context_->get());
     ncclWindow_t window = nullptr;
     check(lib_.ncclCommWindowRegister(comm_, base, size, &window, NCCL_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister", true);
+    if (window == nullptr)  // NCCL answers success with no window where symmetric memory is not supported
+      throw RegistrationError(describe() + ": ncclCommWindowRegister returned no window (symmetric memory unsupported on this communicator: "
+                                           "are all its GPUs NVLink-connected in one node?)");
     return window;
   }
   void deregister_window(void* window) override {
@@ -90,40 +137,109 @@ class NcclCommunicator final : public Communicator {
     check(lib_.ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(window)), "ncclCommWindowDeregister", true);
   }
 
-  std::vector<AgreementRecord> all_gather(const AgreementRecord& mine) override {
+  std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override {
+    refuse_if_broken("agreement");
     const cuda::Driver& d = cuda::driver();
     cuda::ScopedContext scope(context_->get());
-    const CUdeviceptr send = scratch_;
-    const CUdeviceptr recv = scratch_ + sizeof(AgreementRecord);
-    cuda::check(d.cuMemcpyHtoD_v2(send, &mine, sizeof mine), describe() + ": agreement upload");
-    check(lib_.ncclAllGather(reinterpret_cast<const void*>(send), reinterpret_cast<void*>(recv), sizeof(AgreementRecord), ncclUint8, comm_,
+    std::lock_guard lock(mutex_);
+    GatherSlot& slot = free_slot();
+    const auto deadline = Clock::now() + options_.agreement_timeout;
+    const std::size_t record = sizeof(AgreementRecord);
+    std::memcpy(slot.host, &mine, record);
+    const CUdeviceptr recv = slot.device + record;
+    cuda::check(d.cuMemcpyHtoDAsync_v2(slot.device, slot.host, record, stream_), describe() + ": agreement upload");
+    check(lib_.ncclAllGather(reinterpret_cast<const void*>(slot.device), reinterpret_cast<void*>(recv), record, ncclUint8, comm_,
                              reinterpret_cast<cudaStream_t>(stream_)),
           "ncclAllGather (agreement)");
-    const auto deadline = std::chrono::steady_clock::now() + options_.agreement_timeout;
-    for (;;) {
-      const CUresult q = d.cuStreamQuery(stream_);
-      if (q == CUDA_SUCCESS) break;
-      if (q != CUDA_ERROR_NOT_READY) cuda::check(q, describe() + ": agreement all-gather");
-      ncclResult_t async = ncclSuccess;
-      lib_.ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress)
-        throw AgreementError(describe() + ": agreement all-gather failed: " + error_text(async));
-      if (std::chrono::steady_clock::now() > deadline)
-        throw AgreementError(describe() + ": agreement all-gather did not complete within " +
-                             std::to_string(options_.agreement_timeout.count()) +
-                             " ms: some rank did not reach the same commit/attach/detach/trim (did it skip one, or create other segments?); "
-                             "the communicator now has a collective in flight and must be aborted");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    std::vector<AgreementRecord> all(static_cast<std::size_t>(size_));
-    cuda::check(d.cuMemcpyDtoH_v2(all.data(), recv, sizeof(AgreementRecord) * all.size()), describe() + ": agreement download");
-    return all;
+    cuda::check(d.cuMemcpyDtoHAsync_v2(static_cast<char*>(slot.host) + record, recv, record * static_cast<std::size_t>(size_), stream_),
+                describe() + ": agreement download");
+    cuda::check(d.cuEventRecord(slot.done, stream_), describe() + ": agreement event");
+    slot.in_use = true;
+    return std::make_unique<NcclPendingGather>(*this, slot, deadline);
   }
 
  private:
+  friend class NcclPendingGather;
+
+  void refuse_if_broken(const char* what) const {
+    if (broken_.load())
+      throw AgreementError(describe() + ": no " + what + ": an earlier agreement on this communicator timed out or failed (" + broken_reason_ +
+                           "); abort the communicator and forget it in ncclpool");
+  }
+
+  void mark_broken(const std::string& why) {
+    std::lock_guard lock(mutex_);
+    if (broken_.load()) return;
+    broken_reason_ = why;  // written once, before broken_ is seen
+    broken_.store(true);
+  }
+
+  // A slot whose last use is over (its event completed), else a new one. mutex_ held.
+  GatherSlot& free_slot() {
+    const cuda::Driver& d = cuda::driver();
+    for (auto& slot : slots_)
+      if (!slot->in_use && d.cuEventQuery(slot->done) == CUDA_SUCCESS) return *slot;
+    add_slot();
+    return *slots_.back();
+  }
+
+  void add_slot() {
+    const cuda::Driver& d = cuda::driver();
+    const std::size_t bytes = sizeof(AgreementRecord) * (1 + static_cast<std::size_t>(size_));
+    auto slot = std::make_unique<GatherSlot>();
+    auto fail = [&](CUresult r, const char* what) {
+      if (slot->done) d.cuEventDestroy_v2(slot->done);
+      if (slot->host) d.cuMemFreeHost(slot->host);
+      if (slot->device) d.cuMemFree_v2(slot->device);
+      cuda::check(r, describe() + ": " + what);
+    };
+    if (CUresult r = d.cuMemAlloc_v2(&slot->device, bytes); r != CUDA_SUCCESS) fail(r, "cuMemAlloc of an agreement buffer");
+    if (CUresult r = d.cuMemHostAlloc(&slot->host, bytes, 0); r != CUDA_SUCCESS) fail(r, "cuMemHostAlloc of an agreement buffer");
+    if (CUresult r = d.cuEventCreate(&slot->done, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) fail(r, "cuEventCreate");
+    slots_.push_back(std::move(slot));
+  }
+
+  // Never waits: with work still queued (a stuck all-gather, or an abandoned one not finished yet)
+  // the buffers it uses are left to the process, since freeing them would wait for it.
+  void release_resources() noexcept {
+    const cuda::Driver* d = cuda::try_driver(nullptr);
+    if (d == nullptr || !context_) return;
+    try {
+      cuda::ScopedContext scope(context_->get());  // throws once the driver is shutting down (exit)
+      const bool idle = !broken_.load() && d->cuStreamQuery(stream_) == CUDA_SUCCESS;
+      if (idle) {
+        for (auto& slot : slots_) {
+          d->cuEventDestroy_v2(slot->done);
+          d->cuMemFreeHost(slot->host);
+          d->cuMemFree_v2(slot->device);
+        }
+      } else if (!slots_.empty()) {
+        std::fprintf(stderr, "ncclpool: %s released with an agreement still in flight%s: leaving its %zu small buffer(s) behind\n",
+                     describe().c_str(), broken_.load() ? " (the communicator is broken)" : "", slots_.size());
+      }
+      slots_.clear();
+      if (stream_ != nullptr) d->cuStreamDestroy_v2(stream_);  // returns at once; resources go when the work is done
+      stream_ = nullptr;
+    } catch (const Error&) {
+      // Nothing to report to; the driver reclaims the stream and buffers with the context.
+    }
+  }
+
+  // ncclInProgress (non-blocking communicators): poll the asynchronous error until it settles.
+  ncclResult_t settle(ncclResult_t r) const {
+    const auto deadline = Clock::now() + options_.agreement_timeout;
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) return ncclInProgress;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (lib_.ncclCommGetAsyncError(comm_, &r) != ncclSuccess) break;
+    }
+    return r;
+  }
+
   void check(ncclResult_t r, const char* what, bool registration = false) const {
+    r = settle(r);
     if (r == ncclSuccess) return;
-    const std::string msg = describe() + ": " + what + " failed: " + error_text(r);
+    const std::string msg = describe() + ": " + what + " failed: " + (r == ncclInProgress ? "still in progress after the agreement timeout" : error_text(r));
     if (registration) throw RegistrationError(msg);
     throw BackendError(msg);
   }
@@ -134,8 +250,57 @@ class NcclCommunicator final : public Communicator {
   int device_ = 0, rank_ = 0, size_ = 0;
   std::unique_ptr<cuda::PrimaryContext> context_;
   CUstream stream_ = nullptr;
-  CUdeviceptr scratch_ = 0;
+  std::mutex mutex_;  // slots_ and broken_reason_
+  std::vector<std::unique_ptr<GatherSlot>> slots_;
+  std::atomic<bool> broken_{false};
+  std::string broken_reason_;
 };
+
+NcclPendingGather::~NcclPendingGather() {
+  std::lock_guard lock(comm_.mutex_);
+  slot_.in_use = false;  // reused only once its event completed (free_slot)
+}
+
+bool NcclPendingGather::ready() {
+  if (read_ || Clock::now() > deadline_ || comm_.broken()) return true;
+  cuda::ScopedContext scope(comm_.context_->get());
+  const CUresult q = cuda::driver().cuEventQuery(slot_.done);
+  if (q != CUDA_ERROR_NOT_READY) return true;
+  ncclResult_t async = ncclSuccess;
+  comm_.lib_.ncclCommGetAsyncError(comm_.comm_, &async);
+  return async != ncclSuccess && async != ncclInProgress;
+}
+
+std::vector<AgreementRecord> NcclPendingGather::wait() {
+  if (read_) throw InvalidState(comm_.describe() + ": agreement result already read");
+  read_ = true;
+  const cuda::Driver& d = cuda::driver();
+  cuda::ScopedContext scope(comm_.context_->get());
+  for (;;) {
+    comm_.refuse_if_broken("agreement result");
+    const CUresult q = d.cuEventQuery(slot_.done);
+    if (q == CUDA_SUCCESS) break;
+    if (q != CUDA_ERROR_NOT_READY) cuda::check(q, comm_.describe() + ": agreement all-gather");
+    ncclResult_t async = ncclSuccess;
+    comm_.lib_.ncclCommGetAsyncError(comm_.comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      const std::string why = "agreement all-gather failed: " + error_text(async);
+      comm_.mark_broken(why);
+      throw AgreementError(comm_.describe() + ": " + why);
+    }
+    if (Clock::now() > deadline_) {
+      const std::string why = "agreement all-gather did not complete within " + std::to_string(comm_.options_.agreement_timeout.count()) + " ms";
+      comm_.mark_broken(why);
+      throw AgreementError(comm_.describe() + ": " + why +
+                           ": some rank did not reach the same agreement point (attach/commit/scope end/detach/trim), or is gone; "
+                           "the communicator now has a collective in flight and must be aborted (then forget it in ncclpool)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  std::vector<AgreementRecord> all(static_cast<std::size_t>(comm_.size_));
+  std::memcpy(all.data(), static_cast<const char*>(slot_.host) + sizeof(AgreementRecord), sizeof(AgreementRecord) * all.size());
+  return all;
+}
 
 }  // namespace
 }  // namespace nccl

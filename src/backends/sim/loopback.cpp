@@ -28,16 +28,18 @@ const char* op_name(int op) {
     case 2: return "register_window";
     case 3: return "deregister_window";
     case 4: return "all_gather";
+    case 5: return "user_collective";
   }
   return "?";
 }
 constexpr int kAllGather = 4;
+constexpr int kUserCollective = 5;
 }  // namespace
 
 class LoopbackState {
  public:
-  LoopbackState(std::string name, int size, std::chrono::milliseconds timeout)
-      : name_(std::move(name)), size_(size), timeout_(timeout), calls_(static_cast<std::size_t>(size), 0),
+  LoopbackState(std::string name, int size, std::chrono::milliseconds timeout, LoopbackMatching matching)
+      : name_(std::move(name)), size_(size), timeout_(timeout), matching_(matching), calls_(static_cast<std::size_t>(size), 0),
         injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)) {}
 
   struct Result {
@@ -45,23 +47,38 @@ class LoopbackState {
     std::uint64_t window_id = 0;
   };
 
-  // One collective call by `rank`. `argument` must match across ranks.
-  Result collective(int rank, int op, std::uint64_t argument, const AgreementRecord& record, const std::string& who) {
-    std::unique_lock lock(mutex_);
+  // Posts `rank`'s next collective call and returns its slot without waiting (an all-gather on a
+  // GPU is only enqueued). Call k of every rank meets in slot k.
+  std::uint64_t post(int rank, int op, std::uint64_t argument, const AgreementRecord& record, const std::string& who) {
+    std::lock_guard lock(mutex_);
     if (broken_) throw AgreementError(who + ": " + broken_reason_);
     const bool fail_here = count_and_check(rank, op);
     const std::uint64_t k = calls_[static_cast<std::size_t>(rank)]++;
     Slot& slot = slots_[k];
-    if (slot.posts.empty()) slot.posts.resize(static_cast<std::size_t>(size_));
+    if (slot.posts.empty()) {
+      slot.posts.resize(static_cast<std::size_t>(size_));
+      slot.deadline = std::chrono::steady_clock::now() + timeout_;
+    }
     slot.posts[static_cast<std::size_t>(rank)] = Post{op, argument, record, fail_here};
     ++slot.arrived;
     ++collective_calls_;
     cv_.notify_all();
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    if (!cv_.wait_until(lock, deadline, [&] { return slot.arrived == size_ || broken_; })) {
+    return k;
+  }
+
+  bool ready(std::uint64_t k) {
+    std::lock_guard lock(mutex_);
+    auto it = slots_.find(k);
+    return broken_ || (it != slots_.end() && it->second.arrived == size_);
+  }
+
+  // Waits for every rank to post slot k (until the slot's deadline), then returns its outcome.
+  Result complete(std::uint64_t k, int op, const std::string& who) {
+    std::unique_lock lock(mutex_);
+    Slot& slot = slots_.at(k);
+    if (!cv_.wait_until(lock, slot.deadline, [&] { return slot.arrived == size_ || broken_; })) {
       std::ostringstream msg;
-      msg << "collective call #" << k << " (" << op_name(op) << ") timed out after " << timeout_.count()
-          << " ms: ranks";
+      msg << "collective call #" << k << " (" << op_name(op) << ") timed out after " << timeout_.count() << " ms: ranks";
       for (int r = 0; r < size_; ++r)
         if (!slot.posts[static_cast<std::size_t>(r)]) msg << ' ' << r;
       msg << " never made it (did they skip a commit or register in another order?); the group is broken";
@@ -75,12 +92,22 @@ class LoopbackState {
     Result result{slot.records, slot.window_id};
     const std::string error = slot.error;
     const bool agreement = slot.agreement_error;
-    if (++slot.readers == size_) slots_.erase(k);
+    read(k);
     if (!error.empty()) {
       if (agreement) throw AgreementError(who + ": " + error);
       throw RegistrationError(who + ": " + error);
     }
     return result;
+  }
+
+  // A rank that will never read slot k (an abandoned all-gather).
+  void abandon(std::uint64_t k) {
+    std::lock_guard lock(mutex_);
+    if (slots_.count(k)) read(k);
+  }
+
+  Result collective(int rank, int op, std::uint64_t argument, const AgreementRecord& record, const std::string& who) {
+    return complete(post(rank, op, argument, record, who), op, who);
   }
 
   // Counts a non-collective call; true if it must fail.
@@ -101,6 +128,10 @@ class LoopbackState {
     std::lock_guard lock(mutex_);
     return collective_calls_;
   }
+  bool broken() {
+    std::lock_guard lock(mutex_);
+    return broken_;
+  }
   const std::string& name() const { return name_; }
   int size() const { return size_; }
 
@@ -113,6 +144,7 @@ class LoopbackState {
   };
   struct Slot {
     std::vector<std::optional<Post>> posts;
+    std::chrono::steady_clock::time_point deadline;
     int arrived = 0;
     int readers = 0;
     bool evaluated = false;
@@ -121,6 +153,10 @@ class LoopbackState {
     std::vector<AgreementRecord> records;
     std::uint64_t window_id = 0;
   };
+
+  void read(std::uint64_t k) {
+    if (++slots_.at(k).readers == size_) slots_.erase(k);
+  }
 
   bool count_and_check(int rank, int op) {
     auto& counter = counters_[static_cast<std::size_t>(rank)][op];
@@ -134,30 +170,40 @@ class LoopbackState {
     return false;
   }
 
+  // strict: every rank must make the same call. nccl: calls pair by position whatever they are, as
+  // on a GPU; an all-gather that met another operation returns that rank's argument as its record
+  // (garbage to the reader), and a window registration succeeds whatever the sizes.
   void evaluate(Slot& slot, std::uint64_t k) {
     slot.evaluated = true;
     const Post& first = *slot.posts[0];
-    std::ostringstream diff;
-    for (int r = 1; r < size_; ++r) {
-      const Post& p = *slot.posts[static_cast<std::size_t>(r)];
-      if (p.op != first.op || p.argument != first.argument)
-        diff << " rank " << r << " called " << op_name(p.op) << '(' << p.argument << ");";
-    }
-    if (!diff.str().empty()) {
-      slot.agreement_error = true;
-      slot.error = "collective call #" + std::to_string(k) + " does not match across ranks: rank 0 called " +
-                   op_name(first.op) + "(" + std::to_string(first.argument) + ");" + diff.str();
-      return;
-    }
-    for (int r = 0; r < size_; ++r) {
-      if (slot.posts[static_cast<std::size_t>(r)]->inject_failure) {
-        slot.error = std::string("injected failure of ") + op_name(first.op) + " on rank " + std::to_string(r) +
-                     " (the collective fails on every rank)";
+    if (matching_ == LoopbackMatching::strict) {
+      std::ostringstream diff;
+      for (int r = 1; r < size_; ++r) {
+        const Post& p = *slot.posts[static_cast<std::size_t>(r)];
+        if (p.op != first.op || p.argument != first.argument)
+          diff << " rank " << r << " called " << op_name(p.op) << '(' << p.argument << ");";
+      }
+      if (!diff.str().empty()) {
+        slot.agreement_error = true;
+        slot.error = "collective call #" + std::to_string(k) + " does not match across ranks: rank 0 called " +
+                     op_name(first.op) + "(" + std::to_string(first.argument) + ");" + diff.str();
         return;
       }
     }
-    if (first.op == kAllGather) {
-      for (auto& p : slot.posts) slot.records.push_back(p->record);
+    for (int r = 0; r < size_; ++r) {
+      if (slot.posts[static_cast<std::size_t>(r)]->inject_failure) {
+        slot.error = std::string("injected failure of ") + op_name(slot.posts[static_cast<std::size_t>(r)]->op) + " on rank " +
+                     std::to_string(r) + " (the collective fails on every rank)";
+        return;
+      }
+    }
+    for (auto& p : slot.posts) {
+      AgreementRecord r = p->record;
+      if (p->op != kAllGather) {
+        r = AgreementRecord{};
+        r.words[0] = p->argument;
+      }
+      slot.records.push_back(r);
     }
     slot.window_id = ++windows_;
   }
@@ -165,6 +211,7 @@ class LoopbackState {
   std::string name_;
   int size_;
   std::chrono::milliseconds timeout_;
+  LoopbackMatching matching_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::uint64_t> calls_;
@@ -178,11 +225,34 @@ class LoopbackState {
   std::uint64_t collective_calls_ = 0;
 };
 
+namespace {
+class LoopbackPendingGather final : public PendingGather {
+ public:
+  LoopbackPendingGather(std::shared_ptr<LoopbackGroup> group, std::uint64_t slot, std::string who)
+      : group_(std::move(group)), slot_(slot), who_(std::move(who)) {}
+  ~LoopbackPendingGather() override {
+    if (!read_) group_->state().abandon(slot_);
+  }
+  bool ready() override { return group_->state().ready(slot_); }
+  std::vector<AgreementRecord> wait() override {
+    if (read_) throw InvalidState(who_ + ": all-gather result already read");
+    read_ = true;
+    return group_->state().complete(slot_, kAllGather, who_).records;
+  }
+
+ private:
+  std::shared_ptr<LoopbackGroup> group_;
+  std::uint64_t slot_;
+  std::string who_;
+  bool read_ = false;
+};
+}  // namespace
+
 }  // namespace detail
 
-LoopbackGroup::LoopbackGroup(std::string name, int size, std::chrono::milliseconds timeout) {
+LoopbackGroup::LoopbackGroup(std::string name, int size, std::chrono::milliseconds timeout, LoopbackMatching matching) {
   if (size < 1) throw InvalidArgument("loopback group '" + name + "': size must be >= 1");
-  state_ = std::make_unique<detail::LoopbackState>(std::move(name), size, timeout);
+  state_ = std::make_unique<detail::LoopbackState>(std::move(name), size, timeout, matching);
 }
 LoopbackGroup::~LoopbackGroup() = default;
 const std::string& LoopbackGroup::name() const noexcept { return state_->name(); }
@@ -190,6 +260,7 @@ int LoopbackGroup::size() const noexcept { return state_->size(); }
 void LoopbackGroup::inject_failure(LoopbackOp op, int rank, int nth) { state_->inject(static_cast<int>(op), rank, nth); }
 std::int64_t LoopbackGroup::live_registrations() const { return state_->live.load(); }
 std::uint64_t LoopbackGroup::collective_calls() const { return state_->collective_calls(); }
+bool LoopbackGroup::broken() const { return state_->broken(); }
 
 LoopbackCommunicator::LoopbackCommunicator(std::shared_ptr<LoopbackGroup> group, int rank, int device)
     : group_(std::move(group)), rank_(rank), device_(device) {
@@ -233,8 +304,15 @@ void LoopbackCommunicator::deregister_window(void* window) {
   --group_->state().live;
 }
 
-std::vector<AgreementRecord> LoopbackCommunicator::all_gather(const AgreementRecord& mine) {
-  return group_->state().collective(rank_, 4, sizeof(AgreementRecord), mine, describe()).records;
+std::unique_ptr<PendingGather> LoopbackCommunicator::start_all_gather(const AgreementRecord& mine) {
+  const std::uint64_t slot = group_->state().post(rank_, detail::kAllGather, sizeof(AgreementRecord), mine, describe());
+  return std::make_unique<detail::LoopbackPendingGather>(group_, slot, describe());
+}
+
+bool LoopbackCommunicator::broken() const { return group_->broken(); }
+
+void LoopbackCommunicator::user_collective(std::uint64_t argument) {
+  (void)group_->state().collective(rank_, detail::kUserCollective, argument, {}, describe());
 }
 
 }  // namespace ncclpool

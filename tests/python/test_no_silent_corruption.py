@@ -1,0 +1,159 @@
+"""Bad inputs and rank mismatches through the Python package, on the simulator (CI, no GPU)."""
+import sys
+import time
+import types
+
+import pytest
+
+import ncclpool
+from ncclpool import errors
+
+from test_capi import MiB, run_ranks, sim_pool
+
+
+def test_sizes_beyond_size_t_are_refused_not_wrapped():
+    with sim_pool() as p:
+        with pytest.raises(errors.SizeTooLarge):
+            p.alloc(2**64 + 1024)  # ctypes alone would allocate 1024 bytes
+        with pytest.raises(errors.InvalidArgument):
+            p.alloc(-1)
+        with pytest.raises(errors.InvalidArgument):
+            p.alloc(1.5)
+        with pytest.raises(errors.SizeTooLarge):
+            p.reserve(2**70)
+        assert p.stats()["active_allocations"] == 0
+    with pytest.raises(errors.SizeTooLarge):
+        sim_pool(growth_chunk=2**64)
+
+
+def test_free_without_a_stream_uses_the_allocations_stream():
+    with sim_pool() as p:
+        a = p.alloc(MiB, stream=7)
+        p.free(a)  # was: stream 0, so reuse on stream 7 needed a cross-stream wait
+        b = p.alloc(MiB, stream=7)
+        assert b == a and p.stats()["cross_stream_reuses"] == 0
+        p.free(b)
+        p.check()
+
+
+def test_closing_a_pool_inside_its_own_scope_is_refused():
+    p = sim_pool()
+    with p.scope():
+        with pytest.raises(errors.InvalidState, match="scope"):
+            p.close()
+        x = p.alloc(MiB)  # the pool is intact
+        p.free(x)
+    p.close()
+    assert p.closed
+
+
+def test_a_rank_with_nothing_pending_learns_of_the_mismatch_at_its_next_agreement_point():
+    world = ncclpool.SimGroup("world", 2, matching="nccl")
+
+    def rank(r):
+        p = sim_pool("symmetric", name="shared", growth_chunk=4 * MiB)
+        c = p.attach_sim(world, r)
+        if r == 0:
+            p.alloc(MiB)  # only rank 0 grows
+            time.sleep(0.05)
+        now = None
+        try:
+            p.commit()
+        except errors.AgreementError as e:
+            now = str(e)
+        c.sim_user_collective(99)  # pairs with the other rank's, not with a stray agreement
+        later = None
+        try:
+            p.poll()
+        except errors.AgreementError as e:
+            later = str(e)
+        c.forget()
+        return now, later
+
+    results, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    (now0, _), (now1, later1) = results
+    assert "ranks disagree at commit #1" in now0
+    assert now1 is None and "found after the fact" in later1
+
+
+def test_check_level_is_an_option_and_an_environment_variable(monkeypatch):
+    with sim_pool("symmetric", check="layout") as p:
+        assert p.check_level == "layout"
+        assert p.stats_json()["check"] == "layout"
+    monkeypatch.setenv("NCCLPOOL_CHECK", "collectives")
+    with sim_pool("symmetric") as p:
+        assert p.check_level == "collectives"
+    monkeypatch.setenv("NCCLPOOL_CHECK", "paranoid")
+    with pytest.raises(errors.InvalidArgument, match="NCCLPOOL_CHECK"):
+        sim_pool("symmetric")
+    with pytest.raises(errors.InvalidArgument):
+        sim_pool("symmetric", check="paranoid")
+
+
+def test_buffers_at_other_offsets_are_named_with_ranks_and_offsets():
+    world = ncclpool.SimGroup("world", 2, matching="nccl")
+
+    def rank(r):
+        p = sim_pool("symmetric", name="shared", growth_chunk=16 * MiB)
+        c = p.attach_sim(world, r)
+        first, second = p.alloc(4 * MiB), p.alloc(4 * MiB)
+        p.commit()
+        x = first if r == 0 else second
+        try:
+            c.verify_buffers(x, x)
+        finally:
+            c.forget()
+
+    _, failures = run_ranks(2, rank)
+    for f in failures:
+        assert isinstance(f, errors.AgreementError), f
+        assert "rank 0: window #0 offset 0;" in str(f) and "rank 1: window #0 offset 4194304;" in str(f)
+
+
+# ---- the torch layer's bookkeeping, with a stand-in for torch (no GPU, no torch needed)
+
+@pytest.fixture
+def torch_layer(monkeypatch):
+    torch = types.ModuleType("torch")
+    torch.Tensor = type("Tensor", (), {})
+    torch.device = lambda *a: types.SimpleNamespace(index=a[-1] if len(a) > 1 else None)
+    cuda = types.ModuleType("torch.cuda")
+    cuda.is_available = lambda: True
+    cuda.current_device = lambda: 0
+    cuda.nccl = types.SimpleNamespace(version=lambda: 0)
+    cuda.is_current_stream_capturing = lambda: False
+    ids = iter(range(1, 1000))
+    cuda.MemPool = lambda allocator: types.SimpleNamespace(id=(next(ids), 0))
+    cuda.memory = types.SimpleNamespace(CUDAPluggableAllocator=lambda *a: types.SimpleNamespace(allocator=lambda: None))
+    torch.cuda = cuda
+    dist = types.ModuleType("torch.distributed")
+    dist.ProcessGroup = type("ProcessGroup", (), {})
+    dist.group = types.SimpleNamespace(WORLD=dist.ProcessGroup())
+    dist.destroy_process_group = lambda group=None: None
+    dist.distributed_c10d = types.SimpleNamespace(destroy_process_group=dist.destroy_process_group)
+    dist.all_reduce = lambda tensor, op=None, group=None, async_op=False: None
+    torch.distributed = dist
+    for name, module in (("torch", torch), ("torch.cuda", cuda), ("torch.distributed", dist)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delitem(sys.modules, "ncclpool.torch", raising=False)
+    monkeypatch.setattr(ncclpool, "features", lambda: {"nccl_available": True, "nccl_version": 0, "why_not": ""})
+    import ncclpool.torch as layer
+    return layer
+
+
+def test_release_mem_pool_that_fails_keeps_its_table_true(torch_layer):
+    layer = torch_layer
+    mempool = layer.create_nccl_mem_pool(symmetric=False, source="sim")
+    pool = layer.ncclpool_pool(mempool)
+    assert pool.name == "torch-pool-0"  # no rank or device in it: pools are matched by name
+    group = ncclpool.SimGroup("dp", 1)
+    comm = pool.attach_sim(group, 0, "local")
+    layer._binding(mempool).attachments[1] = layer._Attachment(object(), 1, "local", comm)
+    live = pool.alloc(MiB)
+    with pytest.raises(errors.InvalidState, match="still live"):
+        layer.release_mem_pool(mempool)  # detaches the group, then the pool refuses to close
+    assert layer._binding(mempool).attachments == {}, "a detached group stayed in the table"
+    pool.free(live)
+    layer.release_mem_pool(mempool)
+    assert pool.closed

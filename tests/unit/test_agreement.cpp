@@ -1,0 +1,422 @@
+// "No silent corruption" on the simulator: every mismatch between ranks ends in an error on every
+// rank, never a hang, never wrong data. Most groups use LoopbackMatching::nccl, which pairs calls by
+// position unchecked as NCCL does, so what a GPU would hide is visible here too.
+
+#include <gtest/gtest.h>
+
+#include <ncclpool/loopback.hpp>
+#include <ncclpool/registry.hpp>
+#include <ncclpool/sim.hpp>
+
+#include "common/registry_ranks.hpp"
+
+#include <atomic>
+#include <thread>
+
+namespace ncclpool {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::shared_ptr<LoopbackGroup> nccl_like(const std::string& name, int size, std::chrono::milliseconds timeout = 2s) {
+  return std::make_shared<LoopbackGroup>(name, size, timeout, LoopbackMatching::nccl);
+}
+
+// ---------------------------------------------------------------- the simulator itself
+
+TEST(LoopbackNcclMatching, ASkippedCollectivePairsWithTheNextOneSilently) {
+  auto group = nccl_like("world", 2);
+  std::vector<AgreementRecord> seen;
+  const auto errors = on_ranks(2, [&](int rank) {
+    LoopbackCommunicator comm(group, rank);
+    if (rank == 0) {
+      AgreementRecord mine;
+      mine.words[0] = 42;
+      seen = comm.all_gather(mine);  // pairs with rank 1's application collective
+    } else {
+      comm.user_collective(7);  // no error here: NCCL would not say anything either
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].words[0], 7u) << "rank 0 read rank 1's unrelated data as its record";
+}
+
+TEST(LoopbackNcclMatching, StrictMatchingFailsBothRanksInstead) {
+  auto group = std::make_shared<LoopbackGroup>("world", 2, 2s);
+  const auto errors = on_ranks(2, [&](int rank) {
+    LoopbackCommunicator comm(group, rank);
+    if (rank == 0) (void)comm.all_gather(AgreementRecord{});
+    else comm.user_collective(7);
+  });
+  EXPECT_TRUE(contains(errors[0], "does not match")) << errors[0];
+  EXPECT_TRUE(contains(errors[1], "does not match")) << errors[1];
+}
+
+TEST(LoopbackNcclMatching, AnAllGatherStartsWithoutWaiting) {
+  auto group = nccl_like("world", 2);
+  LoopbackCommunicator rank0(group, 0), rank1(group, 1);
+  auto pending = rank0.start_all_gather(AgreementRecord{});
+  EXPECT_FALSE(pending->ready());
+  auto other = rank1.start_all_gather(AgreementRecord{});
+  EXPECT_TRUE(pending->ready());
+  EXPECT_EQ(pending->wait().size(), 2u);
+  EXPECT_EQ(other->wait().size(), 2u);
+}
+
+// ---------------------------------------------------------------- item 2: a rank with nothing pending
+
+TEST(Agreement, ARankWithNothingPendingJoinsWithoutWaitingAndLearnsOfTheMismatchLater) {
+  auto group = nccl_like("world", 2);
+  std::atomic<int> stage{0};
+  std::string later_error;
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    if (rank == 0) (void)r.pool->allocate(MiB);  // rank 0 grows, rank 1 reuses what it has
+    if (rank == 0) std::this_thread::sleep_for(50ms);  // rank 1's commit returns before rank 0's record exists
+    std::string commit_error;
+    try {
+      r.registry->commit();
+    } catch (const AgreementError& e) {
+      commit_error = e.what();
+    }
+    if (rank == 0 && !contains(commit_error, "ranks disagree at commit #1")) throw std::runtime_error("rank 0: " + commit_error);
+    if (rank == 1 && !commit_error.empty()) throw std::runtime_error("rank 1 should not have waited: " + commit_error);
+    // Both go on to an application collective: it must pair with the other's, not with a stray
+    // agreement all-gather (which would silently corrupt it on a GPU).
+    comm->user_collective(1234);
+    if (rank == 1) {
+      try {
+        r.registry->commit();  // the next agreement point reports the earlier mismatch
+      } catch (const AgreementError& e) {
+        later_error = e.what();
+      }
+    } else {
+      try {
+        r.registry->commit();  // rank 0 still has its segment pending: fails again, consistently
+      } catch (const AgreementError&) {
+      }
+    }
+    r.registry->check_invariants();
+    r.registry->forget(*comm);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(contains(later_error, "ranks disagree at commit #1")) << later_error;
+  EXPECT_TRUE(contains(later_error, "found after the fact")) << later_error;
+  EXPECT_TRUE(contains(later_error, "rank 0: pool 'ncclpool' (attachment #0), commit #1: 1 segment(s)")) << later_error;
+  EXPECT_TRUE(contains(later_error, "rank 1: pool 'ncclpool' (attachment #0), commit #1: 0 segment(s)")) << later_error;
+  EXPECT_FALSE(group->broken());
+}
+
+TEST(Agreement, OpeningAScopeReportsAnEarlierMismatch) {
+  auto group = nccl_like("world", 2);
+  std::string scope_error;
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    if (rank == 0) (void)r.pool->allocate(MiB);
+    if (rank == 0) std::this_thread::sleep_for(50ms);  // rank 1's commit returns before rank 0's record exists
+    try {
+      r.registry->commit();
+    } catch (const AgreementError&) {
+    }
+    if (rank == 1) {
+      comm->user_collective();  // by now rank 0 has sent its record
+      try {
+        Scope scope(*r.registry);
+        scope.close();
+      } catch (const AgreementError& e) {
+        scope_error = e.what();
+      }
+      EXPECT_EQ(current_scope(), nullptr);
+      EXPECT_EQ(r.registry->open_scopes(), 0);
+    } else {
+      comm->user_collective();
+    }
+    r.registry->forget(*comm);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(contains(scope_error, "found after the fact")) << scope_error;
+}
+
+TEST(Agreement, ARankThatSkipsAnAgreementPointAltogetherIsNamedByTheOthers) {
+  // Not ncclpool's doing (the program differs across ranks), but on NCCL the agreement all-gather of
+  // rank 0 pairs with rank 1's application collective: rank 0 must say so rather than go on.
+  auto group = nccl_like("world", 2);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    (void)r.pool->allocate(MiB);
+    if (rank == 0) r.registry->commit();
+    else comm->user_collective(5);
+  });
+  EXPECT_TRUE(contains(errors[0], "not an ncclpool agreement")) << errors[0];
+}
+
+TEST(Agreement, AMissingRankIsATimeoutOnTheWaitingRanksAndTheGroupIsBroken) {
+  auto group = nccl_like("world", 2, 300ms);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    (void)r.pool->allocate(MiB);
+    if (rank == 0) {
+      try {
+        r.registry->commit();
+      } catch (const AgreementError& e) {
+        if (!contains(e.what(), "timed out")) throw;
+      }
+      // Later calls fail at once instead of queueing behind the stuck collective.
+      try {
+        r.registry->commit();
+        throw std::runtime_error("commit on a broken group succeeded");
+      } catch (const AgreementError& e) {
+        if (!contains(e.what(), "broken")) throw;
+      }
+    }
+    r.registry->forget(*comm);  // what a program does after aborting the communicator
+    r.registry->check_invariants();
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+// ---------------------------------------------------------------- item 1: pools told apart
+
+void two_pools_committed_in_opposite_orders(const std::string& name_a, const std::string& name_b) {
+  auto group = nccl_like("world", 2);
+  std::vector<Rank> a, b;
+  for (int i = 0; i < 2; ++i) {
+    a.push_back(make_rank(true, 2 * MiB, 0, name_a));
+    b.push_back(make_rank(true, 2 * MiB, 0, name_b));
+  }
+  const auto errors = on_ranks(2, [&](int rank) {
+    Rank& pa = a[static_cast<std::size_t>(rank)];
+    Rank& pb = b[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    pa.registry->attach(comm, RegistrationKind::symmetric);
+    pb.registry->attach(comm, RegistrationKind::symmetric);
+    (void)pa.pool->allocate(MiB);
+    (void)pb.pool->allocate(MiB);  // the same shape in both pools
+    std::vector<Registry*> order{pa.registry.get(), pb.registry.get()};
+    if (rank == 1) std::swap(order[0], order[1]);
+    std::string first;
+    for (Registry* r : order) {
+      try {
+        r->commit();
+      } catch (const AgreementError& e) {
+        if (first.empty()) first = e.what();
+      }
+    }
+    if (pa.registry->stats(*comm).registered_segments != 0 || pb.registry->stats(*comm).registered_segments != 0)
+      throw std::runtime_error("a window was registered although the pools were crossed");
+    pa.registry->forget(*comm);
+    pb.registry->forget(*comm);
+    if (!first.empty()) throw std::runtime_error(first);
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& e = errors[static_cast<std::size_t>(rank)];
+    EXPECT_TRUE(contains(e, "ranks disagree at commit")) << rank << ": " << e;
+    EXPECT_TRUE(contains(e, "(attachment #0)") && contains(e, "(attachment #1)")) << e;
+  }
+}
+
+TEST(Agreement, TwoPoolsOfTheSameShapeCommittedInOppositeOrdersAreAnError) {
+  two_pools_committed_in_opposite_orders("activations", "gradients");
+  two_pools_committed_in_opposite_orders("ncclpool", "ncclpool");  // same names: the attachment number tells them apart
+}
+
+TEST(Agreement, PoolsWithOtherNamesOnOtherRanksAreNamed) {
+  auto group = nccl_like("world", 2);
+  std::vector<Rank> ranks;
+  ranks.push_back(make_rank(true, 2 * MiB, 0, "rank0-pool"));
+  ranks.push_back(make_rank(true, 2 * MiB, 0, "rank1-pool"));
+  const auto errors = on_ranks(2, [&](int rank) {
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
+  });
+  EXPECT_TRUE(contains(errors[0], "pool 'rank0-pool'") && contains(errors[0], "pool 'rank1-pool'")) << errors[0];
+  EXPECT_TRUE(contains(errors[1], "ranks disagree at attach #0")) << errors[1];
+}
+
+// ---------------------------------------------------------------- item 5: trim against allocation
+
+TEST(Agreement, TrimReleasesWhatRanksAgreedOnWhileAnotherThreadAllocates) {
+  auto group = nccl_like("world", 2);
+  std::vector<std::size_t> released(2);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    void* a = r.pool->allocate(MiB);
+    r.registry->commit();
+    r.pool->deallocate(a);  // segment 0 is empty on both ranks
+    std::thread allocator;
+    std::atomic<bool> stop{false};
+    if (rank == 1) {
+      // Allocates and frees as fast as it can while the ranks agree: it must not land in segment 0.
+      allocator = std::thread([&] {
+        while (!stop.load()) {
+          try {
+            r.pool->deallocate(r.pool->allocate(MiB));
+          } catch (const Error&) {
+          }
+        }
+      });
+    } else {
+      std::this_thread::sleep_for(50ms);  // rank 1 sits in the agreement meanwhile
+    }
+    released[static_cast<std::size_t>(rank)] = r.registry->trim();
+    stop = true;
+    if (allocator.joinable()) allocator.join();
+    r.pool->check_invariants();
+    r.registry->check_invariants();
+    r.registry->forget(*comm);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(released[0], 2 * MiB);
+  EXPECT_EQ(released[1], 2 * MiB) << "rank 1 released what rank 0 released";
+  EXPECT_FALSE(group->broken()) << "no window was deregistered on one rank only";
+}
+
+TEST(Agreement, TrimWithDifferentEmptySegmentsReleasesNothingAnywhere) {
+  auto group = nccl_like("world", 2);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    void* a = r.pool->allocate(MiB);
+    r.registry->commit();
+    if (rank == 0) r.pool->deallocate(a);  // empty on rank 0 only
+    try {
+      (void)r.registry->trim();
+      throw std::runtime_error("trim agreed");
+    } catch (const AgreementError&) {
+    }
+    if (r.pool->stats().segment_count != 1) throw std::runtime_error("a segment was released");
+    void* b = r.pool->allocate(MiB);  // withheld segments are back in use
+    if (rank == 0 && b != a) throw std::runtime_error("segment 0 did not come back into use");
+    r.pool->check_invariants();
+    r.registry->check_invariants();
+    r.registry->forget(*comm);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+// ---------------------------------------------------------------- item 4: scopes outlive nothing
+
+TEST(AgreementDeathTest, DestroyingARegistryWithAnOpenScopeAbortsLoudly) {
+  EXPECT_DEATH(
+      {
+        Rank r = make_rank();
+        auto* scope = new Scope(*r.registry);  // never closed
+        (void)scope;
+        r.registry.reset();
+      },
+      "scope\\(s\\) still open");
+}
+
+// ---------------------------------------------------------------- item 7: check mode
+
+TEST(CheckMode, LayoutCheckNamesTheFirstBlockThatDiffers) {
+  auto group = nccl_like("world", 2);
+  std::vector<Rank> ranks;
+  for (int i = 0; i < 2; ++i) ranks.push_back(make_rank(true, 16 * MiB, 0, "ncclpool", {CheckLevel::layout}));
+  const auto errors = on_ranks(2, [&](int rank) {
+    Rank& r = ranks[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    r.registry->attach(comm, RegistrationKind::symmetric);
+    (void)r.pool->allocate(MiB);
+    r.registry->commit();  // same layout: fine
+    // The same requests in another order: same segments, other offsets.
+    if (rank == 0) {
+      (void)r.pool->allocate(4 * MiB);
+      (void)r.pool->allocate(8 * MiB);
+    } else {
+      (void)r.pool->allocate(8 * MiB);
+      (void)r.pool->allocate(4 * MiB);
+    }
+    try {
+      r.registry->commit();
+    } catch (...) {
+      r.registry->forget(*comm);
+      throw;
+    }
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& e = errors[static_cast<std::size_t>(rank)];
+    EXPECT_TRUE(contains(e, "symmetric layouts of pool 'ncclpool' differ")) << e;
+    EXPECT_TRUE(contains(e, "first difference at live block #1")) << e;
+    EXPECT_TRUE(contains(e, "rank 0: segment 0 offset 1048576 size 4194304;")) << e;
+    EXPECT_TRUE(contains(e, "rank 1: segment 0 offset 1048576 size 8388608;")) << e;
+  }
+}
+
+TEST(CheckMode, BufferCheckCatchesSameSizedBuffersAllocatedInOppositeOrders) {
+  // The case that corrupts silently on GPUs: two 4 MiB buffers in opposite orders. Layouts match;
+  // only the buffers of the collective tell.
+  auto group = nccl_like("world", 2);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    void* first = r.pool->allocate(4 * MiB);
+    void* second = r.pool->allocate(4 * MiB);
+    r.registry->commit();
+    void* x = rank == 0 ? first : second;  // "buffer x" of the program
+    void* same = first;
+    verify_symmetric_buffers(*comm, {same, same});  // fine
+    try {
+      verify_symmetric_buffers(*comm, {x, x});
+    } catch (...) {
+      r.registry->forget(*comm);
+      throw;
+    }
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& e = errors[static_cast<std::size_t>(rank)];
+    EXPECT_TRUE(contains(e, "buffer #0 of this collective is not at the same place")) << e;
+    EXPECT_TRUE(contains(e, "rank 0: window #0 offset 0;")) << e;
+    EXPECT_TRUE(contains(e, "rank 1: window #1 offset 0;")) << e;  // 2 MiB chunks: one segment (window) each
+  }
+}
+
+TEST(CheckMode, BufferCheckSeesAPlainBufferAgainstAWindow) {
+  auto group = nccl_like("world", 2);
+  std::vector<char> plain(64);
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    void* in_window = r.pool->allocate(MiB);
+    r.registry->commit();
+    const void* buffer = rank == 0 ? in_window : static_cast<const void*>(plain.data());
+    try {
+      verify_symmetric_buffers(*comm, {buffer});
+    } catch (...) {
+      r.registry->forget(*comm);
+      throw;
+    }
+  });
+  EXPECT_TRUE(contains(errors[1], "rank 1: not in a window of this communicator")) << errors[1];
+}
+
+TEST(CheckMode, EnvironmentVariableIsParsedStrictly) {
+  ::setenv("NCCLPOOL_CHECK", "layout", 1);
+  EXPECT_EQ(check_level_from_env(), CheckLevel::layout);
+  ::setenv("NCCLPOOL_CHECK", "2", 1);
+  EXPECT_EQ(check_level_from_env(), CheckLevel::collectives);
+  ::setenv("NCCLPOOL_CHECK", "yes", 1);
+  EXPECT_THROW((void)check_level_from_env(), InvalidArgument);
+  ::unsetenv("NCCLPOOL_CHECK");
+  EXPECT_EQ(check_level_from_env(), CheckLevel::off);
+}
+
+TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {
+  auto group = std::make_shared<LoopbackGroup>("world", 1);
+  auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
+  SimSourceConfig sc;
+  sc.capacity = 8 * MiB;
+  auto pool = std::make_shared<Pool>(std::make_shared<SimSource>(sc), PoolConfig{.name = "p", .growth_chunk = 4 * MiB, .deterministic = true});
+  Registry registry(pool, {CheckLevel::off});
+  registry.attach(comm, RegistrationKind::symmetric);
+  void* a = pool->allocate(4 * MiB);
+  registry.commit();
+  pool->deallocate(a);  // an empty segment with a window: OOM release must keep it
+  try {
+    (void)pool->allocate(8 * MiB);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_TRUE(contains(e.what(), "a collective trim on every rank")) << e.what();
+  }
+  EXPECT_EQ(registry.trim(), 4 * MiB);
+  registry.detach(*comm);
+}
+
+}  // namespace
+}  // namespace ncclpool
