@@ -55,12 +55,13 @@ class NcclRegistry : public ::testing::Test {
     for (int r = 0; r < n_; ++r) lib.ncclCommSplit(comms_.world[static_cast<std::size_t>(r)], r % 2, r, &comms_.ep[static_cast<std::size_t>(r)], nullptr);
     ASSERT_EQ(lib.ncclGroupEnd(), ncclSuccess);
   }
+  // Abort, not destroy: a failed test may leave a collective in flight, and destroy would wait for it.
   void TearDown() override {
     if (comms_.n == 0) return;
     const auto& lib = nccl::library();
     for (auto* v : {&comms_.dp, &comms_.ep, &comms_.world})
       for (ncclComm_t c : *v)
-        if (c != nullptr) lib.ncclCommDestroy(c);
+        if (c != nullptr) lib.ncclCommAbort(c);
   }
 
   // Runs body(rank) on one thread per GPU with that GPU's primary context current.
@@ -75,6 +76,7 @@ class NcclRegistry : public ::testing::Test {
           body(r);
         } catch (const std::exception& e) {
           errors[static_cast<std::size_t>(r)] = e.what();
+          std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());  // at once: another rank may hang after it
         }
       });
     for (auto& t : threads) t.join();
@@ -205,7 +207,8 @@ TEST_F(NcclRegistry, ExtraSegmentOnOneRankIsAnErrorOnEveryRank) {
     } catch (const AgreementError& e) {
       error = e.what();
     }
-    if (error.find("ranks disagree at commit") == std::string::npos || error.find("rank " + std::to_string(n_ - 1) + ": 2 segment(s)") == std::string::npos)
+    if (error.find("ranks disagree at commit") == std::string::npos ||
+        error.find("rank " + std::to_string(n_ - 1) + ": pool 'ncclpool' (attachment #0), commit #1: 2 segment(s)") == std::string::npos)
       throw std::runtime_error("expected an agreement error naming the last rank, got: '" + error + "'");
     if (registry.stats(*world).registered_segments != 0) throw std::runtime_error("something was registered");
     for (void* p : blocks) pool->deallocate(p);
@@ -247,6 +250,249 @@ TEST_F(NcclRegistry, SymmetricOverCudaMallocMemoryIsAConfigurationError) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("cannot back NCCL windows"), std::string::npos) << e.what();
   }
+}
+
+// ---- no silent corruption on real NCCL (issue: every mismatch is an error on every rank) ----
+
+// All-reduce of `value` (one float per rank) on comm; returns the sum every rank got.
+float all_reduce_one(ncclComm_t comm, float value) {
+  const auto& lib = nccl::library();
+  const cuda::Driver& d = cuda::driver();
+  CUdeviceptr buf = 0;
+  cuda::check(d.cuMemAlloc_v2(&buf, sizeof(float)), "alloc");
+  cuda::check(d.cuMemcpyHtoD_v2(buf, &value, sizeof value), "upload");
+  CUstream stream = nullptr;
+  cuda::check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");
+  if (lib.ncclAllReduce(reinterpret_cast<void*>(buf), reinterpret_cast<void*>(buf), 1, ncclFloat, ncclSum, comm,
+                        reinterpret_cast<cudaStream_t>(stream)) != ncclSuccess)
+    throw std::runtime_error("all-reduce launch failed");
+  cuda::check(d.cuStreamSynchronize(stream), "sync");
+  float out = 0;
+  cuda::check(d.cuMemcpyDtoH_v2(&out, buf, sizeof out), "download");
+  d.cuStreamDestroy_v2(stream);
+  d.cuMemFree_v2(buf);
+  return out;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST_F(NcclRegistry, ARankWithNothingPendingJoinsTheAgreementAndTheNextCollectiveIsRight) {
+  const auto errors = on_ranks([&](int rank) {
+    PoolConfig config;
+    config.name = "skip";
+    config.deterministic = true;
+    config.growth_chunk = 32 * MiB;
+    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
+    Registry registry(pool, {CheckLevel::off});
+    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+    registry.attach(world, RegistrationKind::symmetric);
+    void* base = pool->allocate(MiB);
+    registry.commit();
+    std::vector<void*> blocks{base};
+    if (rank == 0) blocks.push_back(pool->allocate(48 * MiB));  // rank 0 grows; the others reuse their chunk
+    else blocks.push_back(pool->allocate(MiB));
+    std::string now;
+    try {
+      registry.commit();
+    } catch (const AgreementError& e) {
+      now = e.what();
+    }
+    if (rank == 0 && !has(now, "ranks disagree at commit #2")) throw std::runtime_error("rank 0: expected an agreement error, got '" + now + "'");
+    if (rank != 0 && !now.empty()) throw std::runtime_error("a rank with nothing pending waited: " + now);
+    // The application's next collective pairs with the others' (no stray agreement all-gather left).
+    const float sum = all_reduce_one(comms_.world[static_cast<std::size_t>(rank)], static_cast<float>(rank + 1));
+    if (sum != static_cast<float>(n_ * (n_ + 1) / 2)) throw std::runtime_error("all-reduce after the agreement gave " + std::to_string(sum));
+    if (rank != 0) {
+      std::string later;
+      try {
+        registry.poll();  // the agreement completed long ago: its result is read now
+      } catch (const AgreementError& e) {
+        later = e.what();
+      }
+      if (!has(later, "found after the fact") || !has(later, "rank 0: pool 'skip' (attachment #0), commit #2: 1 segment(s)"))
+        throw std::runtime_error("rank " + std::to_string(rank) + ": expected the earlier mismatch, got '" + later + "'");
+    }
+    for (void* p : blocks) pool->deallocate(p);
+    registry.detach(*world);  // every rank has the same window (chunk 0): an agreement, then deregistration
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST_F(NcclRegistry, ADeadRankIsATimeoutThenForgetAndAbortDoNotHang) {
+  const auto& lib = nccl::library();
+  const auto errors = on_ranks([&](int rank) {
+    PoolConfig config;
+    config.name = "dead";
+    config.deterministic = true;
+    config.growth_chunk = 32 * MiB;
+    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
+    Registry registry(pool, {CheckLevel::off});
+    ncclComm_t& world_comm = comms_.world[static_cast<std::size_t>(rank)];
+    auto world = make_nccl_communicator(world_comm, NcclCommunicatorOptions{std::chrono::seconds(2)});
+    registry.attach(world, RegistrationKind::symmetric);
+    void* p = pool->allocate(MiB);
+    const bool dead = rank == n_ - 1;  // never reaches the agreement point
+    if (!dead) {
+      const auto start = std::chrono::steady_clock::now();
+      std::string error;
+      try {
+        registry.commit();
+      } catch (const AgreementError& e) {
+        error = e.what();
+      }
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!has(error, "did not complete within 2000 ms")) throw std::runtime_error("expected a timeout, got '" + error + "'");
+      if (waited > 10) throw std::runtime_error("the timeout took " + std::to_string(waited) + " s");
+      try {
+        registry.commit();
+        throw std::runtime_error("a commit on a broken communicator succeeded");
+      } catch (const AgreementError& e) {
+        if (!has(e.what(), "timed out or failed")) throw;
+      }
+    }
+    // Teardown as torch does it: forget first (never calls NCCL), then abort the communicator.
+    registry.forget(*world);
+    world.reset();  // the wrapper must not wait for its stuck stream
+    pool->deallocate(p);
+    if (lib.ncclCommAbort(world_comm) != ncclSuccess) throw std::runtime_error("ncclCommAbort failed");
+    world_comm = nullptr;
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST_F(NcclRegistry, TwoPoolsCommittedInOppositeOrdersAreAnErrorOnEveryRank) {
+  const auto errors = on_ranks([&](int rank) {
+    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+    std::vector<std::shared_ptr<Pool>> pools;
+    std::vector<std::unique_ptr<Registry>> registries;
+    for (const char* name : {"first", "second"}) {
+      PoolConfig config;
+      config.name = name;
+      config.deterministic = true;
+      config.growth_chunk = 32 * MiB;
+      pools.push_back(std::make_shared<Pool>(make_nccl_source(rank), config));
+      registries.push_back(std::make_unique<Registry>(pools.back(), RegistryOptions{CheckLevel::off}));
+      registries.back()->attach(world, RegistrationKind::symmetric);
+    }
+    std::vector<void*> blocks{pools[0]->allocate(MiB), pools[1]->allocate(MiB)};
+    std::string first;
+    for (int i : {rank % 2, 1 - rank % 2}) {
+      try {
+        registries[static_cast<std::size_t>(i)]->commit();
+      } catch (const AgreementError& e) {
+        if (first.empty()) first = e.what();
+      }
+    }
+    if (!has(first, "ranks disagree at commit")) throw std::runtime_error("expected an agreement error, got '" + first + "'");
+    for (auto& r : registries)
+      if (r->stats(*world).registered_segments != 0) throw std::runtime_error("a window was registered across crossed pools");
+    pools[0]->deallocate(blocks[0]);
+    pools[1]->deallocate(blocks[1]);
+    for (auto& r : registries) r->detach(*world);  // nothing registered: agreements only, in the same order everywhere
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST_F(NcclRegistry, CheckModeCatchesLayoutsAndBuffersThatDiffer) {
+  const auto errors = on_ranks([&](int rank) {
+    PoolConfig config;
+    config.name = "checked";
+    config.deterministic = true;
+    config.growth_chunk = 64 * MiB;
+    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
+    Registry registry(pool, {CheckLevel::layout});
+    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+    registry.attach(world, RegistrationKind::symmetric);
+    // Two same-sized buffers in opposite orders: layouts agree, buffer x is at another offset.
+    void* first = pool->allocate(4 * MiB);
+    void* second = pool->allocate(4 * MiB);
+    registry.commit();
+    void* x = rank == 0 ? first : second;
+    std::string buffers;
+    try {
+      verify_symmetric_buffers(*world, {x, x});
+    } catch (const AgreementError& e) {
+      buffers = e.what();
+    }
+    if (!has(buffers, "rank 0: window #0 offset 0;") || !has(buffers, "rank 1: window #0 offset 4194304;"))
+      throw std::runtime_error("buffer check: '" + buffers + "'");
+    verify_symmetric_buffers(*world, {first, second});  // the same places everywhere: passes
+    // Different sizes in opposite orders: the layout proof at the next agreement point names it.
+    void* a = pool->allocate(rank == 0 ? 4 * MiB : 8 * MiB);
+    void* b = pool->allocate(rank == 0 ? 8 * MiB : 4 * MiB);
+    std::string layout;
+    try {
+      registry.commit();
+    } catch (const AgreementError& e) {
+      layout = e.what();
+    }
+    if (!has(layout, "first difference at live block #2") || !has(layout, "rank 0: segment 0 offset 8388608 size 4194304;"))
+      throw std::runtime_error("layout check: '" + layout + "'");
+    for (void* p : {first, second, a, b}) pool->deallocate(p);
+    registry.detach(*world);
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST_F(NcclRegistry, NonBlockingCommunicatorsWork) {
+  const auto& lib = nccl::library();
+  if (lib.ncclCommInitRankConfig == nullptr || lib.ncclGetUniqueId == nullptr) GTEST_SKIP() << "no ncclCommInitRankConfig";
+  ncclUniqueId id;
+  ASSERT_EQ(lib.ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> comms(static_cast<std::size_t>(n_), nullptr);
+  auto settle = [&](ncclComm_t comm, ncclResult_t r) {
+    while (r == ncclInProgress) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lib.ncclCommGetAsyncError(comm, &r);
+    }
+    return r;
+  };
+  const auto errors = on_ranks([&](int rank) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t& comm = comms[static_cast<std::size_t>(rank)];
+    ncclResult_t r = lib.ncclCommInitRankConfig(&comm, n_, id, rank, &config);
+    if (settle(comm, r) != ncclSuccess) throw std::runtime_error("non-blocking init failed");
+    PoolConfig pc;
+    pc.name = "nonblocking";
+    pc.deterministic = true;
+    pc.growth_chunk = 32 * MiB;
+    auto pool = std::make_shared<Pool>(make_nccl_source(rank), pc);
+    Registry registry(pool, {CheckLevel::off});
+    auto wrapper = make_nccl_communicator(comm);
+    // ncclInProgress from ncclAllGather, ncclCommRegister and ncclCommDeregister must be waited
+    // for, not taken as failures.
+    AgreementRecord mine;
+    mine.words[0] = static_cast<std::uint64_t>(rank) + 100;
+    for (int i = 0; i < 3; ++i) {
+      const auto all = wrapper->all_gather(mine);
+      for (int peer = 0; peer < n_; ++peer)
+        if (all[static_cast<std::size_t>(peer)].words[0] != static_cast<std::uint64_t>(peer) + 100) throw std::runtime_error("all-gather gave wrong records");
+    }
+    registry.attach(wrapper, RegistrationKind::local);
+    void* buf = pool->allocate(4 * MiB);
+    if (registry.handle_of(buf, *wrapper) == nullptr) throw std::runtime_error("no local registration on a non-blocking communicator");
+    pool->deallocate(buf);
+    registry.detach(*wrapper);
+    // Windows: NCCL 2.28.9 answers success with no window on a communicator made this way; ncclpool
+    // must say so clearly instead of keeping a null window.
+    Registry symmetric_registry(pool, {CheckLevel::off});
+    try {
+      symmetric_registry.attach(wrapper, RegistrationKind::symmetric);
+      void* b = pool->allocate(MiB);
+      symmetric_registry.commit();
+      pool->deallocate(b);
+      symmetric_registry.detach(*wrapper);
+      std::printf("rank %d: windows on a non-blocking communicator: registered\n", rank);
+    } catch (const RegistrationError& e) {
+      if (!has(e.what(), "returned no window")) throw;
+      std::printf("rank %d: windows on a non-blocking communicator: %s\n", rank, e.what());
+      symmetric_registry.forget(*wrapper);
+    }
+    if (lib.ncclCommFinalize != nullptr && settle(comm, lib.ncclCommFinalize(comm)) != ncclSuccess) throw std::runtime_error("finalize failed");
+    if (lib.ncclCommDestroy(comm) != ncclSuccess) throw std::runtime_error("destroy failed");
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `ncclpool bench scope`: what one use of a pool by a communication group costs, for S segments
 // shared by G groups, under three strategies:
 //   ncclpool   - one pool; every segment registered once per group; a use is a scope (enter +
-//                commit with nothing pending)
+//                commit with nothing pending: one enqueued agreement all-gather per symmetric group)
 //   megatron   - one pool; each use registers the whole pool with the group and deregisters it at
 //                the end (Megatron-LM's nccl_allocator pattern)
 //   per-group  - one pool per group (SGLang's approach): uses are cheap, memory is G times larger
@@ -82,7 +82,7 @@ Outcome run_registered(Team& team, const Config& c, bool pool_per_group) {
     t = BenchClock::now();
     for (int i = 0; i < c.uses; ++i) {
       Scope scope(registry_of_group(i % c.groups));
-      scope.close();  // commit: nothing pending, O(1), no collective
+      scope.close();  // commit: nothing pending; one agreement all-gather per symmetric group, enqueued, not waited for
     }
     const double per_use = seconds_since(t) / c.uses;
     std::size_t reserved = 0;

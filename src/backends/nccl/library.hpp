@@ -21,7 +21,7 @@ namespace ncclpool::nccl {
 #define NCCLPOOL_NCCL_OPTIONAL(X)                                                                \
   X(ncclCommWindowRegister) X(ncclCommWindowDeregister) X(ncclGetLastError) X(ncclCommInitAll)   \
   X(ncclCommSplit) X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclReduceScatter)      \
-  X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetUniqueId) X(ncclCommInitRankConfig)
+  X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommFinalize)
 
 struct Library {
 #define NCCLPOOL_DECLARE_NCCL_FN(name) decltype(&::name) name = nullptr;

@@ -6,7 +6,8 @@ A Megatron-style FSDP+EP layout (world, expert-dp and ep groups) shares one pool
 all-gather / reduce-scatter / all-reduce on pool tensors; every segment registered with every group
 once; a second use registers nothing; a CUDA graph captured with pool tensors replays correctly;
 OOM surfaces as torch.OutOfMemoryError carrying ncclpool's message; an FSDP2 model with the helper
-trains with the default allocator's losses; divergent ranks raise on every rank; destroying the
+trains with the default allocator's losses; divergent ranks raise on every rank; a rank with
+nothing pending joins the agreement; check mode stops a collective on misplaced buffers; destroying the
 process groups forgets their registrations. Prints one 'CHECK name: ok|FAILED' line per check (rank 0)
 and exits non-zero on any failure.
 """
@@ -233,7 +234,57 @@ def main():
         except ncclpool.AgreementError as e:
             raised = e
         assert raised is not None, "no AgreementError"
+        # A mismatch named by the records, not a timeout that happens to raise the same class.
+        assert "ranks disagree at commit" in str(raised) and "did not complete" not in str(raised), raised
         log(f"      {str(raised).splitlines()[0][:200]}")
+
+    @check("a rank with nothing pending joins the agreement, the next collective is right, it hears later")
+    def _():
+        skip = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="skip")
+        keep = []
+        with nccl_allocator.nccl_mem(skip, group=world):
+            keep.append(torch.empty(48 * MiB, dtype=torch.uint8, device="cuda"))
+        now = None
+        try:
+            with nccl_allocator.nccl_mem(skip, group=world):
+                # rank 0 needs a new chunk, the others fit in the one they have (as torch's caching
+                # allocator may decide from event timing)
+                keep.append(torch.empty(48 * MiB if rank == 0 else MiB, dtype=torch.uint8, device="cuda"))
+        except ncclpool.AgreementError as e:
+            now = str(e)
+        assert (now is not None) == (rank == 0), now
+        x = torch.full((1024,), float(rank + 1), device="cuda")
+        dist.all_reduce(x, group=world)  # pairs with the others' all-reduce, not a stray agreement
+        torch.cuda.synchronize()
+        assert x[0].item() == world_size * (world_size + 1) / 2, x[0].item()
+        if rank != 0:
+            later = None
+            try:
+                nccl_allocator.ncclpool_pool(skip).poll()
+            except ncclpool.AgreementError as e:
+                later = str(e)
+            assert later is not None and "found after the fact" in later, later
+
+    @check("check mode 'collectives' stops an all-reduce on buffers at other offsets")
+    def _():
+        checked = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="checked",
+                                                      check="collectives")
+        with nccl_allocator.nccl_mem(checked, group=world):
+            first = torch.empty(MiB, dtype=torch.float32, device="cuda")   # 4 MiB
+            second = torch.empty(MiB, dtype=torch.float32, device="cuda")  # 4 MiB, same torch segment
+        x = first if rank == 0 else second  # allocated "in the other order" on the other ranks
+        x.fill_(1.0)
+        raised = None
+        try:
+            dist.all_reduce(x, group=world)
+        except ncclpool.AgreementError as e:
+            raised = str(e)
+        finally:
+            nccl_allocator.check_collectives(False)
+        assert raised is not None and "not at the same place" in raised and "offset 4194304" in raised, raised
+        log(f"      {raised[:220]}")
+        dist.all_reduce(first, group=world)  # the same place everywhere: runs, symmetric, right
+        torch.cuda.synchronize()
 
     log(nccl_allocator.memory_summary(pool))
     dist.barrier()
