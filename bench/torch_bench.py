@@ -120,6 +120,19 @@ def main():
                 del x
         per_use_us = (time.perf_counter() - t0) / args.uses * 1e6
         report(f"per use, ncclpool, G={len(groups)}", per_use_us, "us", segments=S, groups=len(groups))
+        # Host cost: bursts of 4 uses with the device caught up in between (not timed). Back to back,
+        # uses are paced by the device (one agreement all-gather per symmetric group and use).
+        host, timed = 0.0, 0
+        for _ in range(max(1, args.uses // 40)):
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(4):
+                with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
+                    x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+                    del x
+            host += time.perf_counter() - t0
+            timed += 4
+        report(f"per use (host), ncclpool, G={len(groups)}", host / timed * 1e6, "us", segments=S, groups=len(groups))
     sync()
     t0 = time.perf_counter()
     for _ in range(args.megatron_uses):
@@ -153,7 +166,8 @@ def main():
         mega_us = by["per use, Megatron pattern, G=2"] * 1e3
         print(f"  per use, G=2: ncclpool {by['per use, ncclpool, G=2']:.1f} us vs Megatron pattern "
               f"{by['per use, Megatron pattern, G=2']:.0f} ms = {mega_us / by['per use, ncclpool, G=2']:,.0f}x; "
-              f"G=3: ncclpool {by['per use, ncclpool, G=3']:.1f} us")
+              f"G=3: ncclpool {by['per use, ncclpool, G=3']:.1f} us (back to back; host cost in bursts: "
+              f"G=2 {by['per use (host), ncclpool, G=2']:.1f} us, G=3 {by['per use (host), ncclpool, G=3']:.1f} us)")
         print(f"  all-gather 32 MiB out: plain {by['all-gather 32 MiB out, plain memory']:.1f} us, torch symmetric "
               f"{by['all-gather 32 MiB out, torch symmetric pool']:.1f} us, ncclpool symmetric "
               f"{by['all-gather 32 MiB out, ncclpool symmetric pool']:.1f} us")

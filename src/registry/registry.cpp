@@ -133,6 +133,11 @@ std::vector<std::pair<std::uint64_t, std::size_t>> RegistryImpl::describe_segmen
   return out;
 }
 
+std::vector<BlockLocation> RegistryImpl::layout_snapshot() const {
+  if (check_ < CheckLevel::layout) return {};
+  return pool_->live_blocks();
+}
+
 std::vector<CommState*> RegistryImpl::symmetric_comms() const {
   std::vector<CommState*> out;
   for (const auto& cs : comms_)
@@ -149,8 +154,7 @@ AgreementRecord RegistryImpl::start_agreement(CommState& cs, AgreementPhase phas
   in.segments = describe_segments(sequences);
   in.check = check_;
   in.aborting = aborting;
-  if (check_ >= CheckLevel::layout) {
-    last_layout_ = pool_->live_blocks();
+  if (check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
     in.layout_digest = layout_digest(last_layout_);
     in.live_blocks = last_layout_.size();
   }
@@ -281,7 +285,9 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     if (!comm->supports_windows(&why)) throw Unsupported("attach: " + who + " cannot register windows: " + why);
     if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach symmetric communicators outside capture");
   }
+  std::vector<BlockLocation> layout = layout_snapshot();  // before mutex_: lock order
   std::lock_guard lock(mutex_);
+  last_layout_ = std::move(layout);
   if (find(*comm) != nullptr) throw InvalidArgument("attach: " + who + " is already attached to " + pool_name);
   auto owned = std::make_unique<CommState>();
   CommState& cs = *owned;
@@ -339,7 +345,9 @@ void RegistryImpl::commit() {
     throw InvalidState("commit: a CUDA graph is being captured on device " + std::to_string(pool_->source_properties().device) +
                        "; registration during capture is not allowed: commit after the capture ends");
   }
+  std::vector<BlockLocation> layout = layout_snapshot();  // before mutex_: lock order
   std::lock_guard lock(mutex_);
+  last_layout_ = std::move(layout);
   std::exception_ptr first_error;
   auto remember = [&] {
     if (!first_error) first_error = std::current_exception();
@@ -393,7 +401,9 @@ void RegistryImpl::poll() {
 }
 
 void RegistryImpl::detach(const Communicator& comm) {
+  std::vector<BlockLocation> layout = layout_snapshot();  // before mutex_: lock order
   std::lock_guard lock(mutex_);
+  last_layout_ = std::move(layout);
   CommState& cs = require(comm, "detach");
   std::vector<std::uint64_t> registered;
   for (auto& [sequence, base] : by_sequence_)
@@ -427,10 +437,12 @@ std::size_t RegistryImpl::trim() {
   const bool any_symmetric = symmetric_count_.load() > 0;
   if (any_symmetric && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
   const std::vector<SegmentInfo> withheld = pool_->withhold_empty_segments();  // before mutex_: lock order
+  std::vector<BlockLocation> layout = layout_snapshot();
   bool release = true;
   std::exception_ptr first_error;
   {
     std::lock_guard lock(mutex_);
+    last_layout_ = std::move(layout);
     std::vector<std::uint64_t> candidates;
     for (const auto& s : withheld)
       if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);

@@ -132,6 +132,8 @@ class RegistryImpl final : public PoolObserver {
   void settle(CommState& cs, bool wait_all);
   void agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences);  // start + settle(all)
   [[nodiscard]] std::vector<CommState*> symmetric_comms() const;
+  // Check mode: the pool's live blocks, asked for before mutex_ is taken (pool -> registry order).
+  [[nodiscard]] std::vector<BlockLocation> layout_snapshot() const;
   void remove_comm(CommState* cs);
 
   mutable std::mutex mutex_;

@@ -24,7 +24,8 @@ namespace ncclpool::cuda {
   X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphDestroy) X(cuMemsetD32Async)                 \
   X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)                    \
   X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuDeviceCanAccessPeer) X(cuDeviceGetP2PAttribute)      \
-  X(cuDeviceGetPCIBusId) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)
+  X(cuDeviceGetPCIBusId) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) \
+  X(cuMemHostGetDevicePointer_v2)
 
 struct Driver {
 #define NCCLPOOL_DECLARE_FN(name) decltype(&::name) name = nullptr;

@@ -1,8 +1,10 @@
 // NcclCommunicator: a caller-owned ncclComm_t seen through the registry's Communicator interface.
 //
-// Agreement all-gathers are asynchronous: the record goes from pinned host memory to the device,
-// through ncclAllGather, and back into pinned host memory, all enqueued on a private stream of the
-// communicator's device, then an event. NCCL orders them with the application's collectives on the
+// Agreement all-gathers are asynchronous: ncclAllGather reads the record from, and writes every
+// rank's into, pinned host memory mapped into the device (128 bytes a rank over PCIe: no copies to
+// enqueue), on a private stream of the communicator's device, then an event. With
+// NCCLPOOL_AGREEMENT_BUFFERS=device the records are staged through device memory instead (two
+// copies more per agreement), should a platform refuse host memory in collectives. NCCL orders them with the application's collectives on the
 // same communicator by issue order, whatever the stream. Starting one costs a few microseconds and no
 // host wait; wait() polls the event against a deadline counted from the start, checking the
 // communicator's asynchronous error, so a rank that never arrives ends in AgreementError instead of
@@ -52,7 +54,7 @@ class NcclCommunicator;
 // One agreement's buffers: device (send record, then every rank's records) and pinned host (the
 // same), and the event that says the copy back is done. Reused once its event completed.
 struct GatherSlot {
-  CUdeviceptr device = 0;
+  CUdeviceptr device = 0;  // device memory (staged) or the device address of `host` (mapped)
   void* host = nullptr;
   CUevent done = nullptr;
   bool in_use = false;
@@ -77,6 +79,11 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, NcclCommunicatorOptions options) : lib_(library()), comm_(comm), options_(options) {
     if (comm == nullptr) throw InvalidArgument("nccl communicator: ncclComm_t is null");
     options_.agreement_timeout = timeout_from_env(options_.agreement_timeout);
+    if (const char* env = std::getenv("NCCLPOOL_AGREEMENT_BUFFERS"); env != nullptr && *env != '\0') {
+      const std::string v = env;
+      if (v != "host" && v != "device") throw InvalidArgument("NCCLPOOL_AGREEMENT_BUFFERS='" + v + "' is not 'host' or 'device'");
+      staged_ = v == "device";
+    }
     check(lib_.ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice");
     check(lib_.ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(lib_.ncclCommCount(comm_, &size_), "ncclCommCount");
@@ -147,12 +154,13 @@ class NcclCommunicator final : public Communicator {
     const std::size_t record = sizeof(AgreementRecord);
     std::memcpy(slot.host, &mine, record);
     const CUdeviceptr recv = slot.device + record;
-    cuda::check(d.cuMemcpyHtoDAsync_v2(slot.device, slot.host, record, stream_), describe() + ": agreement upload");
+    if (staged_) cuda::check(d.cuMemcpyHtoDAsync_v2(slot.device, slot.host, record, stream_), describe() + ": agreement upload");
     check(lib_.ncclAllGather(reinterpret_cast<const void*>(slot.device), reinterpret_cast<void*>(recv), record, ncclUint8, comm_,
                              reinterpret_cast<cudaStream_t>(stream_)),
           "ncclAllGather (agreement)");
-    cuda::check(d.cuMemcpyDtoHAsync_v2(static_cast<char*>(slot.host) + record, recv, record * static_cast<std::size_t>(size_), stream_),
-                describe() + ": agreement download");
+    if (staged_)
+      cuda::check(d.cuMemcpyDtoHAsync_v2(static_cast<char*>(slot.host) + record, recv, record * static_cast<std::size_t>(size_), stream_),
+                  describe() + ": agreement download");
     cuda::check(d.cuEventRecord(slot.done, stream_), describe() + ": agreement event");
     slot.in_use = true;
     return std::make_unique<NcclPendingGather>(*this, slot, deadline);
@@ -190,11 +198,13 @@ class NcclCommunicator final : public Communicator {
     auto fail = [&](CUresult r, const char* what) {
       if (slot->done) d.cuEventDestroy_v2(slot->done);
       if (slot->host) d.cuMemFreeHost(slot->host);
-      if (slot->device) d.cuMemFree_v2(slot->device);
+      if (slot->device && staged_) d.cuMemFree_v2(slot->device);
       cuda::check(r, describe() + ": " + what);
     };
-    if (CUresult r = d.cuMemAlloc_v2(&slot->device, bytes); r != CUDA_SUCCESS) fail(r, "cuMemAlloc of an agreement buffer");
-    if (CUresult r = d.cuMemHostAlloc(&slot->host, bytes, 0); r != CUDA_SUCCESS) fail(r, "cuMemHostAlloc of an agreement buffer");
+    if (CUresult r = d.cuMemHostAlloc(&slot->host, bytes, staged_ ? 0 : CU_MEMHOSTALLOC_DEVICEMAP); r != CUDA_SUCCESS)
+      fail(r, "cuMemHostAlloc of an agreement buffer");
+    if (CUresult r = staged_ ? d.cuMemAlloc_v2(&slot->device, bytes) : d.cuMemHostGetDevicePointer_v2(&slot->device, slot->host, 0); r != CUDA_SUCCESS)
+      fail(r, staged_ ? "cuMemAlloc of an agreement buffer" : "cuMemHostGetDevicePointer of an agreement buffer");
     if (CUresult r = d.cuEventCreate(&slot->done, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) fail(r, "cuEventCreate");
     slots_.push_back(std::move(slot));
   }
@@ -211,7 +221,7 @@ class NcclCommunicator final : public Communicator {
         for (auto& slot : slots_) {
           d->cuEventDestroy_v2(slot->done);
           d->cuMemFreeHost(slot->host);
-          d->cuMemFree_v2(slot->device);
+          if (staged_) d->cuMemFree_v2(slot->device);
         }
       } else if (!slots_.empty()) {
         std::fprintf(stderr, "ncclpool: %s released with an agreement still in flight%s: leaving its %zu small buffer(s) behind\n",
@@ -250,6 +260,7 @@ class NcclCommunicator final : public Communicator {
   int device_ = 0, rank_ = 0, size_ = 0;
   std::unique_ptr<cuda::PrimaryContext> context_;
   CUstream stream_ = nullptr;
+  bool staged_ = false;  // records through device memory (NCCLPOOL_AGREEMENT_BUFFERS=device)
   std::mutex mutex_;  // slots_ and broken_reason_
   std::vector<std::unique_ptr<GatherSlot>> slots_;
   std::atomic<bool> broken_{false};
