@@ -272,14 +272,12 @@ NcclPendingGather::~NcclPendingGather() {
   slot_.in_use = false;  // reused only once its event completed (free_slot)
 }
 
+// On every scope begin and commit: one event query. An asynchronous NCCL error keeps the event
+// from completing, so it surfaces in wait() at the latest once the deadline passed.
 bool NcclPendingGather::ready() {
-  if (read_ || Clock::now() > deadline_ || comm_.broken()) return true;
+  if (read_ || comm_.broken() || Clock::now() > deadline_) return true;
   cuda::ScopedContext scope(comm_.context_->get());
-  const CUresult q = cuda::driver().cuEventQuery(slot_.done);
-  if (q != CUDA_ERROR_NOT_READY) return true;
-  ncclResult_t async = ncclSuccess;
-  comm_.lib_.ncclCommGetAsyncError(comm_.comm_, &async);
-  return async != ncclSuccess && async != ncclInProgress;
+  return cuda::driver().cuEventQuery(slot_.done) != CUDA_ERROR_NOT_READY;
 }
 
 std::vector<AgreementRecord> NcclPendingGather::wait() {
