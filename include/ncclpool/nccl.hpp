@@ -33,6 +33,10 @@ struct NcclCommunicatorOptions {
   std::chrono::milliseconds agreement_timeout = std::chrono::seconds(60);
 };
 
+/// @brief NCCLPOOL_AGREEMENT_TIMEOUT_S (seconds, fractions allowed) if set, else `fallback`.
+/// @throws InvalidArgument on anything but a positive number (it used to become 0 ms).
+NCCLPOOL_API std::chrono::milliseconds agreement_timeout_from_env(std::chrono::milliseconds fallback);
+
 /// @brief Wraps a caller-owned ncclComm_t (passed as void*). ncclpool never creates or destroys it.
 /// Blocking and non-blocking (ncclInProgress) communicators both work. Destroying the wrapper never
 /// waits for the device.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <ncclpool/loopback.hpp>
+#include <ncclpool/nccl.hpp>
 #include <ncclpool/registry.hpp>
 #include <ncclpool/sim.hpp>
 
@@ -402,6 +403,19 @@ TEST(CheckMode, EnvironmentVariableIsParsedStrictly) {
   EXPECT_THROW((void)check_level_from_env(), InvalidArgument);
   ::unsetenv("NCCLPOOL_CHECK");
   EXPECT_EQ(check_level_from_env(), CheckLevel::off);
+}
+
+TEST(Agreement, TimeoutVariableIsParsedStrictly) {
+  using std::chrono::milliseconds;
+  ::unsetenv("NCCLPOOL_AGREEMENT_TIMEOUT_S");
+  EXPECT_EQ(agreement_timeout_from_env(milliseconds(60000)), milliseconds(60000));
+  ::setenv("NCCLPOOL_AGREEMENT_TIMEOUT_S", "2.5", 1);
+  EXPECT_EQ(agreement_timeout_from_env(milliseconds(60000)), milliseconds(2500));
+  for (const char* bad : {"abc", "0", "-1", "5s", "nan", "inf"}) {
+    ::setenv("NCCLPOOL_AGREEMENT_TIMEOUT_S", bad, 1);
+    EXPECT_THROW((void)agreement_timeout_from_env(milliseconds(60000)), InvalidArgument) << bad;
+  }
+  ::unsetenv("NCCLPOOL_AGREEMENT_TIMEOUT_S");
 }
 
 TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {

@@ -22,8 +22,6 @@
 #include <ncclpool/errors.hpp>
 
 #include <atomic>
-#include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,18 +34,6 @@ namespace nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// NCCLPOOL_AGREEMENT_TIMEOUT_S: seconds (fractions allowed), > 0. Anything else is an error, not 0 ms.
-std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
-  const char* env = std::getenv("NCCLPOOL_AGREEMENT_TIMEOUT_S");
-  if (env == nullptr || *env == '\0') return fallback;
-  errno = 0;
-  char* end = nullptr;
-  const double seconds = std::strtod(env, &end);
-  if (errno != 0 || end == env || *end != '\0' || !std::isfinite(seconds) || seconds <= 0 || seconds > 1e7)
-    throw InvalidArgument(std::string("NCCLPOOL_AGREEMENT_TIMEOUT_S='") + env + "' is not a positive number of seconds");
-  return std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
-}
 
 class NcclCommunicator;
 
@@ -78,7 +64,7 @@ class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, NcclCommunicatorOptions options) : lib_(library()), comm_(comm), options_(options) {
     if (comm == nullptr) throw InvalidArgument("nccl communicator: ncclComm_t is null");
-    options_.agreement_timeout = timeout_from_env(options_.agreement_timeout);
+    options_.agreement_timeout = agreement_timeout_from_env(options_.agreement_timeout);
     if (const char* env = std::getenv("NCCLPOOL_AGREEMENT_BUFFERS"); env != nullptr && *env != '\0') {
       const std::string v = env;
       if (v != "host" && v != "device") throw InvalidArgument("NCCLPOOL_AGREEMENT_BUFFERS='" + v + "' is not 'host' or 'device'");
