@@ -177,7 +177,7 @@ void RegistryImpl::settle(CommState& cs, bool wait_all) {
     if (!wait_all && cs.outstanding.size() <= kMaxInFlight && !front.gather->ready()) return;
     Outstanding o = std::move(front);
     cs.outstanding.pop_front();
-    const bool late = !wait_all;
+    const bool late = !wait_all || !cs.outstanding.empty();  // not the agreement this call just started
     std::vector<AgreementRecord> records;
     {
       RegistrationTimer timer(cs.stats);
@@ -440,7 +440,7 @@ std::size_t RegistryImpl::trim() {
   std::vector<BlockLocation> layout = layout_snapshot();
   bool release = true;
   std::exception_ptr first_error;
-  {
+  try {
     std::lock_guard lock(mutex_);
     last_layout_ = std::move(layout);
     std::vector<std::uint64_t> candidates;
@@ -471,6 +471,9 @@ std::size_t RegistryImpl::trim() {
       round(AgreementPhase::trim, candidates);
       round(AgreementPhase::trim_verdict, {});  // records differ (aborting word) where a rank says no
     }
+  } catch (...) {  // only host-side failures get here (the rounds catch their own): nothing was released
+    pool_->release_withheld(false);
+    throw;
   }
   const std::size_t released = pool_->release_withheld(release);
   if (first_error) std::rethrow_exception(first_error);

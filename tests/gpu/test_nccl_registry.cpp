@@ -276,16 +276,33 @@ float all_reduce_one(ncclComm_t comm, float value) {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// A rank's deterministic pool over ncclMemAlloc with its registry, `world` attached symmetrically.
+struct SymmetricRank {
+  std::shared_ptr<Pool> pool;
+  std::unique_ptr<Registry> registry;
+  std::shared_ptr<Communicator> world;
+};
+
+SymmetricRank symmetric_rank(int rank, ncclComm_t world, const std::string& name, std::size_t chunk, CheckLevel check = CheckLevel::off,
+                             NcclCommunicatorOptions options = {}) {
+  PoolConfig config;
+  config.name = name;
+  config.deterministic = true;
+  config.growth_chunk = chunk;
+  SymmetricRank r;
+  r.pool = std::make_shared<Pool>(make_nccl_source(rank), config);
+  r.registry = std::make_unique<Registry>(r.pool, RegistryOptions{check});
+  r.world = make_nccl_communicator(world, options);
+  r.registry->attach(r.world, RegistrationKind::symmetric);
+  return r;
+}
+
 TEST_F(NcclRegistry, ARankWithNothingPendingJoinsTheAgreementAndTheNextCollectiveIsRight) {
   const auto errors = on_ranks([&](int rank) {
-    PoolConfig config;
-    config.name = "skip";
-    config.deterministic = true;
-    config.growth_chunk = 32 * MiB;
-    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
-    Registry registry(pool, {CheckLevel::off});
-    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
-    registry.attach(world, RegistrationKind::symmetric);
+    SymmetricRank r = symmetric_rank(rank, comms_.world[static_cast<std::size_t>(rank)], "skip", 32 * MiB);
+    auto& pool = r.pool;
+    Registry& registry = *r.registry;
+    auto& world = r.world;
     void* base = pool->allocate(MiB);
     registry.commit();
     std::vector<void*> blocks{base};
@@ -321,15 +338,11 @@ TEST_F(NcclRegistry, ARankWithNothingPendingJoinsTheAgreementAndTheNextCollectiv
 TEST_F(NcclRegistry, ADeadRankIsATimeoutThenForgetAndAbortDoNotHang) {
   const auto& lib = nccl::library();
   const auto errors = on_ranks([&](int rank) {
-    PoolConfig config;
-    config.name = "dead";
-    config.deterministic = true;
-    config.growth_chunk = 32 * MiB;
-    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
-    Registry registry(pool, {CheckLevel::off});
     ncclComm_t& world_comm = comms_.world[static_cast<std::size_t>(rank)];
-    auto world = make_nccl_communicator(world_comm, NcclCommunicatorOptions{std::chrono::seconds(2)});
-    registry.attach(world, RegistrationKind::symmetric);
+    SymmetricRank r = symmetric_rank(rank, world_comm, "dead", 32 * MiB, CheckLevel::off, NcclCommunicatorOptions{std::chrono::seconds(2)});
+    auto& pool = r.pool;
+    Registry& registry = *r.registry;
+    auto& world = r.world;
     void* p = pool->allocate(MiB);
     const bool dead = rank == n_ - 1;  // never reaches the agreement point
     if (!dead) {
@@ -395,14 +408,10 @@ TEST_F(NcclRegistry, TwoPoolsCommittedInOppositeOrdersAreAnErrorOnEveryRank) {
 
 TEST_F(NcclRegistry, CheckModeCatchesLayoutsAndBuffersThatDiffer) {
   const auto errors = on_ranks([&](int rank) {
-    PoolConfig config;
-    config.name = "checked";
-    config.deterministic = true;
-    config.growth_chunk = 64 * MiB;
-    auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
-    Registry registry(pool, {CheckLevel::layout});
-    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
-    registry.attach(world, RegistrationKind::symmetric);
+    SymmetricRank r = symmetric_rank(rank, comms_.world[static_cast<std::size_t>(rank)], "checked", 64 * MiB, CheckLevel::layout);
+    auto& pool = r.pool;
+    Registry& registry = *r.registry;
+    auto& world = r.world;
     // Two same-sized buffers in opposite orders: layouts agree, buffer x is at another offset.
     void* first = pool->allocate(4 * MiB);
     void* second = pool->allocate(4 * MiB);
