@@ -7,7 +7,11 @@
                                                        scope: per-use cost vs segments per strategy
   scripts/bench-report.py plot TIMELINE.csv OUT.png    replay: live and reserved memory over the events
   scripts/bench-report.py compare COLL.json REF.json   coll's kinds vs a reference measurement of plain memory
-                                                       (bench/coll_reference_torch.py), sizes >= 1 MiB
+                                                       (bench/coll_reference_torch.py, or nccl-tests below), sizes >= 1 MiB
+  scripts/bench-report.py from-nccl-tests [--kind K] OUT.txt...
+                                                       nccl-tests' text output (all_gather_perf, ...) as a
+                                                       reference JSON on stdout (out-of-place columns); K =
+                                                       none|local|symmetric, the -R it ran with (default none)
 
 Plots need matplotlib (not a dependency of ncclpool: `pip install matplotlib`); summary needs nothing.
 """
@@ -132,8 +136,9 @@ def compare(coll, ref, min_bytes=1 << 20):
     """Per op and size: each kind's out-of-place busbw / the reference's; then how often `none` (pool
     memory, no registration: what the reference measures) is within 3% of it."""
     refs = {(r["op"], r["bytes"]): r for r in ref["rows"]}
+    same = ref.get("kind", "none")  # the kind the reference measured (nccl-tests -R), else plain memory
     diffs = []
-    print(f"reference: torch {ref.get('torch')} NCCL {ref.get('nccl')}, {ref['ranks']} ranks; out-of-place busbw ratio kind / reference")
+    print(f"reference: {ref.get('source', 'torch ' + str(ref.get('torch')))} NCCL {ref.get('nccl')}, {ref['ranks']} ranks; out-of-place busbw ratio kind / reference")
     for t in coll["tables"]:
         if t["title"].startswith("summary"):
             continue
@@ -146,13 +151,48 @@ def compare(coll, ref, min_bytes=1 << 20):
                 continue
             ratios = [r[f"{k}_busbw"] / base["busbw"] for k in kinds]
             print(f"{'':15s} {r['bytes']:>10d} {base['busbw']:>10.2f} " + " ".join(f"{x:>10.3f}" for x in ratios))
-            if "none" in kinds and r["bytes"] >= 8 << 20:
-                diffs.append(abs(1 - ratios[kinds.index("none")]))
+            if same in kinds and r["bytes"] >= 8 << 20:
+                diffs.append(abs(1 - ratios[kinds.index(same)]))
     if diffs:
         diffs.sort()
         within = sum(d <= 0.03 for d in diffs)
-        print(f"'none' vs the reference at sizes >= 8 MiB: within 3% at {within} of {len(diffs)}, "
+        print(f"'{same}' vs the reference at sizes >= 8 MiB: within 3% at {within} of {len(diffs)}, "
               f"median difference {diffs[len(diffs) // 2] * 100:.1f}%, largest {diffs[-1] * 100:.1f}%")
+
+
+NCCL_TESTS_OPS = {"AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "AllReduce": "all_reduce"}
+
+
+def from_nccl_tests(paths, kind="none"):
+    """Rows of nccl-tests' tables: size count type redop root | time algbw busbw #wrong (out of place) |
+    the same in place. The op comes from the '# Collective test starting: all_gather_perf' line or the
+    file name; the rank count from '#  Rank  N Group ...' lines."""
+    rows, ranks, nccl = [], 0, None
+    for path in paths:
+        op = next((v for k, v in NCCL_TESTS_OPS.items() if v in path or k in path), None)
+        with open(path) as f:
+            for line in f:
+                text = line.strip()
+                if text.startswith("# Collective test starting:"):
+                    name = text.split(":", 1)[1].strip()
+                    op = next((v for v in NCCL_TESTS_OPS.values() if name.startswith(v)), op)
+                elif text.startswith("#  Rank") and " Group " in text:
+                    ranks = max(ranks, int(text.split()[2]) + 1)
+                elif text.startswith("# nccl-tests version") or text.startswith("# NCCL version"):
+                    nccl = text.split()[-1]
+                elif text and not text.startswith("#"):
+                    fields = text.split()
+                    if len(fields) < 13 or not fields[0].isdigit():
+                        continue
+                    if op is None:
+                        sys.exit(f"bench-report: {path}: cannot tell which collective this is")
+                    time_us, busbw, wrong = float(fields[5]), float(fields[7]), fields[8]
+                    if wrong not in ("0", "N/A"):
+                        sys.exit(f"bench-report: {path}: nccl-tests reports {wrong} wrong results at {fields[0]} bytes")
+                    rows.append({"op": op, "bytes": int(fields[0]), "us": time_us, "busbw": busbw})
+    if not rows:
+        sys.exit("bench-report: no nccl-tests rows found in " + ", ".join(paths))
+    return {"ranks": ranks, "nccl": nccl, "torch": None, "source": f"nccl-tests ({kind})", "kind": kind, "rows": rows}
 
 
 def main(argv):
@@ -160,6 +200,11 @@ def main(argv):
         print(summary(load(argv[1])))
     elif len(argv) >= 3 and argv[0] == "compare":
         compare(load(argv[1]), load(argv[2]))
+    elif len(argv) >= 2 and argv[0] == "from-nccl-tests":
+        kind, paths = "none", argv[1:]
+        if paths[:1] == ["--kind"] and len(paths) >= 3 and paths[1] in ("none", "local", "symmetric"):
+            kind, paths = paths[1], paths[2:]
+        print(json.dumps(from_nccl_tests(paths, kind)))
     elif len(argv) >= 3 and argv[0] == "plot":
         plot(argv[1], argv[2])
     else:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds ncclpool and runs every CPU test: the unit suite on the simulator in the default build, then
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer. GPU tests
-# (label `gpu`) are left to scripts/gpu-check.sh. NCCLPOOL_TSAN=0 skips the TSan build.
+# (label `gpu`) are left to scripts/gpu-check.sh. NCCLPOOL_TSAN=0 skips the TSan build. Last,
+# tests/packaging/run.sh: `pip install .` into a fresh virtual environment (needs PyPI for the build
+# backend, scikit-build-core).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -19,4 +21,6 @@ for preset in "${presets[@]}"; do
     TSAN_OPTIONS=halt_on_error=1 \
     ctest --preset "$preset" -j "$jobs"
 done
-echo "=== all CPU tests passed (${presets[*]})"
+echo "=== packaging: pip install . in a fresh virtual environment"
+tests/packaging/run.sh
+echo "=== all CPU tests passed (${presets[*]}, packaging)"

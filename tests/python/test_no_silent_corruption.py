@@ -1,7 +1,5 @@
 """Bad inputs and rank mismatches through the Python package, on the simulator (CI, no GPU)."""
-import sys
 import time
-import types
 
 import pytest
 
@@ -111,36 +109,7 @@ def test_buffers_at_other_offsets_are_named_with_ranks_and_offsets():
         assert "rank 0: window #0 offset 0;" in str(f) and "rank 1: window #0 offset 4194304;" in str(f)
 
 
-# ---- the torch layer's bookkeeping, with a stand-in for torch (no GPU, no torch needed)
-
-@pytest.fixture
-def torch_layer(monkeypatch):
-    torch = types.ModuleType("torch")
-    torch.Tensor = type("Tensor", (), {})
-    torch.device = lambda *a: types.SimpleNamespace(index=a[-1] if len(a) > 1 else None)
-    cuda = types.ModuleType("torch.cuda")
-    cuda.is_available = lambda: True
-    cuda.current_device = lambda: 0
-    cuda.nccl = types.SimpleNamespace(version=lambda: 0)
-    cuda.is_current_stream_capturing = lambda: False
-    ids = iter(range(1, 1000))
-    cuda.MemPool = lambda allocator: types.SimpleNamespace(id=(next(ids), 0))
-    cuda.memory = types.SimpleNamespace(CUDAPluggableAllocator=lambda *a: types.SimpleNamespace(allocator=lambda: None))
-    torch.cuda = cuda
-    dist = types.ModuleType("torch.distributed")
-    dist.ProcessGroup = type("ProcessGroup", (), {})
-    dist.group = types.SimpleNamespace(WORLD=dist.ProcessGroup())
-    dist.destroy_process_group = lambda group=None: None
-    dist.distributed_c10d = types.SimpleNamespace(destroy_process_group=dist.destroy_process_group)
-    dist.all_reduce = lambda tensor, op=None, group=None, async_op=False: None
-    torch.distributed = dist
-    for name, module in (("torch", torch), ("torch.cuda", cuda), ("torch.distributed", dist)):
-        monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.delitem(sys.modules, "ncclpool.torch", raising=False)
-    monkeypatch.setattr(ncclpool, "features", lambda: {"nccl_available": True, "nccl_version": 0, "why_not": ""})
-    import ncclpool.torch as layer
-    return layer
-
+# ---- the torch layer's bookkeeping, with a stand-in for torch (conftest.torch_layer)
 
 def test_release_mem_pool_that_fails_keeps_its_table_true(torch_layer):
     layer = torch_layer

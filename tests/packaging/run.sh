@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `pip install .` from the repository root, as a user installs: a fresh virtual environment, the
+# scikit-build-core build (libncclpool + the `ncclpool` command inside the package), then the
+# command, `python -m ncclpool info`, the library through ctypes, and the wheel's contents.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 -m venv "$work/venv" || fail "python3 -m venv"
+py="$work/venv/bin/python"
+"$py" -m pip install --quiet --disable-pip-version-check "$repo" || fail "pip install ."
+cd "$work"  # away from the checkout: the installed package must be the one imported
+"$py" -m ncclpool info >"$work/info.txt" || fail "python -m ncclpool info"
+grep -q '^ncclpool 0\.' "$work/info.txt" || fail "python -m ncclpool info printed: $(head -3 "$work/info.txt")"
+"$work/venv/bin/ncclpool" info --json | "$py" -c 'import json, sys; j = json.load(sys.stdin); assert "simulator" in j, j' ||
+  fail "the ncclpool console script"
+"$py" - <<'PY' || fail "the installed package"
+import os, ncclpool
+lib = ncclpool.features()["library"]
+assert os.path.dirname(lib) == os.path.dirname(ncclpool.__file__), f"library {lib} is not the bundled one"
+with ncclpool.Pool(source="sim", name="packaging") as pool:
+    pool.free(pool.alloc(1 << 20))
+    pool.check()
+PY
+"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$work/wheels" "$repo" || fail "pip wheel ."
+wheel=$(ls "$work"/wheels/ncclpool-*.whl)
+"$py" - "$wheel" <<'PY' || fail "wheel contents"
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+for need in ("ncclpool/libncclpool.so", "ncclpool/bin/ncclpool", "ncclpool/torch/__init__.py", "ncclpool/__main__.py"):
+    assert need in names, f"{need} missing from {sys.argv[1]}: {names}"
+PY
+echo "packaging: pip install . and pip wheel . work ($(basename "$wheel"))"
