@@ -6,6 +6,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
+import contextlib  # noqa: E402
 import types  # noqa: E402
 
 import pytest  # noqa: E402
@@ -26,6 +27,7 @@ def torch_layer(monkeypatch):
     ids = iter(range(1, 1000))
     cuda.MemPool = lambda allocator: types.SimpleNamespace(id=(next(ids), 0))
     cuda.memory = types.SimpleNamespace(CUDAPluggableAllocator=lambda *a: types.SimpleNamespace(allocator=lambda: None))
+    cuda.use_mem_pool = lambda pool, device=None: contextlib.nullcontext()
     torch.cuda = cuda
     dist = types.ModuleType("torch.distributed")
     dist.ProcessGroup = type("ProcessGroup", (), {})

@@ -126,3 +126,30 @@ def test_release_mem_pool_that_fails_keeps_its_table_true(torch_layer):
     pool.free(live)
     layer.release_mem_pool(mempool)
     assert pool.closed
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch, symmetric):
+    # Was: create_nccl_mem_pool(symmetric=False) then nccl_mem / fsdp.enable failed with "symmetric
+    # registration needs a deterministic pool": the helpers defaulted to symmetric.
+    layer = torch_layer
+    mempool = layer.create_nccl_mem_pool(symmetric=symmetric, source="sim")
+    pool = layer.ncclpool_pool(mempool)
+    groups = [ncclpool.SimGroup(name, 1) for name in ("dp", "ep")]
+    kinds = []
+
+    def attach_nccl(ptr, kind):  # a simulated communicator stands in for the group's ncclComm_t
+        kinds.append(kind)
+        return pool.attach_sim(groups[ptr - 1], 0, kind)
+
+    monkeypatch.setattr(pool, "attach_nccl", attach_nccl)
+    world, other = layer.dist.ProcessGroup(), layer.dist.ProcessGroup()
+    monkeypatch.setattr(layer, "_comm_ptr", lambda group, device: 1 if group is world else 2)
+    with layer.nccl_mem(mempool, group=world):
+        pass
+    with layer.MultiGroupMemPoolAllocator(mempool, [world, other]):
+        pass
+    expected = "symmetric" if symmetric else "local"
+    assert kinds == [expected, expected], kinds
+    for c in list(pool.communicators):
+        c.forget()

@@ -161,13 +161,20 @@ def _comm_ptr(group, device: int) -> int:
     return int(ptr)
 
 
-def register_mem_pool(pool, group, symmetric: bool = True) -> None:
+def _kind_for(binding, symmetric) -> str:
+    """symmetric=None follows what the pool was made for (create_nccl_mem_pool's `symmetric`)."""
+    if symmetric is None:
+        return binding.pool.registration
+    return "symmetric" if symmetric else "local"
+
+
+def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
     """Registers every segment of the pool with the group's communicator, now and as segments appear.
 
     Collective over the group (symmetric). A group already registered with the same kind is a no-op;
     with the other kind it is an error (deregister first)."""
     binding = _binding(pool)
-    kind = "symmetric" if symmetric else "local"
+    kind = _kind_for(binding, symmetric)
     group = group if group is not None else dist.group.WORLD
     ptr = _comm_ptr(group, binding.pool.device)
     with _lock:
@@ -233,7 +240,7 @@ class _PoolContext:
     otherwise). At exit pending windows are committed (collective, skipped under graph capture) unless
     commit is False or an exception is on its way out."""
 
-    def __init__(self, pool, groups, symmetric: bool, enabled: bool = True, device=None, commit: bool = True,
+    def __init__(self, pool, groups, symmetric: bool | None, enabled: bool = True, device=None, commit: bool = True,
                  register: bool = True):
         self.pool = pool
         self.groups = groups
@@ -279,14 +286,14 @@ def _groups(group):
 class nccl_mem(_PoolContext):  # noqa: N801 (Megatron's name)
     """Allocations inside come from `pool`, registered with `group` (default: the world group)."""
 
-    def __init__(self, pool, enabled: bool = True, device=None, group=None, symmetric: bool = True):
+    def __init__(self, pool, enabled: bool = True, device=None, group=None, symmetric: bool | None = None):
         super().__init__(pool, _groups(group), symmetric, enabled, device)
 
 
 class MultiGroupMemPoolAllocator(_PoolContext):
     """One pool registered with several groups (FSDP + EP, hybrid sharding)."""
 
-    def __init__(self, pool, groups, symmetric: bool = True):
+    def __init__(self, pool, groups, symmetric: bool | None = None):
         super().__init__(pool, list(groups), symmetric)
 
 
@@ -296,13 +303,13 @@ class MemPoolAllocatorWithoutRegistration(_PoolContext):
     commit, e.g. the next nccl_mem exit)."""
 
     def __init__(self, pool):
-        super().__init__(pool, [], True, commit=False, register=False)
+        super().__init__(pool, [], None, commit=False, register=False)
 
 
 def use_mem_pool(pool, device=None):
     """Like torch.cuda.use_mem_pool, attributing new segments to the ncclpool pool, and committing
     pending windows at exit (collective when there are any)."""
-    return _PoolContext(pool, [], True, device=device, register=False)
+    return _PoolContext(pool, [], None, device=device, register=False)
 
 
 class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
@@ -315,7 +322,7 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
             out = model(static_in)
     """
 
-    def __init__(self, cuda_graph, pool, groups=(), symmetric: bool = True, **kwargs):
+    def __init__(self, cuda_graph, pool, groups=(), symmetric: bool | None = None, **kwargs):
         super().__init__(pool, list(groups), symmetric)
         self._capture = torch.cuda.graph(cuda_graph, pool=pool.id, **kwargs)
 

@@ -28,7 +28,7 @@ __all__ = ["PoolAllGather", "PoolReduceScatter", "enable"]
 
 
 class _PoolComm:
-    def __init__(self, pool, groups, symmetric: bool = True):
+    def __init__(self, pool, groups, symmetric: bool | None = None):
         ncclpool_pool(pool)  # fail early on a foreign MemPool
         self.pool = pool
         self.groups = list(groups)
@@ -53,8 +53,9 @@ class PoolReduceScatter(_PoolComm, ReduceScatter):
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
 
 
-def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool = True, reduce_scatter: bool = True) -> int:
+def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None = None, reduce_scatter: bool = True) -> int:
     """Plugs pool-backed all-gather (and reduce-scatter) into every FSDPModule under `module`.
+    symmetric: None registers the groups the way the pool was made for (create_nccl_mem_pool).
 
     groups: the process groups the buffers are used with (default: each module's FSDP shard group).
     Returns the number of FSDP modules configured."""
