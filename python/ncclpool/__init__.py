@@ -71,15 +71,13 @@ _CHECK_NAMES = {0: "off", 1: "layout", 2: "collectives"}
 _SIZE_MAX = 2**64 - 1
 
 
-def _size(value, what: str, *, allow_zero: bool = True) -> c_size_t:
+def _size(value, what: str) -> c_size_t:
     """A size_t from a Python int, refusing what ctypes would wrap silently (2**64 + 1024 -> 1024)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgument(f"{what} must be an int, not {type(value).__name__}")
     if value < 0 or value > _SIZE_MAX:
         raise (SizeTooLarge if value > _SIZE_MAX else InvalidArgument)(
             f"{what} = {value} is outside 0 .. 2**64 - 1")
-    if value == 0 and not allow_zero:
-        raise InvalidArgument(f"{what} must be positive")
     return c_size_t(value)
 
 
@@ -344,7 +342,6 @@ class SimGroup:
     """Simulated communicator: `size` ranks that are threads of this process (collectives block until
     every rank made its call, or fail after `timeout_ms`). matching='strict' fails mismatched calls on
     every rank; 'nccl' pairs calls by position unchecked, as NCCL does."""
-
 
     MATCHING = {"strict": 0, "nccl": 1}
 
