@@ -162,51 +162,63 @@ bool only_layouts_differ(const std::vector<AgreementRecord>& records) {
   return layouts_differ;
 }
 
-// Rounds of kPerRound blocks each, until the first round whose blocks differ. Every rank sees every
-// record, so every rank makes the same number of rounds. Bounded: past kMaxRounds it reports only
-// that the digests differ.
+TripleExchange exchange_until_different(Communicator& comm, AgreementPhase phase, const std::vector<Triple>& mine,
+                                        std::size_t compared_words, std::size_t max_rounds) {
+  constexpr std::size_t kPerRecord = 4;  // words 3.. of a record: four triples
+  TripleExchange out;
+  std::size_t rounds = 1;  // at least one, so that ranks with no items still meet the others
+  for (std::size_t round = 0; round < rounds; ++round) {
+    AgreementRecord r;
+    r.words[0] = kAgreementMagic;
+    r.words[1] = static_cast<std::uint64_t>(phase);
+    r.words[2] = mine.size();
+    for (std::size_t k = 0; k < kPerRecord && round * kPerRecord + k < mine.size(); ++k)
+      std::copy(mine[round * kPerRecord + k].begin(), mine[round * kPerRecord + k].end(), r.words.begin() + static_cast<long>(3 + 3 * k));
+    const std::vector<AgreementRecord> all = comm.all_gather(r);
+    for (const auto& a : all)
+      if (a.words[0] != kAgreementMagic || a.words[1] != r.words[1])
+        throw AgreementError(comm.describe() + ": " + phase_name(phase) + ": a rank sent something else (another collective ran " +
+                             "in its place: every rank must make the same checks)");
+    if (round == 0) {
+      for (const auto& a : all) out.counts.push_back(a.words[2]);
+      const std::uint64_t most = *std::max_element(out.counts.begin(), out.counts.end());
+      rounds = std::clamp<std::size_t>((most + kPerRecord - 1) / kPerRecord, 1, max_rounds);
+    }
+    for (std::size_t k = 0; k < kPerRecord; ++k) {
+      const auto base = static_cast<long>(3 + 3 * k);
+      const bool same = std::all_of(all.begin(), all.end(), [&](const AgreementRecord& a) {
+        return std::equal(a.words.begin() + base, a.words.begin() + base + static_cast<long>(compared_words), all.front().words.begin() + base);
+      });
+      if (same) continue;
+      out.first_difference = round * kPerRecord + k;
+      for (const auto& a : all) out.at_difference.push_back({a.words[base], a.words[base + 1], a.words[base + 2]});
+      return out;
+    }
+  }
+  return out;
+}
+
+// Bounded: past 64 rounds (256 blocks) it reports only that the digests differ.
 void explain_layout_difference(Communicator& comm, const std::vector<AgreementRecord>& records,
                                const std::vector<BlockLocation>& mine, const std::string& pool_name) {
-  constexpr std::size_t kPerRound = 4, kMaxRounds = 64;
-  std::uint64_t most = 0;
-  for (const auto& r : records) most = std::max(most, r.words[word::live_blocks]);
-  const std::size_t rounds = std::min<std::size_t>((most + kPerRound - 1) / kPerRound, kMaxRounds);
   std::ostringstream msg;
   msg << comm.describe() << ": check mode: the symmetric layouts of pool '" << pool_name
       << "' differ across ranks (a symmetric kernel would read peers at the wrong offsets):";
   for (std::size_t i = 0; i < records.size(); ++i)
     msg << " rank " << i << ": " << records[i].words[word::live_blocks] << " live block(s), digest " << hex(records[i].words[word::layout_digest]) << ';';
-  for (std::size_t round = 0; round < rounds; ++round) {
-    AgreementRecord r;
-    r.words[0] = kAgreementMagic;
-    r.words[1] = static_cast<std::uint64_t>(AgreementPhase::layout_detail);
-    r.words[2] = round;
-    for (std::size_t k = 0; k < kPerRound; ++k) {
-      const std::size_t index = round * kPerRound + k;
-      if (index >= mine.size()) break;
-      r.words[3 + 3 * k] = mine[index].segment_sequence + 1;  // 0 = no block
-      r.words[4 + 3 * k] = mine[index].offset;
-      r.words[5 + 3 * k] = mine[index].size;
-    }
-    const std::vector<AgreementRecord> all = comm.all_gather(r);
-    for (std::size_t k = 0; k < kPerRound; ++k) {
-      const std::size_t base = 3 + 3 * k;
-      const bool same = std::all_of(all.begin(), all.end(), [&](const AgreementRecord& a) {
-        return std::equal(a.words.begin() + static_cast<long>(base), a.words.begin() + static_cast<long>(base + 3),
-                          all.front().words.begin() + static_cast<long>(base));
-      });
-      if (same) continue;
-      msg << " first difference at live block #" << round * kPerRound + k << " (in segment creation order, then offset):";
-      for (std::size_t i = 0; i < all.size(); ++i) {
-        const auto& w = all[i].words;
-        msg << " rank " << i << ": ";
-        if (w[base] == 0) {
-          msg << "none;";
-        } else {
-          msg << "segment " << w[base] - 1 << " offset " << w[base + 1] << " size " << w[base + 2] << ';';
-        }
+  std::vector<Triple> blocks;
+  for (const auto& b : mine) blocks.push_back({b.segment_sequence + 1, b.offset, b.size});  // 0 = no block
+  const TripleExchange x = exchange_until_different(comm, AgreementPhase::layout_detail, blocks, 3, 64);
+  if (x.first_difference) {
+    msg << " first difference at live block #" << *x.first_difference << " (in segment creation order, then offset):";
+    for (std::size_t i = 0; i < x.at_difference.size(); ++i) {
+      const Triple& t = x.at_difference[i];
+      msg << " rank " << i << ": ";
+      if (t[0] == 0) {
+        msg << "none;";
+      } else {
+        msg << "segment " << t[0] - 1 << " offset " << t[1] << " size " << t[2] << ';';
       }
-      throw AgreementError(msg.str() + " (every rank must make the same allocation requests in the same order)");
     }
   }
   throw AgreementError(msg.str() + " (every rank must make the same allocation requests in the same order)");

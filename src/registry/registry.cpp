@@ -133,9 +133,12 @@ std::vector<std::pair<std::uint64_t, std::size_t>> RegistryImpl::describe_segmen
   return out;
 }
 
-std::vector<BlockLocation> RegistryImpl::layout_snapshot() const {
-  if (check_ < CheckLevel::layout) return {};
-  return pool_->live_blocks();
+std::unique_lock<std::mutex> RegistryImpl::lock_for_agreement() {
+  std::vector<BlockLocation> layout;
+  if (check_ >= CheckLevel::layout) layout = pool_->live_blocks();
+  std::unique_lock lock(mutex_);
+  last_layout_ = std::move(layout);
+  return lock;
 }
 
 std::vector<CommState*> RegistryImpl::symmetric_comms() const {
@@ -285,9 +288,7 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     if (!comm->supports_windows(&why)) throw Unsupported("attach: " + who + " cannot register windows: " + why);
     if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach symmetric communicators outside capture");
   }
-  std::vector<BlockLocation> layout = layout_snapshot();  // before mutex_: lock order
-  std::lock_guard lock(mutex_);
-  last_layout_ = std::move(layout);
+  const auto lock = lock_for_agreement();
   if (find(*comm) != nullptr) throw InvalidArgument("attach: " + who + " is already attached to " + pool_name);
   auto owned = std::make_unique<CommState>();
   CommState& cs = *owned;
@@ -345,27 +346,22 @@ void RegistryImpl::commit() {
     throw InvalidState("commit: a CUDA graph is being captured on device " + std::to_string(pool_->source_properties().device) +
                        "; registration during capture is not allowed: commit after the capture ends");
   }
-  std::vector<BlockLocation> layout = layout_snapshot();  // before mutex_: lock order
-  std::lock_guard lock(mutex_);
-  last_layout_ = std::move(layout);
-  std::exception_ptr first_error;
-  auto remember = [&] {
-    if (!first_error) first_error = std::current_exception();
-  };
+  const auto lock = lock_for_agreement();
+  FirstError first_error;
   for (auto& owned : comms_) {
     CommState& cs = *owned;
     if (cs.kind == RegistrationKind::symmetric) {
       try {
-        start_agreement(cs, AgreementPhase::commit, cs.pending, first_error != nullptr);
+        start_agreement(cs, AgreementPhase::commit, cs.pending, static_cast<bool>(first_error));
       } catch (...) {
-        remember();
+        first_error.keep();
         continue;
       }
       const bool wait = !cs.pending.empty() || check_ >= CheckLevel::layout;
       try {
         settle(cs, wait);
       } catch (...) {
-        remember();
+        first_error.keep();
         continue;
       }
       if (!wait || first_error) continue;
@@ -380,30 +376,29 @@ void RegistryImpl::commit() {
         --pending_total_;
       }
     } catch (...) {
-      remember();
+      first_error.keep();
     }
   }
-  if (first_error) std::rethrow_exception(first_error);
+  first_error.rethrow();
 }
 
 void RegistryImpl::poll() {
   if (symmetric_count_.load() == 0) return;
   std::lock_guard lock(mutex_);
-  std::exception_ptr first_error;
-  for (CommState* cs : symmetric_comms()) {
+  FirstError first_error;
+  for (auto& cs : comms_) {  // every scope opening comes here: no allocation
+    if (cs->kind != RegistrationKind::symmetric) continue;
     try {
       settle(*cs, /*wait_all=*/false);
     } catch (...) {
-      if (!first_error) first_error = std::current_exception();
+      first_error.keep();
     }
   }
-  if (first_error) std::rethrow_exception(first_error);
+  first_error.rethrow();
 }
 
 void RegistryImpl::detach(const Communicator& comm) {
-  std::vector<BlockLocation> layout = layout_snapshot();  // before mutex_: lock order
-  std::lock_guard lock(mutex_);
-  last_layout_ = std::move(layout);
+  const auto lock = lock_for_agreement();
   CommState& cs = require(comm, "detach");
   std::vector<std::uint64_t> registered;
   for (auto& [sequence, base] : by_sequence_)
@@ -437,12 +432,10 @@ std::size_t RegistryImpl::trim() {
   const bool any_symmetric = symmetric_count_.load() > 0;
   if (any_symmetric && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
   const std::vector<SegmentInfo> withheld = pool_->withhold_empty_segments();  // before mutex_: lock order
-  std::vector<BlockLocation> layout = layout_snapshot();
   bool release = true;
-  std::exception_ptr first_error;
+  FirstError first_error;
   try {
-    std::lock_guard lock(mutex_);
-    last_layout_ = std::move(layout);
+    const auto lock = lock_for_agreement();
     std::vector<std::uint64_t> candidates;
     for (const auto& s : withheld)
       if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);
@@ -455,7 +448,7 @@ std::size_t RegistryImpl::trim() {
           started.push_back(cs);
         } catch (...) {
           release = false;
-          if (!first_error) first_error = std::current_exception();
+          first_error.keep();
         }
       }
       for (CommState* cs : started) {
@@ -463,7 +456,7 @@ std::size_t RegistryImpl::trim() {
           settle(*cs, /*wait_all=*/true);
         } catch (...) {
           release = false;
-          if (!first_error) first_error = std::current_exception();
+          first_error.keep();
         }
       }
     };
@@ -476,7 +469,7 @@ std::size_t RegistryImpl::trim() {
     throw;
   }
   const std::size_t released = pool_->release_withheld(release);
-  if (first_error) std::rethrow_exception(first_error);
+  first_error.rethrow();
   return released;
 }
 

@@ -12,12 +12,14 @@
 #include <ncclpool/registry.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,18 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
 // True when every rank ran a layout check and only the layouts differ: then every rank (all of them
 // wait in check mode) takes part in explain_layout_difference.
 bool only_layouts_differ(const std::vector<AgreementRecord>& records);
+// Collective: every rank sends its items (three words each; all zeros means "no item") a few per
+// record, round after round, until an item differs across ranks in its first `compared_words`
+// words. Every rank sees every record, so every rank makes the same rounds: as many as the longest
+// list needs, at most `max_rounds`. Used by the layout proof and by verify_symmetric_buffers.
+using Triple = std::array<std::uint64_t, 3>;
+struct TripleExchange {
+  std::vector<std::uint64_t> counts;            // each rank's number of items
+  std::optional<std::size_t> first_difference;  // index of the first item that differs, if any
+  std::vector<Triple> at_difference;            // each rank's item there
+};
+TripleExchange exchange_until_different(Communicator& comm, AgreementPhase phase, const std::vector<Triple>& mine,
+                                        std::size_t compared_words, std::size_t max_rounds);
 // Collective: exchanges the live blocks a few at a time until the first difference, and throws an
 // AgreementError naming it (ranks, segment, offset, size).
 [[noreturn]] void explain_layout_difference(Communicator& comm, const std::vector<AgreementRecord>& records,
@@ -132,8 +146,9 @@ class RegistryImpl final : public PoolObserver {
   void settle(CommState& cs, bool wait_all);
   void agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences);  // start + settle(all)
   [[nodiscard]] std::vector<CommState*> symmetric_comms() const;
-  // Check mode: the pool's live blocks, asked for before mutex_ is taken (pool -> registry order).
-  [[nodiscard]] std::vector<BlockLocation> layout_snapshot() const;
+  // Takes mutex_ for an operation that starts agreements. In check mode it first asks the pool for
+  // its live blocks (before mutex_: pool -> registry lock order) and keeps them in last_layout_.
+  [[nodiscard]] std::unique_lock<std::mutex> lock_for_agreement();
   void remove_comm(CommState* cs);
 
   mutable std::mutex mutex_;
@@ -144,6 +159,22 @@ class RegistryImpl final : public PoolObserver {
   std::atomic<std::size_t> symmetric_count_{0};       // symmetric communicators attached
   CheckLevel check_ = CheckLevel::off;
   std::vector<BlockLocation> last_layout_;            // check mode: this rank's blocks at the last agreement
+};
+
+// The first error of an operation that goes on past errors (every communicator must still get its
+// part of the collective), rethrown at the end.
+class FirstError {
+ public:
+  void keep() noexcept {
+    if (!error_) error_ = std::current_exception();
+  }
+  explicit operator bool() const noexcept { return error_ != nullptr; }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::exception_ptr error_;
 };
 
 // Adds the wall time of a registration call to a communicator's statistics.
