@@ -19,6 +19,18 @@ namespace {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Runs body; if it throws, forgets comm before passing the error on (the registry must not outlive a
+// failed rank with a communicator still attached: its destructor would report it).
+template <class Body>
+void forget_if_it_throws(Rank& r, const Communicator& comm, Body&& body) {
+  try {
+    body();
+  } catch (...) {
+    r.registry->forget(comm);
+    throw;
+  }
+}
+
 std::shared_ptr<LoopbackGroup> nccl_like(const std::string& name, int size, std::chrono::milliseconds timeout = 2s) {
   return std::make_shared<LoopbackGroup>(name, size, timeout, LoopbackMatching::nccl);
 }
@@ -335,12 +347,7 @@ TEST(CheckMode, LayoutCheckNamesTheFirstBlockThatDiffers) {
       (void)r.pool->allocate(8 * MiB);
       (void)r.pool->allocate(4 * MiB);
     }
-    try {
-      r.registry->commit();
-    } catch (...) {
-      r.registry->forget(*comm);
-      throw;
-    }
+    forget_if_it_throws(r, *comm, [&] { r.registry->commit(); });
   });
   for (int rank = 0; rank < 2; ++rank) {
     const std::string& e = errors[static_cast<std::size_t>(rank)];
@@ -362,12 +369,7 @@ TEST(CheckMode, BufferCheckCatchesSameSizedBuffersAllocatedInOppositeOrders) {
     void* x = rank == 0 ? first : second;  // "buffer x" of the program
     void* same = first;
     verify_symmetric_buffers(*comm, {same, same});  // fine
-    try {
-      verify_symmetric_buffers(*comm, {x, x});
-    } catch (...) {
-      r.registry->forget(*comm);
-      throw;
-    }
+    forget_if_it_throws(r, *comm, [&] { verify_symmetric_buffers(*comm, {x, x}); });
   });
   for (int rank = 0; rank < 2; ++rank) {
     const std::string& e = errors[static_cast<std::size_t>(rank)];
@@ -384,12 +386,7 @@ TEST(CheckMode, BufferCheckSeesAPlainBufferAgainstAWindow) {
     void* in_window = r.pool->allocate(MiB);
     r.registry->commit();
     const void* buffer = rank == 0 ? in_window : static_cast<const void*>(plain.data());
-    try {
-      verify_symmetric_buffers(*comm, {buffer});
-    } catch (...) {
-      r.registry->forget(*comm);
-      throw;
-    }
+    forget_if_it_throws(r, *comm, [&] { verify_symmetric_buffers(*comm, {buffer}); });
   });
   EXPECT_TRUE(contains(errors[1], "rank 1: not in a window of this communicator")) << errors[1];
 }

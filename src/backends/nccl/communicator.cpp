@@ -37,8 +37,9 @@ using Clock = std::chrono::steady_clock;
 
 class NcclCommunicator;
 
-// One agreement's buffers: device (send record, then every rank's records) and pinned host (the
-// same), and the event that says the copy back is done. Reused once its event completed.
+// One agreement's buffers (this rank's record, then every rank's) in pinned host memory, reached by
+// NCCL through its device address (or, staged, through a device copy), and the event that says the
+// all-gather (and, staged, the copy back) is done. Reused once its event completed.
 struct GatherSlot {
   CUdeviceptr device = 0;  // device memory (staged) or the device address of `host` (mapped)
   void* host = nullptr;
