@@ -23,12 +23,10 @@ void WindowDirectory::detach_comm(std::uintptr_t comm) {
   if (--it->second.attachments <= 0) comms_.erase(it);
 }
 
-std::uint64_t WindowDirectory::add_window(std::uintptr_t comm, const void* base, std::size_t size) {
+void WindowDirectory::add_window(std::uintptr_t comm, const void* base, std::size_t size) {
   std::lock_guard lock(mutex_);
   Entry& e = comms_[comm];
-  const std::uint64_t ordinal = e.next_window++;
-  e.windows[reinterpret_cast<std::uintptr_t>(base)] = Window{size, ordinal};
-  return ordinal;
+  e.windows[reinterpret_cast<std::uintptr_t>(base)] = Window{size, e.next_window++};
 }
 
 void WindowDirectory::remove_window(std::uintptr_t comm, const void* base) {

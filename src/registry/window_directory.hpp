@@ -30,7 +30,7 @@ class WindowDirectory {
   // The attachment ends; when the communicator has none left its counters start over (a later
   // communicator may reuse the address).
   void detach_comm(std::uintptr_t comm);
-  std::uint64_t add_window(std::uintptr_t comm, const void* base, std::size_t size);
+  void add_window(std::uintptr_t comm, const void* base, std::size_t size);  // the next ordinal of comm
   void remove_window(std::uintptr_t comm, const void* base);
   [[nodiscard]] std::optional<WindowPlace> locate(std::uintptr_t comm, const void* address) const;
 
