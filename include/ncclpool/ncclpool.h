@@ -133,6 +133,9 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t siz
 NCCLPOOL_C_API ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream);
 /* Frees a block last used on the stream it was allocated on. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr);
+/* Makes every block freed on `stream` so far reusable by other streams (records an event on it). The
+ * pool does this by itself at later frees; call it after a stream's last free, before destroying it. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_publish_frees(ncclpool_pool_t pool, void* stream);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes);
 /* Releases empty segments (collectively over symmetric communicators, which must all call it). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* released_bytes);

@@ -7,7 +7,9 @@
 ///    style: 16 bins per power of two, two bitmaps), so finding a block is O(1); blocks split on
 ///    allocation and coalesce with free neighbours on free. No free list is ever scanned.
 ///  * Stream-ordered reuse: a block freed on stream S is reusable at once by requests on S. A request
-///    on another stream T takes it only after the source's StreamOrdering made T wait on S.
+///    on another stream T takes it only after S published a point past the free (an event) and T
+///    waits on it. S publishes at its next free, or at every free once another stream asked for one
+///    of its blocks: the same-stream cached path makes no driver call (docs/pool.md, "Streams").
 ///  * Decisions never depend on addresses (only on the request sequence), so pools on different ranks
 ///    fed the same requests place blocks at the same (segment sequence, offset). With
 ///    `deterministic = true` they never depend on timing either (no event polling).
@@ -96,6 +98,12 @@ class NCCLPOOL_API Pool {
   void deallocate(void* ptr);
   /// @brief Frees a block last used on `stream` (reusable at once there, elsewhere behind a wait).
   void deallocate(void* ptr, stream_t stream);
+  /// @brief Makes every block freed on `stream` so far reusable by other streams (behind a wait), by
+  /// recording an event on it now. The pool does this by itself at later frees; call it after a
+  /// stream's last free before you destroy the stream, so that its blocks do not stay with it until
+  /// an out-of-memory. No-op for a stream the pool never served. @throws BackendError (a destroyed
+  /// stream); a capturing stream publishes nothing (its blocks stay with it until a later publish).
+  void publish_frees(stream_t stream);
 
   /// @brief Grows the pool up front so that at least `bytes` are reserved (one new segment).
   void reserve(std::size_t bytes);

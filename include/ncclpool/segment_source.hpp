@@ -53,21 +53,33 @@ struct SegmentAllocation {
 
 /// @brief How a free block moves safely from the stream that freed it to another stream.
 ///
-/// The pool calls on_free(s) whenever a block is freed on stream s, and wait(consumer, producer)
-/// before handing a block freed on `producer` to a request on `consumer`. wait() must make all work
-/// enqueued on `producer` up to its latest on_free complete before later work on `consumer` starts
-/// (CUDA: an event recorded at on_free, cuStreamWaitEvent in wait). It returns false when such a
-/// dependency cannot be made now (e.g. a stream is capturing a graph); the pool then looks elsewhere.
-/// is_complete() may poll (CUDA: cuEventQuery); deterministic pools never call it. synchronize()
-/// blocks the host until `producer`'s latest on_free completed; the pool calls it before returning
-/// a segment that holds blocks freed on `producer` to the source.
+/// A block freed on stream S is reused on S at once (stream order covers it). Before another stream
+/// may take it, S must be *published* after the free: the pool calls publish(S), which marks a point
+/// in S's work that covers everything enqueued on S so far (CUDA: cuEventRecord), and later
+/// wait(consumer, S), which makes later work on `consumer` start only after S's latest published
+/// point (CUDA: cuStreamWaitEvent). The pool does not publish at every free: recording an event costs
+/// more than the rest of the cached path, so it publishes at a stream's next free while an earlier
+/// free of that stream is still unpublished, at every free of a stream that other streams take memory
+/// from, and never on a path where the stream might already be destroyed (see docs/pool.md).
+///
+///  * publish(s) returns false when no such point can be made now (s is capturing a CUDA graph); it
+///    throws (e.g. a destroyed stream) without side effects.
+///  * wait(consumer, producer) returns false when the dependency cannot be made now (either stream is
+///    capturing, or `producer` never published); the pool then looks elsewhere.
+///  * is_complete(producer): whether `producer`'s latest published point has completed (CUDA:
+///    cuEventQuery); deterministic pools never call it.
+///  * synchronize(producer) blocks the host until `producer`'s latest published point completed;
+///    synchronize_device() until all work on the device completed (cuCtxSynchronize). The pool calls
+///    them before it returns a segment to the source, or hands unpublished blocks to other streams
+///    after an out-of-memory; synchronize_device() only when a block of the segment is unpublished.
 class NCCLPOOL_API StreamOrdering {
  public:
   virtual ~StreamOrdering() = default;
-  virtual void on_free(stream_t stream) = 0;
+  [[nodiscard]] virtual bool publish(stream_t stream) = 0;
   [[nodiscard]] virtual bool wait(stream_t consumer, stream_t producer) = 0;
   [[nodiscard]] virtual bool is_complete(stream_t producer) = 0;
   virtual void synchronize(stream_t producer) = 0;
+  virtual void synchronize_device() = 0;
   /// The pool announces every stream the first time it serves it (with its lock held).
   virtual void on_new_stream(stream_t /*stream*/) {}
   /// Whether a stream of this device that the pool has served (or the default stream) is capturing

@@ -20,23 +20,28 @@ namespace ncclpool {
 /// check that cross-stream reuse always happens behind a dependency.
 class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
  public:
-  void on_free(stream_t stream) override;
+  [[nodiscard]] bool publish(stream_t stream) override;
   [[nodiscard]] bool wait(stream_t consumer, stream_t producer) override;
   [[nodiscard]] bool is_complete(stream_t producer) override;
   void synchronize(stream_t producer) override;
+  void synchronize_device() override;
   [[nodiscard]] std::uint64_t synchronize_count() const noexcept { return synchronizes_; }
+  [[nodiscard]] std::uint64_t device_synchronize_count() const noexcept { return device_synchronizes_; }
 
-  /// Number of frees recorded on a stream so far (its "event epoch").
+  /// Number of publishes made on a stream so far (its "event epoch").
   [[nodiscard]] std::uint64_t epoch(stream_t stream) const;
   /// Epoch of `producer` that `consumer` waited for last (0 if never).
   [[nodiscard]] std::uint64_t waited_epoch(stream_t consumer, stream_t producer) const;
   [[nodiscard]] std::uint64_t wait_count() const noexcept { return waits_; }
   [[nodiscard]] std::uint64_t poll_count() const noexcept { return polls_; }
-  /// Test knobs: what is_complete() answers, and whether wait() refuses (models graph capture).
+  [[nodiscard]] std::uint64_t publish_count() const noexcept { return publishes_; }
+  /// Test knobs: what is_complete() answers, and whether wait() / publish() refuse (models graph
+  /// capture, as CUDA does: a capturing stream can neither publish nor wait on an outside event).
   void set_complete(bool complete) noexcept { complete_ = complete; }
   void set_refuse_waits(bool refuse) noexcept { refuse_waits_ = refuse; }
-  /// The next `count` on_free() calls throw BackendError (like an event record on a destroyed stream).
-  void fail_next_frees(int count) noexcept { fail_frees_ = count; }
+  void set_refuse_publishes(bool refuse) noexcept { refuse_publishes_ = refuse; }
+  /// The next `count` publish() calls throw BackendError (like an event record on a destroyed stream).
+  void fail_next_publishes(int count) noexcept { fail_publishes_ = count; }
   /// Models a CUDA graph capture in progress on the device.
   void set_capturing(bool capturing) noexcept { capturing_.store(capturing); }
   [[nodiscard]] bool device_capturing() override { return capturing_.load(); }
@@ -46,10 +51,13 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   std::map<std::pair<stream_t, stream_t>, std::uint64_t> waited_;
   std::uint64_t waits_ = 0;
   std::uint64_t polls_ = 0;
+  std::uint64_t publishes_ = 0;
   std::uint64_t synchronizes_ = 0;
+  std::uint64_t device_synchronizes_ = 0;
   bool complete_ = false;
   bool refuse_waits_ = false;
-  int fail_frees_ = 0;
+  bool refuse_publishes_ = false;
+  int fail_publishes_ = 0;
   std::atomic<bool> capturing_{false};
 };
 

@@ -28,6 +28,8 @@ struct PoolStats {
   std::uint64_t oom_recoveries = 0;      ///< source OOMs recovered by releasing cached segments
   std::uint64_t cross_stream_reuses = 0; ///< blocks handed to another stream behind a wait
   std::uint64_t hook_errors = 0;         ///< exceptions swallowed from release observers
+  std::uint64_t stream_publishes = 0;    ///< events recorded so other streams may reuse freed blocks
+  std::uint64_t unpublished_skips = 0;   ///< searches that passed over another stream's unpublished free block
 };
 
 /// @brief The snapshot as one JSON object (stable key names = the field names above).

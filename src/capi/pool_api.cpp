@@ -218,6 +218,10 @@ ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr)
   return guarded("ncclpool_free_on_alloc_stream", [&] { require(pool, "pool")->pool->deallocate(ptr); });
 }
 
+ncclpool_status_t ncclpool_publish_frees(ncclpool_pool_t pool, void* stream) {
+  return guarded("ncclpool_publish_frees", [&] { require(pool, "pool")->pool->publish_frees(capi::as_stream(stream)); });
+}
+
 ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes) {
   return guarded("ncclpool_reserve", [&] { require(pool, "pool")->pool->reserve(bytes); });
 }

@@ -46,7 +46,8 @@ std::string to_json(const PoolStats& s) {
       << ",\"allocation_count\":" << s.allocation_count << ",\"deallocation_count\":" << s.deallocation_count
       << ",\"segments_created\":" << s.segments_created << ",\"segments_released\":" << s.segments_released
       << ",\"oom_count\":" << s.oom_count << ",\"oom_recoveries\":" << s.oom_recoveries
-      << ",\"cross_stream_reuses\":" << s.cross_stream_reuses << ",\"hook_errors\":" << s.hook_errors << "}";
+      << ",\"cross_stream_reuses\":" << s.cross_stream_reuses << ",\"hook_errors\":" << s.hook_errors
+      << ",\"stream_publishes\":" << s.stream_publishes << ",\"unpublished_skips\":" << s.unpublished_skips << "}";
   return out.str();
 }
 
@@ -59,6 +60,7 @@ void Pool::deallocate(void* ptr) { impl_->deallocate(ptr, nullptr); }
 void Pool::deallocate(void* ptr, stream_t stream) { impl_->deallocate(ptr, &stream); }
 void Pool::reserve(std::size_t bytes) { impl_->reserve(bytes); }
 std::size_t Pool::trim() { return impl_->trim(); }
+void Pool::publish_frees(stream_t stream) { impl_->publish_frees(stream); }
 PoolStats Pool::stats() const { return impl_->stats(); }
 std::string Pool::stats_json() const { return to_json(impl_->stats()); }
 void Pool::add_observer(PoolObserver& observer, bool replay_existing) { impl_->add_observer(observer, replay_existing); }

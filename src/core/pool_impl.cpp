@@ -45,7 +45,8 @@ std::string PoolImpl::describe() const {
 
 // ---------------------------------------------------------------------------------------------
 // Hot path. Cost with no growth: one lock, a stream lookup (one-entry cache), two bitmap searches
-// and a pointer-map insert; no allocation, no scan.
+// and a pointer-map insert; no allocation, no scan, and on the same stream no driver call (a free
+// publishes only once per kMaxUnpublished frees, or at every free of an eager stream).
 // ---------------------------------------------------------------------------------------------
 
 void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
@@ -65,8 +66,29 @@ void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
   StreamState* requester = stream_state(stream);
   Block* block = take_free_block(size, requester);
   if (block == nullptr) block = merge_free_run(size, requester);  // rare: before growing
-  if (block == nullptr) block = grow(size);  // returns a fresh block, not in any index
-  split(block, size);
+  if (block == nullptr) {
+    try {
+      block = grow(size);  // returns a fresh block, not in any index
+    } catch (const OutOfMemory&) {
+      // Other streams' unpublished blocks may hold the memory: after a device synchronization they
+      // are free for anyone. Only here, where the alternative is failing.
+      if (!reclaim_unpublished()) throw;
+      --stats_.oom_count;  // the failed growth counted it; a second failure below counts it again
+      block = take_free_block(size, requester);
+      if (block == nullptr) block = merge_free_run(size, requester);
+      if (block == nullptr) block = grow(size);
+      ++stats_.oom_recoveries;
+    }
+  }
+  Block* tail = split(block, size);
+  // An unpublished block keeps its obligation in what is left of it.
+  if (block->unpublished) {
+    if (tail != nullptr) {
+      move_unpublished(block, tail);
+    } else {
+      forget_unpublished(block);
+    }
+  }
   block->is_free = false;
   block->owner = requester;
   block->requested = bytes;
@@ -88,9 +110,17 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   Block* block = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (block == nullptr) throw_bad_free(ptr);  // nothing changed yet
   StreamState* owner = stream != nullptr ? stream_state(*stream) : block->owner;
-  // May throw (CUDA: a destroyed stream): before anything changes, so the block stays live.
-  source_->ordering().on_free(owner->id);
+  // Publish only when something needs it: the stream's set of unpublished blocks is full, a refused
+  // publish is to be retried, or other streams take memory from this one. May throw (CUDA: a
+  // destroyed stream): before anything changes, so the block stays live.
+  const bool publishing =
+      owner->unpublished_count == StreamState::kMaxUnpublished || owner->publish_refused || owner->eager;
+  if (publishing) publish(owner);
   live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  if (publishing) {
+    settle_published(owner);
+    if (owner->eager && ++owner->quiet_frees >= kQuietFrees) owner->eager = false;
+  }
 
   stats_.allocated_bytes -= block->size;
   stats_.requested_bytes -= block->requested;
@@ -101,7 +131,92 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   block->is_free = true;
   block->owner = owner;
   block->requested = 0;
-  owner->index.insert(coalesce(block));
+  if (publishing) {
+    // Covered by the publish just made (or by publish_refused, which keeps all of it on this stream).
+    owner->index.insert(coalesce(block));
+  } else {
+    // Reusable here at once; elsewhere after this stream's next publish.
+    block->unpublished = true;
+    owner->unpublished[owner->unpublished_count++] = block;
+    owner->index.insert(block);
+  }
+}
+
+// Records a point on `stream` past all its frees so far. When the stream is capturing a graph no
+// such point can be made: every block of the stream stays off other streams until a later publish.
+void PoolImpl::publish(StreamState* stream) {
+  const bool ok = source_->ordering().publish(stream->id);
+  stream->publish_refused = !ok;
+  if (ok) ++stats_.stream_publishes;
+}
+
+// The stream's unpublished blocks are covered now: they join their free neighbours. Flags first, so
+// that neighbours among them coalesce too; a block absorbed by an earlier one is recycled (its
+// segment is null) and skipped.
+void PoolImpl::settle_published(StreamState* stream) {
+  const std::size_t count = std::exchange(stream->unpublished_count, 0);
+  for (std::size_t i = 0; i < count; ++i) stream->unpublished[i]->unpublished = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    Block* block = stream->unpublished[i];
+    // Withheld: in no index; release_withheld puts it back and coalesces it.
+    if (block->segment == nullptr || block->segment->withheld) continue;
+    stream->index.remove(block);
+    stream->index.insert(coalesce(block));
+  }
+}
+
+void PoolImpl::forget_unpublished(Block* block) {
+  StreamState* s = block->owner;
+  for (std::size_t i = 0; i < s->unpublished_count; ++i)
+    if (s->unpublished[i] == block) {
+      s->unpublished[i] = s->unpublished[--s->unpublished_count];
+      break;
+    }
+  block->unpublished = false;
+}
+
+// `to` takes over `from`'s obligation (split tail, or the block that absorbed it).
+void PoolImpl::move_unpublished(Block* from, Block* to) {
+  if (to->unpublished) {
+    forget_unpublished(from);
+    return;
+  }
+  StreamState* s = from->owner;
+  for (std::size_t i = 0; i < s->unpublished_count; ++i)
+    if (s->unpublished[i] == from) s->unpublished[i] = to;
+  from->unpublished = false;
+  to->unpublished = true;
+}
+
+// Out of memory with unpublished blocks (or refused publishes) about: waits for the whole device,
+// after which no free block carries a stream obligation, and gives every free block to the fresh
+// pseudo-stream, which any stream takes without a wait. Not while a graph is being captured (a
+// device synchronization would break it).
+bool PoolImpl::reclaim_unpublished() {
+  bool any = false;
+  for (const auto& st : streams_) any = any || st->unpublished_count != 0 || st->publish_refused;
+  StreamOrdering& ordering = source_->ordering();
+  if (!any || ordering.device_capturing()) return false;
+  ordering.synchronize_device();
+  for (const auto& segment : segments_) {
+    if (segment->withheld) {  // in no index; the device sync voided their obligation
+      for (Block* b = segment->first; b != nullptr; b = b->phys_next) b->unpublished = false;
+      continue;
+    }
+    for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
+      if (!b->is_free || b->owner->fresh) continue;
+      b->owner->index.remove(b);
+      b->unpublished = false;
+      b->owner = &fresh_;
+      b = coalesce(b);
+      fresh_.index.insert(b);
+    }
+  }
+  for (const auto& st : streams_) {
+    st->unpublished_count = 0;
+    st->publish_refused = false;
+  }
+  return true;
 }
 
 StreamState* PoolImpl::stream_state(stream_t stream) {
@@ -122,6 +237,7 @@ StreamState* PoolImpl::stream_state(stream_t stream) {
 // made now (graph capture).
 bool PoolImpl::order_after(StreamState* requester, StreamState* producer) {
   if (producer == requester || producer->fresh) return true;
+  if (producer->publish_refused) return false;
   StreamOrdering& ordering = source_->ordering();
   const bool done = !config_.deterministic && ordering.is_complete(producer->id);
   return done || ordering.wait(requester->id, producer->id);
@@ -130,6 +246,7 @@ bool PoolImpl::order_after(StreamState* requester, StreamState* producer) {
 // Merges block->phys_next (already out of its index) into `block`.
 void PoolImpl::absorb_next(Block* block) {
   Block* next = block->phys_next;
+  if (next->unpublished) move_unpublished(next, block);  // only the requester's own, in merge_free_run
   block->size += next->size;
   block->phys_next = next->phys_next;
   if (next->phys_next != nullptr) next->phys_next->phys_prev = block;
@@ -150,13 +267,35 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
   }
   for (auto& other : streams_) {
     if (other.get() == requester) continue;
-    Block* b = other->index.find(size);
+    Block* b = foreign_block(other.get(), size);
     if (b == nullptr || !order_after(requester, other.get())) continue;
     other->index.remove(b);
+    other->quiet_frees = 0;
     ++stats_.cross_stream_reuses;
     return b;
   }
   return nullptr;
+}
+
+// A block of another stream that fits, passing over its unpublished blocks (only a publish on that
+// stream, at one of its later frees, makes them safe here). Passing over one makes that stream eager.
+Block* PoolImpl::foreign_block(StreamState* other, std::size_t size) {
+  Block* b = other->index.find(size);
+  if (b == nullptr || !b->unpublished) return b;
+  other->eager = true;
+  other->quiet_frees = 0;
+  ++stats_.unpublished_skips;
+  // find() returns the head of a bin: taking heads out and putting them back in reverse order leaves
+  // every bin's order unchanged. At most unpublished_count of them.
+  std::array<Block*, StreamState::kMaxUnpublished> passed{};
+  std::size_t n = 0;
+  while (b != nullptr && b->unpublished) {
+    other->index.remove(b);
+    passed[n++] = b;
+    b = other->index.find(size);
+  }
+  while (n > 0) other->index.insert(passed[--n]);
+  return b;
 }
 
 // No single free block fits, but adjacent free blocks of different streams (which coalesce() keeps
@@ -170,7 +309,13 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
     Block* start = nullptr;
     std::size_t run = 0;
     for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
-      if (!b->is_free) {
+      const bool foreign_unpublished = b->is_free && b->unpublished && b->owner != requester;
+      if (foreign_unpublished) {
+        b->owner->eager = true;
+        b->owner->quiet_frees = 0;
+        ++stats_.unpublished_skips;
+      }
+      if (!b->is_free || foreign_unpublished) {
         start = nullptr;
         run = 0;
         continue;
@@ -193,7 +338,10 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
       }
       for (Block* m = start; m != b->phys_next; m = m->phys_next) {
         m->owner->index.remove(m);
-        if (m->owner != requester && !m->owner->fresh) ++stats_.cross_stream_reuses;
+        if (m->owner != requester && !m->owner->fresh) {
+          ++stats_.cross_stream_reuses;
+          m->owner->quiet_frees = 0;
+        }
       }
       // Free blocks right after the run that the requester's blocks absorb anyway (its own, fresh)
       // join too, or they would sit beside the merged block's tail uncoalesced.
@@ -210,10 +358,11 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
   return nullptr;
 }
 
-// Cuts `block` (taken out of its index) down to `size`; the tail stays free with the same owner.
-// The tail cannot merge further: `block` was already coalesced with its free neighbours.
-void PoolImpl::split(Block* block, std::size_t size) {
-  if (block->size - size < config_.alignment) return;
+// Cuts `block` (taken out of its index) down to `size`; the tail stays free with the same owner and
+// is returned (nullptr when nothing is left over). The tail cannot merge further: `block` was
+// already coalesced with its free neighbours (or is unpublished, which waits).
+Block* PoolImpl::split(Block* block, std::size_t size) {
+  if (block->size - size < config_.alignment) return nullptr;
   Block* tail = arena_.make();
   tail->segment = block->segment;
   tail->offset = block->offset + size;
@@ -226,6 +375,7 @@ void PoolImpl::split(Block* block, std::size_t size) {
   block->phys_next = tail;
   block->size = size;
   tail->owner->index.insert(tail);
+  return tail;
 }
 
 // Merges a newly freed block with free neighbours it may absorb: those of the same owner, and fresh
@@ -233,12 +383,16 @@ void PoolImpl::split(Block* block, std::size_t size) {
 // Blocks of two different streams stay apart: their stream-order obligations differ.
 // Returns the merged block, not yet in any index.
 Block* PoolImpl::coalesce(Block* block) {
-  auto absorbable = [&](const Block* n) { return n != nullptr && n->is_free && (n->owner == block->owner || n->owner->fresh); };
-  if (Block* next = block->phys_next; absorbable(next)) {
-    next->owner->index.remove(next);
+  auto absorbable = [&](const Block* n) {
+    return n != nullptr && n->is_free && !n->unpublished && (n->owner == block->owner || n->owner->fresh);
+  };
+  // Loops: blocks that waited unpublished side by side join in one go once published.
+  while (absorbable(block->phys_next)) {
+    block->phys_next->owner->index.remove(block->phys_next);
     absorb_next(block);
   }
-  if (Block* prev = block->phys_prev; absorbable(prev)) {
+  while (absorbable(block->phys_prev)) {
+    Block* prev = block->phys_prev;
     prev->owner->index.remove(prev);
     prev->owner = block->owner;
     absorb_next(prev);
@@ -343,6 +497,14 @@ void PoolImpl::reserve(std::size_t bytes) {
   fresh_.index.insert(grow(missing));
 }
 
+void PoolImpl::publish_frees(stream_t stream) {
+  std::lock_guard lock(mutex_);
+  auto it = stream_by_id_.find(stream);
+  if (it == stream_by_id_.end()) return;
+  publish(it->second);
+  settle_published(it->second);
+}
+
 std::size_t PoolImpl::trim() {
   std::lock_guard lock(mutex_);
   return release_empty_segments();
@@ -371,10 +533,16 @@ std::size_t PoolImpl::release_empty_segments() {
 // Frees a segment: waits for the streams that freed its blocks, tells observers, returns memory.
 void PoolImpl::release_segment(Segment* segment) {
   std::set<stream_t> producers;
+  bool unpublished = false;  // a block freed after its stream's last publish: only a device sync covers it
   for (Block* b = segment->first; b != nullptr;) {
     Block* next = b->phys_next;
     if (b->is_free) {
       if (!segment->withheld) b->owner->index.remove(b);
+      if (b->unpublished) {
+        forget_unpublished(b);
+        unpublished = true;
+      }
+      if (b->owner->publish_refused) unpublished = true;
       if (!b->owner->fresh) producers.insert(b->owner->id);
     } else {
       // Only on destruction: a live block is dropped with its segment.
@@ -386,7 +554,11 @@ void PoolImpl::release_segment(Segment* segment) {
     arena_.recycle(b);
     b = next;
   }
-  for (stream_t s : producers) source_->ordering().synchronize(s);
+  if (unpublished) {
+    source_->ordering().synchronize_device();
+  } else {
+    for (stream_t s : producers) source_->ordering().synchronize(s);
+  }
   const SegmentInfo seg_info = info(*segment);
   for (auto it = observers_.rbegin(); it != observers_.rend(); ++it) {
     try {
@@ -477,6 +649,14 @@ std::size_t PoolImpl::release_withheld(bool release) {
     } else {
       s->withheld = false;
       for (Block* b = s->first; b != nullptr; b = b->phys_next) b->owner->index.insert(b);
+      // A block that was its stream's unpublished one when withheld may have been published since:
+      // it joins its neighbours now.
+      for (Block* b = s->first; b != nullptr; b = b->phys_next) {
+        if (b->unpublished) continue;
+        b->owner->index.remove(b);
+        b = coalesce(b);
+        b->owner->index.insert(b);
+      }
     }
   }
   return released;

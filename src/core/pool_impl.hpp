@@ -10,6 +10,7 @@
 
 #include <ncclpool/pool.hpp>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,10 +23,22 @@ namespace ncclpool::detail {
 
 // The free blocks that one stream owns. The "fresh" pseudo-stream owns memory never handed out,
 // which any stream may take without waiting.
+//
+// Deferred publication (docs/pool.md, "Streams"): a free does not record an event. Up to
+// kMaxUnpublished freed blocks stay `unpublished` (only this stream may take them, and they do not
+// coalesce) until the stream publishes, at the free that would exceed that number. A stream whose
+// unpublished block another stream wanted turns `eager` and publishes at every free, until
+// kQuietFrees frees pass with no other stream taking its memory.
 struct StreamState {
+  static constexpr std::size_t kMaxUnpublished = 16;
   stream_t id = 0;
   bool fresh = false;
   FreeIndex index;
+  std::array<Block*, kMaxUnpublished> unpublished{};  // the blocks flagged Block::unpublished
+  std::size_t unpublished_count = 0;
+  bool publish_refused = false;   // the last publish failed (graph capture): none of its blocks may cross
+  bool eager = false;
+  std::uint32_t quiet_frees = 0;  // eager frees since another stream last took this stream's memory
 };
 
 class PoolImpl {
@@ -35,6 +48,7 @@ class PoolImpl {
 
   void* allocate(std::size_t bytes, stream_t stream);
   void deallocate(void* ptr, const stream_t* stream);
+  void publish_frees(stream_t stream);
   void reserve(std::size_t bytes);
   std::size_t trim();
   PoolStats stats() const;
@@ -58,12 +72,18 @@ class PoolImpl {
   StreamState* stream_state(stream_t stream);
   Block* take_free_block(std::size_t size, StreamState* requester);
   Block* merge_free_run(std::size_t size, StreamState* requester);
+  Block* foreign_block(StreamState* other, std::size_t size);
+  void publish(StreamState* stream);
+  void settle_published(StreamState* stream);
+  void forget_unpublished(Block* block);
+  void move_unpublished(Block* from, Block* to);
+  bool reclaim_unpublished();
   [[nodiscard]] bool order_after(StreamState* requester, StreamState* producer);
   void absorb_next(Block* block);
   Block* grow(std::size_t size);
   SegmentAllocation allocate_segment(std::size_t segment_size, std::size_t request);
   Segment* adopt_segment(const SegmentAllocation& allocation);
-  void split(Block* block, std::size_t size);
+  Block* split(Block* block, std::size_t size);
   Block* coalesce(Block* block);
   std::size_t release_empty_segments();
   void release_segment(Segment* segment);
@@ -90,6 +110,8 @@ class PoolImpl {
   std::vector<PoolObserver*> observers_;
   std::uint64_t next_sequence_ = 0;
   PoolStats stats_;
+
+  static constexpr std::uint32_t kQuietFrees = 256;
 };
 
 // Rounds up to a multiple of `align` (a power of two); returns 0 on overflow.

@@ -102,17 +102,29 @@ class RealStreams : public ::testing::Test {
   CUstream b_ = nullptr;
 };
 
+// Publishing at the sixteenth later free (not at p's own free) and publishing explicitly: either
+// way B's work on the block starts after A's.
 TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
   const auto& d = cuda::driver();
-  for (auto make : {+[] { return make_cuda_source(0); }, +[] { return make_vmm_source(VmmSourceOptions{}); }}) {
+  for (auto make : {+[] { return make_cuda_source(0); }, +[] { return make_vmm_source(VmmSourceOptions{}); }})
+  for (bool explicit_publish : {true, false}) {
     PoolConfig config;
     config.deterministic = true;  // always take the wait path
     Pool pool(make(), config);
     const std::size_t n = 64u << 20;
     void* p = pool.allocate(n, id(a_));
+    std::vector<void*> small;
+    for (int i = 0; i < 16; ++i) small.push_back(pool.allocate(4096, id(a_)));
     // Queue a lot of work on A, free on A, then reuse on B and overwrite there.
     for (int i = 0; i < 20; ++i) cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p), 0x11, n, a_), "memset A");
     pool.deallocate(p);
+    EXPECT_EQ(pool.stats().stream_publishes, 0u) << "a free records no event";
+    if (explicit_publish) {
+      pool.publish_frees(id(a_));
+    } else {
+      for (void* s : small) pool.deallocate(s);  // the sixteenth of these publishes
+    }
+    EXPECT_EQ(pool.stats().stream_publishes, 1u);
     void* q = pool.allocate(n, id(b_));
     ASSERT_EQ(p, q);
     EXPECT_EQ(pool.stats().cross_stream_reuses, 1u);
@@ -123,8 +135,49 @@ TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
     // Without the wait, A's memsets could land after B's.
     EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t v) { return v == 0x22; }));
     pool.deallocate(q);
+    if (explicit_publish)
+      for (void* s : small) pool.deallocate(s);
     pool.check_invariants();
   }
+}
+
+TEST_F(RealStreams, SameStreamReuseRecordsNoEventAndAnUnpublishedBlockStaysHome) {
+  Pool pool(make_vmm_source(VmmSourceOptions{}));
+  for (int i = 0; i < 1000; ++i) pool.deallocate(pool.allocate(std::size_t{4096} << (i % 3), id(a_)));
+  EXPECT_EQ(pool.stats().stream_publishes, 0u);
+  void* p = pool.allocate(8u << 20, id(a_));
+  pool.deallocate(p);
+  void* q = pool.allocate(8u << 20, id(b_));
+  EXPECT_NE(p, q) << "A's unpublished block stays with A (A may be destroyed before it frees again)";
+  EXPECT_GE(pool.stats().unpublished_skips, 1u);
+  pool.deallocate(q);
+  pool.deallocate(pool.allocate(4096, id(a_)));  // A is eager now: this free publishes
+  EXPECT_EQ(pool.stats().stream_publishes, 1u);
+  pool.check_invariants();
+}
+
+TEST_F(RealStreams, AStreamCapturingAGraphPublishesNothingAndTheCaptureSurvives) {
+  const auto& d = cuda::driver();
+  PoolConfig config;
+  config.deterministic = true;
+  Pool pool(make_vmm_source(VmmSourceOptions{}), config);
+  void* p = pool.allocate(8u << 20, id(a_));
+  cuda::check(d.cuStreamBeginCapture_v2(a_, CU_STREAM_CAPTURE_MODE_RELAXED), "begin capture");
+  cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p), 3, 8u << 20, a_), "captured memset");
+  pool.deallocate(p);
+  pool.publish_frees(id(a_));  // refused: an event recorded now would be part of the graph
+  EXPECT_EQ(pool.stats().stream_publishes, 0u);
+  CUgraph graph = nullptr;
+  cuda::check(d.cuStreamEndCapture(a_, &graph), "end capture (fails if the capture was invalidated)");
+  d.cuGraphDestroy(graph);
+  void* q = pool.allocate(8u << 20, id(b_));
+  EXPECT_NE(p, q) << "nothing published A's free: B may not take it";
+  pool.publish_frees(id(a_));  // outside the capture
+  EXPECT_EQ(pool.stats().stream_publishes, 1u);
+  void* r = pool.allocate(8u << 20, id(b_));
+  EXPECT_EQ(p, r);
+  for (void* x : {q, r}) pool.deallocate(x);
+  pool.check_invariants();
 }
 
 TEST_F(RealStreams, CaptureNeverWaitsOnAnOutsideEvent) {
@@ -134,6 +187,7 @@ TEST_F(RealStreams, CaptureNeverWaitsOnAnOutsideEvent) {
   Pool pool(make_cuda_source(0), config);
   void* p = pool.allocate(8u << 20, id(a_));
   pool.deallocate(p);  // free on A, outside capture
+  pool.publish_frees(id(a_));
   cuda::check(d.cuStreamBeginCapture_v2(b_, CU_STREAM_CAPTURE_MODE_RELAXED), "begin capture");
   void* q = pool.allocate(8u << 20, id(b_));  // must not wait on A's event inside the capture
   cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(q), 1, 8u << 20, b_), "captured memset");

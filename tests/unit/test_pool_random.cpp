@@ -7,6 +7,8 @@
 #include <ncclpool/sim.hpp>
 
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -99,6 +101,100 @@ TEST_P(RandomSequence, InvariantsHoldAfterEveryStep) {
   EXPECT_EQ(pool.stats().reserved_bytes, 0u);
   EXPECT_EQ(source->bytes_in_use(), 0u);
   RecordProperty("ooms", ooms);
+}
+
+// Stream safety against the simulator's record of publishes and waits: a byte freed on stream S
+// reaches a request on another stream C only if C waited for a publish of S made after that free, or
+// the device was synchronized after it. Random frees, explicit free streams, publishes refused (graph
+// capture) and waits refused, trims, OOMs.
+TEST_P(RandomSequence, NoByteCrossesStreamsAheadOfItsFree) {
+  std::mt19937_64 rng(GetParam() * 7919u);
+  SimSourceConfig sc;
+  sc.capacity = 64ull << 20;
+  auto source = std::make_shared<SimSource>(sc);
+  SimStreamOrdering& ordering = source->sim_ordering();
+  PoolConfig config;
+  config.deterministic = true;  // every crossing goes through a wait (none through a poll)
+  config.growth_chunk = (GetParam() % 2) ? (8u << 20) : (2u << 20);
+  Pool pool(source, config);
+  struct Freed {
+    std::uintptr_t end;
+    stream_t stream;
+    std::uint64_t epoch;         // publishes of `stream` before the free
+    std::uint64_t device_syncs;  // device synchronizations before the free
+    std::uint64_t segment;       // sequence of the segment it was in (memory released since: no obligation)
+  };
+  std::map<std::uintptr_t, Freed> freed;  // disjoint ranges, keyed by start
+  // Drops [lo, hi) from `freed`, keeping the parts of ranges outside it.
+  auto forget = [&](std::uintptr_t lo, std::uintptr_t hi) {
+    auto it = freed.lower_bound(lo);
+    if (it != freed.begin() && std::prev(it)->second.end > lo) --it;
+    while (it != freed.end() && it->first < hi) {
+      const auto [start, f] = *it;
+      it = freed.erase(it);
+      if (start < lo) freed.emplace(start, Freed{lo, f.stream, f.epoch, f.device_syncs, f.segment});
+      if (f.end > hi) freed.emplace(hi, Freed{f.end, f.stream, f.epoch, f.device_syncs, f.segment});
+    }
+  };
+  struct Block {
+    void* ptr;
+    std::size_t size;
+    stream_t stream;
+  };
+  std::vector<Block> live;
+  std::uint64_t crossings = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const auto op = static_cast<unsigned>(rng() % 100);
+    if (op < 48) {
+      const std::size_t size = 256 * (1 + rng() % ((rng() % 8 == 0) ? 16384 : 256));
+      const stream_t stream = 1 + rng() % 4;
+      void* p = nullptr;
+      try {
+        p = pool.allocate(size, stream);
+      } catch (const OutOfMemory&) {
+        continue;
+      }
+      const auto lo = reinterpret_cast<std::uintptr_t>(p), hi = lo + size;
+      const std::uint64_t segment = pool.segment_of(p)->sequence;
+      auto it = freed.lower_bound(lo);
+      if (it != freed.begin() && std::prev(it)->second.end > lo) --it;
+      for (; it != freed.end() && it->first < hi; ++it) {
+        const Freed& f = it->second;
+        if (f.stream == stream || f.segment != segment) continue;
+        ++crossings;
+        ASSERT_TRUE(ordering.waited_epoch(stream, f.stream) > f.epoch || ordering.device_synchronize_count() > f.device_syncs)
+            << "step " << step << ": stream " << stream << " got bytes freed on stream " << f.stream
+            << " with no wait on a publish after the free";
+      }
+      forget(lo, hi);
+      live.push_back({p, size, stream});
+    } else if (op < 90 && !live.empty()) {
+      const std::size_t k = rng() % live.size();
+      const Block b = live[k];
+      const stream_t stream = (rng() % 3 == 0) ? 1 + rng() % 4 : b.stream;
+      const Freed f{reinterpret_cast<std::uintptr_t>(b.ptr) + b.size, stream, ordering.epoch(stream),
+                    ordering.device_synchronize_count(), pool.segment_of(b.ptr)->sequence};
+      pool.deallocate(b.ptr, stream);
+      forget(reinterpret_cast<std::uintptr_t>(b.ptr), f.end);
+      freed.emplace(reinterpret_cast<std::uintptr_t>(b.ptr), f);
+      live[k] = live.back();
+      live.pop_back();
+    } else if (op < 93) {
+      pool.publish_frees(1 + rng() % 4);
+    } else if (op < 95) {
+      ordering.set_refuse_publishes(rng() % 2 == 0);
+    } else if (op < 97) {
+      ordering.set_refuse_waits(rng() % 3 == 0);
+    } else if (op < 99) {
+      pool.trim();
+    } else {
+      source->inject_oom(1);
+    }
+    ASSERT_NO_THROW(pool.check_invariants()) << "step " << step;
+  }
+  EXPECT_GT(crossings, 10u) << "the sequence should make blocks cross streams";
+  for (const Block& b : live) pool.deallocate(b.ptr);
+  RecordProperty("crossings", static_cast<int>(crossings));
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomSequence, ::testing::Values(1u, 2u, 3u, 4u, 5u, 6u));

@@ -8,6 +8,7 @@
 #include <ncclpool/pool.hpp>
 #include <ncclpool/sim.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -27,44 +28,97 @@ std::shared_ptr<SimSource> sim(std::size_t capacity = 64ull << 30) {
 
 // ---------------------------------------------------------------- stream-ordered reuse
 
-TEST(StreamOrdering, OtherStreamTakesAFreedBlockOnlyBehindAWait) {
+TEST(StreamOrdering, FreesArePublishedOncePerSixteenThenCrossBehindAWait) {
+  auto source = sim();
+  Pool pool(source);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 17; ++i) blocks.push_back(pool.allocate(MiB, /*stream=*/1));
+  for (int i = 0; i < 16; ++i) pool.deallocate(blocks[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(source->sim_ordering().publish_count(), 0u) << "sixteen frees record nothing";
+  void* b = pool.allocate(MiB, /*stream=*/2);
+  EXPECT_FALSE(std::count(blocks.begin(), blocks.end(), b)) << "no other stream takes an unpublished block";
+  pool.check_invariants();
+  pool.deallocate(blocks[16]);  // the seventeenth publishes all of them (stream 1 is eager by now anyway)
+  EXPECT_EQ(source->sim_ordering().epoch(1), 1u);
+  void* c = pool.allocate(MiB, /*stream=*/3);
+  EXPECT_TRUE(std::count(blocks.begin(), blocks.end(), c));
+  EXPECT_EQ(source->sim_ordering().waited_epoch(3, 1), 1u) << "stream 3 waited for the publish after the frees";
+  EXPECT_EQ(pool.stats().cross_stream_reuses, 1u);
+  EXPECT_EQ(pool.stats().stream_publishes, 1u);
+  pool.deallocate(b);
+  pool.deallocate(c);
+  pool.check_invariants();
+}
+
+TEST(StreamOrdering, AnUnpublishedBlockStaysOnItsStreamAndMakesThatStreamEager) {
   auto source = sim();
   PoolConfig config;
   config.growth_chunk = 2 * MiB;
   Pool pool(source, config);
-  void* a = pool.allocate(2 * MiB, /*stream=*/1);  // the whole segment
-  pool.deallocate(a);                               // freed on stream 1
-  const auto epoch = source->sim_ordering().epoch(1);
-  void* b = pool.allocate(2 * MiB, /*stream=*/2);
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(source->sim_ordering().waited_epoch(2, 1), epoch) << "stream 2 waited for stream 1's free";
-  EXPECT_EQ(pool.stats().cross_stream_reuses, 1u);
+  void* a = pool.allocate(2 * MiB, 1);
+  pool.deallocate(a);  // unpublished: stream 1 may still be destroyed without another call
+  void* b = pool.allocate(2 * MiB, 2);
+  EXPECT_NE(a, b) << "no stream but 1 may take a block freed after 1's last publish";
+  EXPECT_GE(pool.stats().unpublished_skips, 1u);
+  EXPECT_EQ(source->sim_ordering().wait_count(), 0u);
+  pool.check_invariants();
+  void* c = pool.allocate(2 * MiB, 1);  // stream 1 takes its own block back at once
+  EXPECT_EQ(c, a);
+  pool.deallocate(c);  // stream 1 is eager now: this free publishes
+  EXPECT_EQ(source->sim_ordering().epoch(1), 1u);
+  void* d = pool.allocate(2 * MiB, 3);
+  EXPECT_EQ(d, a);
+  EXPECT_EQ(source->sim_ordering().waited_epoch(3, 1), 1u);
+  for (void* p : {b, d}) pool.deallocate(p);
+  pool.check_invariants();
+}
+
+TEST(StreamOrdering, AnEagerStreamStopsPublishingOnceNoOtherStreamTakesItsMemory) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(2 * MiB, 1);
+  pool.deallocate(a);
+  void* b = pool.allocate(2 * MiB, 2);  // passes over stream 1's unpublished block
+  for (int i = 0; i < 400; ++i) pool.deallocate(pool.allocate(4096, 1));
+  const std::uint64_t published = source->sim_ordering().epoch(1);
+  EXPECT_GT(published, 100u);
+  EXPECT_LT(published, 400u) << "eagerness ends after a quiet stretch";
+  for (int i = 0; i < 100; ++i) pool.deallocate(pool.allocate(4096, 1));
+  EXPECT_EQ(source->sim_ordering().epoch(1), published) << "back to no event on the same-stream path";
   pool.deallocate(b);
   pool.check_invariants();
 }
 
-TEST(StreamOrdering, SameStreamAndFreshMemoryNeedNoWait) {
+TEST(StreamOrdering, SameStreamAndFreshMemoryNeedNoWaitAndNoEvent) {
   auto source = sim();
   Pool pool(source);
   void* a = pool.allocate(MiB, 1);  // fresh memory: no wait
   void* c = pool.allocate(256, 2);  // the rest of the segment is still fresh: no wait
   pool.deallocate(a);
   void* b = pool.allocate(MiB, 1);  // same stream: no wait
+  for (int i = 0; i < 1000; ++i) pool.deallocate(pool.allocate(4096 * (1 + i % 3), 1));
   EXPECT_EQ(source->sim_ordering().wait_count(), 0u);
+  EXPECT_EQ(source->sim_ordering().publish_count(), 0u) << "alternating allocate/free on one stream records no event";
   pool.deallocate(b);
   pool.deallocate(c);
+  pool.check_invariants();
 }
 
-TEST(StreamOrdering, FreedBlockAbsorbsAdjacentFreshMemory) {
+TEST(StreamOrdering, APublishedBlockAbsorbsAdjacentFreshMemory) {
   auto source = sim();
   Pool pool(source);
   void* a = pool.allocate(MiB, 1);
-  pool.deallocate(a);  // joins the fresh tail: the whole segment is now stream 1's
+  void* b = pool.allocate(MiB / 2, 5);  // [a 1 MiB][b 512 KiB][fresh 512 KiB]
+  pool.deallocate(a);                   // unpublished: stays apart
+  EXPECT_EQ(pool.stats().largest_free_block, MiB);
+  pool.check_invariants();
+  pool.deallocate(b, 1);  // unpublished too
+  pool.publish_frees(1);  // a, b and the fresh tail become one block
   EXPECT_EQ(pool.stats().largest_free_block, 2 * MiB);
-  void* b = pool.allocate(2 * MiB, 2);
-  EXPECT_EQ(a, b);
+  void* c = pool.allocate(2 * MiB, 2);
+  EXPECT_EQ(a, c);
   EXPECT_EQ(source->sim_ordering().wait_count(), 1u) << "taking stream 1's memory needs a wait";
-  pool.deallocate(b);
+  pool.deallocate(c);
   pool.check_invariants();
 }
 
@@ -73,12 +127,37 @@ TEST(StreamOrdering, RefusedWaitMakesThePoolGrowInstead) {
   Pool pool(source);
   void* a = pool.allocate(2 * MiB, 1);
   pool.deallocate(a);
+  pool.publish_frees(1);
   source->sim_ordering().set_refuse_waits(true);  // like a capturing stream
   void* b = pool.allocate(2 * MiB, 2);
   EXPECT_NE(a, b);
   EXPECT_EQ(pool.stats().segments_created, 2u);
   EXPECT_EQ(pool.stats().cross_stream_reuses, 0u);
+  EXPECT_EQ(pool.stats().unpublished_skips, 0u) << "the block was published: the wait was refused";
   pool.deallocate(b);
+}
+
+TEST(StreamOrdering, ARefusedPublishKeepsEveryBlockOfTheStreamHome) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(2 * MiB, 1);
+  void* x = pool.allocate(2 * MiB, 1);
+  pool.deallocate(a);
+  pool.deallocate(x);
+  source->sim_ordering().set_refuse_publishes(true);  // stream 1 captures a graph
+  pool.publish_frees(1);                              // refused
+  void* b = pool.allocate(2 * MiB, 2);
+  EXPECT_NE(b, a);
+  EXPECT_NE(b, x);
+  EXPECT_EQ(source->sim_ordering().wait_count(), 0u);
+  pool.check_invariants();
+  source->sim_ordering().set_refuse_publishes(false);
+  pool.publish_frees(1);  // the next free outside the capture publishes everything
+  void* c = pool.allocate(2 * MiB, 2);
+  EXPECT_TRUE(c == a || c == x);
+  EXPECT_EQ(source->sim_ordering().wait_count(), 1u);
+  for (void* p : {b, c}) pool.deallocate(p);
+  pool.check_invariants();
 }
 
 TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
@@ -91,6 +170,8 @@ TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
   void* b = pool.allocate(2 * MiB, 2);  // the segment is full: a (stream 1) then b (stream 2)
   pool.deallocate(a);
   pool.deallocate(b);  // two free blocks that coalesce() keeps apart (different streams)
+  pool.publish_frees(1);
+  pool.publish_frees(2);
   EXPECT_EQ(pool.stats().largest_free_block, 2 * MiB);
   void* c = pool.allocate(4 * MiB, 3);  // fits only across both
   EXPECT_EQ(c, a);
@@ -103,6 +184,25 @@ TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
   pool.check_invariants();
 }
 
+TEST(StreamOrdering, AMergeNeverTakesAnotherStreamsUnpublishedBlock) {
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 4 * MiB;
+  config.deterministic = true;
+  Pool pool(source, config);
+  void* a = pool.allocate(2 * MiB, 1);
+  void* b = pool.allocate(2 * MiB, 2);
+  pool.deallocate(a);
+  pool.deallocate(b);
+  pool.publish_frees(1);  // stream 2's block stays unpublished
+  void* c = pool.allocate(4 * MiB, 3);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(pool.stats().segments_created, 2u);
+  EXPECT_EQ(pool.stats().unpublished_skips, 1u);
+  pool.check_invariants();
+  pool.deallocate(c);
+}
+
 TEST(StreamOrdering, AMergeThatCannotWaitGrowsInstead) {
   auto source = sim();
   PoolConfig config;
@@ -112,6 +212,8 @@ TEST(StreamOrdering, AMergeThatCannotWaitGrowsInstead) {
   void* b = pool.allocate(2 * MiB, 2);
   pool.deallocate(a);
   pool.deallocate(b);
+  pool.publish_frees(1);
+  pool.publish_frees(2);
   source->sim_ordering().set_refuse_waits(true);
   void* c = pool.allocate(4 * MiB, 3);
   EXPECT_NE(c, a);
@@ -140,6 +242,7 @@ TEST(StreamOrdering, CompletedEventSkipsTheWaitUnlessDeterministic) {
     Pool pool(source, config);
     void* a = pool.allocate(2 * MiB, 1);
     pool.deallocate(a);
+    pool.publish_frees(1);
     void* b = pool.allocate(2 * MiB, 2);
     EXPECT_EQ(a, b);
     if (deterministic) {
@@ -152,25 +255,80 @@ TEST(StreamOrdering, CompletedEventSkipsTheWaitUnlessDeterministic) {
   }
 }
 
-TEST(StreamOrdering, AFailedFreeRecordLeavesTheBlockLive) {
+TEST(StreamOrdering, AFailedPublishLeavesTheBlockLive) {
   auto source = sim();
   Pool pool(source);
-  void* a = pool.allocate(MiB, 1);
-  source->sim_ordering().fail_next_frees(1);
-  EXPECT_THROW(pool.deallocate(a), BackendError);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(4096, 1));
+  void* b = pool.allocate(MiB / 2, 1);
+  for (void* p : blocks) pool.deallocate(p);  // sixteen unpublished: b's free will publish
+  source->sim_ordering().fail_next_publishes(1);
+  EXPECT_THROW(pool.deallocate(b), BackendError);
   pool.check_invariants();
-  EXPECT_EQ(pool.stats().active_allocations, 1u) << "the block is still live and can be freed again";
-  pool.deallocate(a);
+  EXPECT_EQ(pool.stats().active_allocations, 1u) << "b is still live and can be freed again";
+  pool.deallocate(b);
   EXPECT_EQ(pool.stats().active_allocations, 0u);
+  EXPECT_EQ(pool.stats().stream_publishes, 1u);
+  pool.check_invariants();
 }
 
-TEST(StreamOrdering, TrimSynchronizesStreamsThatFreedBlocks) {
+TEST(StreamOrdering, TrimWaitsForTheStreamOrTheDeviceBeforeReleasing) {
   auto source = sim();
   Pool pool(source);
   void* a = pool.allocate(MiB, 5);
-  pool.deallocate(a);
+  pool.deallocate(a);  // unpublished: no event covers it
   EXPECT_EQ(pool.trim(), 2 * MiB);
+  EXPECT_EQ(source->sim_ordering().device_synchronize_count(), 1u);
+  EXPECT_EQ(source->sim_ordering().synchronize_count(), 0u);
+  a = pool.allocate(MiB, 5);
+  pool.deallocate(a);
+  pool.publish_frees(5);  // now an event covers every free of stream 5
+  EXPECT_EQ(pool.trim(), 2 * MiB);
+  EXPECT_EQ(source->sim_ordering().device_synchronize_count(), 1u);
   EXPECT_EQ(source->sim_ordering().synchronize_count(), 1u);
+}
+
+TEST(StreamOrdering, OutOfMemoryHandsUnpublishedBlocksToOtherStreamsAfterADeviceSync) {
+  auto source = sim(4 * MiB);
+  PoolConfig config;
+  config.growth_chunk = 4 * MiB;
+  Pool pool(source, config);
+  void* a = pool.allocate(2 * MiB, 1);
+  void* keep = pool.allocate(2 * MiB, 1);  // the segment stays in use: trimming cannot help
+  pool.deallocate(a);                     // stream 1's unpublished block
+  source->sim_ordering().set_capturing(true);
+  EXPECT_THROW((void)pool.allocate(2 * MiB, 2), OutOfMemory) << "no device sync while a graph is captured";
+  source->sim_ordering().set_capturing(false);
+  EXPECT_EQ(source->sim_ordering().device_synchronize_count(), 0u);
+  void* b = pool.allocate(2 * MiB, 2);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(source->sim_ordering().device_synchronize_count(), 1u);
+  EXPECT_EQ(source->sim_ordering().wait_count(), 0u) << "after the device sync the block is like fresh memory";
+  const auto s = pool.stats();
+  EXPECT_EQ(s.oom_count, 1u) << "only the capture-time failure";
+  EXPECT_EQ(s.oom_recoveries, 1u);
+  pool.check_invariants();
+  pool.deallocate(b);
+  pool.deallocate(keep);
+  pool.check_invariants();
+}
+
+TEST(StreamOrdering, AnUnpublishedBlockPublishedWhileWithheldCrossesWhenPutBack) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(MiB, 1);
+  void* b = pool.allocate(MiB, 1);  // one 2 MiB segment, two blocks
+  pool.deallocate(a);     // stream 1's unpublished block
+  pool.deallocate(b, 2);  // stream 2's unpublished block
+  ASSERT_EQ(pool.withhold_empty_segments().size(), 1u);
+  pool.check_invariants();
+  pool.publish_frees(2);  // b is published while withheld
+  pool.check_invariants();
+  EXPECT_EQ(pool.release_withheld(false), 0u);
+  pool.check_invariants();
+  EXPECT_EQ(pool.allocate(MiB, 3), b) << "b crosses behind a wait; a is still stream 1's alone";
+  EXPECT_EQ(pool.stats().unpublished_skips, 1u);
+  pool.check_invariants();
 }
 
 // ---------------------------------------------------------------- OOM

@@ -18,7 +18,7 @@ bool CudaStreamOrdering::capturing(stream_t stream) {
 }
 
 // Called before the pool changes anything, so a failure (e.g. a destroyed stream) leaves the block live.
-void CudaStreamOrdering::on_free(stream_t stream) {
+bool CudaStreamOrdering::publish(stream_t stream) {
   const Driver& d = driver();
   ScopedContext scope(context_);  // stream 0 means the current context's default stream
   auto [it, inserted] = producers_.try_emplace(stream);
@@ -30,18 +30,15 @@ void CudaStreamOrdering::on_free(stream_t stream) {
       check(r, "cuEventCreate");
     }
   }
-  if (capturing(stream)) {
-    p.captured = true;
-    return;
-  }
-  check(d.cuEventRecord(p.event, as_stream(stream)), "cuEventRecord (free on stream)");
+  if (capturing(stream)) return false;
+  check(d.cuEventRecord(p.event, as_stream(stream)), "cuEventRecord (publish frees of a stream)");
   p.recorded = true;
-  p.captured = false;
+  return true;
 }
 
 bool CudaStreamOrdering::wait(stream_t consumer, stream_t producer) {
   auto it = producers_.find(producer);
-  if (it == producers_.end() || it->second.captured || !it->second.recorded) return false;
+  if (it == producers_.end() || !it->second.recorded) return false;
   ScopedContext scope(context_);
   if (capturing(consumer)) return false;  // an outside event cannot join a capture
   check(driver().cuStreamWaitEvent(as_stream(consumer), it->second.event, 0), "cuStreamWaitEvent (cross-stream reuse)");
@@ -50,20 +47,20 @@ bool CudaStreamOrdering::wait(stream_t consumer, stream_t producer) {
 
 bool CudaStreamOrdering::is_complete(stream_t producer) {
   auto it = producers_.find(producer);
-  if (it == producers_.end() || it->second.captured || !it->second.recorded) return false;
+  if (it == producers_.end() || !it->second.recorded) return false;
   return driver().cuEventQuery(it->second.event) == CUDA_SUCCESS;
 }
 
 void CudaStreamOrdering::synchronize(stream_t producer) {
   auto it = producers_.find(producer);
-  if (it == producers_.end()) return;
-  if (it->second.captured) {
-    // Work captured into a graph runs only when the graph is launched; wait for the whole device.
-    ScopedContext scope(context_);
-    driver().cuCtxSynchronize();
-    return;
-  }
-  if (it->second.recorded) driver().cuEventSynchronize(it->second.event);
+  if (it != producers_.end() && it->second.recorded) driver().cuEventSynchronize(it->second.event);
+}
+
+// Blocks freed after their stream's last publish (or freed inside a graph capture): no event covers
+// them, and their stream may be gone; the whole context is waited for.
+void CudaStreamOrdering::synchronize_device() {
+  ScopedContext scope(context_);
+  driver().cuCtxSynchronize();
 }
 
 }  // namespace ncclpool::cuda

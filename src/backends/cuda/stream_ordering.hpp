@@ -1,8 +1,8 @@
 #pragma once
-// Stream ordering on real CUDA streams: one event per producer stream, re-recorded at every free
-// (as RMM does); a cross-stream reuse is a cuStreamWaitEvent on it. Frees on a capturing stream
-// record nothing and make that stream's blocks unavailable to other streams until a later free
-// outside capture, because an event captured into a graph cannot be waited on from outside it.
+// Stream ordering on real CUDA streams: one event per producer stream, re-recorded at every publish
+// (the pool publishes only when another stream may need the free: see StreamOrdering); a
+// cross-stream reuse is a cuStreamWaitEvent on it. A capturing stream cannot publish (an event
+// captured into a graph cannot be waited on from outside it), and a capturing consumer cannot wait.
 
 #include "driver.hpp"
 
@@ -21,10 +21,11 @@ class CudaStreamOrdering final : public StreamOrdering {
   CudaStreamOrdering(const CudaStreamOrdering&) = delete;
   CudaStreamOrdering& operator=(const CudaStreamOrdering&) = delete;
 
-  void on_free(stream_t stream) override;
+  [[nodiscard]] bool publish(stream_t stream) override;
   [[nodiscard]] bool wait(stream_t consumer, stream_t producer) override;
   [[nodiscard]] bool is_complete(stream_t producer) override;
   void synchronize(stream_t producer) override;
+  void synchronize_device() override;
   void on_new_stream(stream_t stream) override;
   [[nodiscard]] bool device_capturing() override;
 
@@ -32,7 +33,6 @@ class CudaStreamOrdering final : public StreamOrdering {
   struct Producer {
     CUevent event = nullptr;
     bool recorded = false;
-    bool captured = false;  // last free happened during graph capture
   };
   static bool capturing(stream_t stream);
   CUcontext context_;

@@ -16,27 +16,32 @@ namespace ncclpool {
 
 // ---- SimStreamOrdering ----
 
-void SimStreamOrdering::on_free(stream_t stream) {
-  if (fail_frees_ > 0) {
-    --fail_frees_;
-    throw BackendError("sim stream " + std::to_string(stream) + ": injected failure recording the free");
+bool SimStreamOrdering::publish(stream_t stream) {
+  if (fail_publishes_ > 0) {
+    --fail_publishes_;
+    throw BackendError("sim stream " + std::to_string(stream) + ": injected failure recording the publish event");
   }
+  if (refuse_publishes_) return false;
   ++epochs_[stream];
+  ++publishes_;
+  return true;
 }
 
+// Like cuStreamWaitEvent on an event never recorded: there is nothing to wait on, so no dependency.
 bool SimStreamOrdering::wait(stream_t consumer, stream_t producer) {
-  if (refuse_waits_) return false;
+  if (refuse_waits_ || epoch(producer) == 0) return false;
   ++waits_;
   waited_[{consumer, producer}] = epoch(producer);
   return true;
 }
 
-bool SimStreamOrdering::is_complete(stream_t /*producer*/) {
+bool SimStreamOrdering::is_complete(stream_t producer) {
   ++polls_;
-  return complete_;
+  return complete_ && epoch(producer) != 0;
 }
 
 void SimStreamOrdering::synchronize(stream_t /*producer*/) { ++synchronizes_; }
+void SimStreamOrdering::synchronize_device() { ++device_synchronizes_; }
 
 std::uint64_t SimStreamOrdering::epoch(stream_t stream) const {
   auto it = epochs_.find(stream);
