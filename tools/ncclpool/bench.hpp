@@ -62,6 +62,7 @@ class AllocStrategy {
  public:
   virtual ~AllocStrategy() = default;
   [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual bool is_ncclpool() const { return false; }
   [[nodiscard]] virtual void* allocate(std::size_t bytes, stream_t stream) = 0;
   virtual void deallocate(void* ptr, stream_t stream) = 0;
   /// Returns cached memory (nothing is live), so that the next allocate must get new memory.
@@ -74,11 +75,16 @@ struct AllocTarget {
   stream_t streams[2] = {1, 2};
   std::shared_ptr<void> keep_alive;  // owns streams/contexts; declared first so it outlives the strategies
   std::vector<std::unique_ptr<AllocStrategy>> strategies;
+  bool has_driver_reference = false;  // strategies[1] is the CUDA driver's pool (speed-up column)
 };
 
 AllocTarget make_sim_alloc_target();
 /// An ncclpool Pool (default config) over `source`.
 std::unique_ptr<AllocStrategy> make_pool_strategy(std::string name, std::shared_ptr<SegmentSource> source);
+class Team;
+/// An ncclpool Pool over rank 0's source of `team`, managed by a Registry with every group of the
+/// team attached (local registration): what an engine with that many communicators allocates from.
+std::unique_ptr<AllocStrategy> make_registered_pool_strategy(std::string name, std::shared_ptr<Team> team);
 /// ncclpool over cuMem (vmm), cuMemAllocFromPoolAsync from a driver pool, cuMemAlloc on `device`.
 /// @throws Unsupported without a GPU.
 AllocTarget make_gpu_alloc_target(int device);

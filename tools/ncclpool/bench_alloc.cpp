@@ -15,12 +15,16 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: ncclpool bench alloc [--device N] [--sizes 4K,1M,64M] [--repeats 5] [--min-ms 50]\n"
-    "                            [--growth-iters 20] [--sim] [--json]\n"
+    "                            [--growth-iters 20] [--live N] [--comms K] [--sim] [--json]\n"
     "\n"
     "Latency of allocate + free (nanoseconds per pair, median of the repeats) on one stream, across two\n"
     "streams, and of growth (the first allocation after the cache was emptied). On a GPU: ncclpool over\n"
     "cuMem, cuMemAllocFromPoolAsync from a driver memory pool (release threshold: keep everything), and\n"
-    "cuMemAlloc/cuMemFree. Without a GPU, or with --sim: ncclpool on the simulator.\n";
+    "cuMemAlloc/cuMemFree. Without a GPU, or with --sim: ncclpool on the simulator.\n"
+    "  --live N    before timing, N live 4 KiB blocks and N free ones between them in ncclpool's pools\n"
+    "              (the cost must not grow with them)\n"
+    "  --comms K   adds a column: an ncclpool pool under a Registry with K communicators attached\n"
+    "              (local registration; on a GPU, K single-rank NCCL communicators)\n";
 
 }  // namespace
 
@@ -39,6 +43,14 @@ int cmd_bench_alloc(const Args& a) {
   const bool use_gpu = !a.has("sim") && gpu_count(&why_no_gpu) > 0;
   if (use_gpu && device >= gpu_count(nullptr)) throw UsageError("--device " + std::to_string(device) + ": there are " + std::to_string(gpu_count(nullptr)) + " GPU(s)");
   AllocTarget target = use_gpu ? make_gpu_alloc_target(device) : make_sim_alloc_target();
+  const auto live = static_cast<std::size_t>(a.get_int("live", 0, 0, 10000000));
+  const int comms = static_cast<int>(a.get_int("comms", 0, 0, 64));
+  if (comms > 0) {
+    if (use_gpu && device != 0) throw UsageError("--comms: the NCCL communicators are made on GPU 0; use --device 0");
+    std::shared_ptr<Team> team = use_gpu ? make_nccl_team(1, comms) : make_loopback_team(1, comms);
+    target.strategies.push_back(make_registered_pool_strategy(
+        std::string(use_gpu ? "ncclpool" : "ncclpool (sim)") + ", " + std::to_string(comms) + " comm" + (comms > 1 ? "s" : ""), team));
+  }
 
   Report report;
   report.suite = "alloc";
@@ -46,6 +58,9 @@ int cmd_bench_alloc(const Args& a) {
   if (!use_gpu && !a.has("sim")) report.facts.push_back({"no GPU", why_no_gpu + " -> simulator"});
   report.facts.push_back({"timing", "median of " + std::to_string(repeats) + " rounds of >= " + std::to_string(static_cast<int>(min_s * 1000)) +
                                         " ms; growth: " + std::to_string(growth_iters) + " first allocations"});
+  if (live > 0)
+    report.facts.push_back({"population", std::to_string(live) + " live and " + std::to_string(live) +
+                                              " free 4 KiB blocks in each ncclpool pool while timing"});
 
   Table table;
   table.title = "allocate + free, ns per pair (growth: ns per allocation)";
@@ -55,9 +70,25 @@ int cmd_bench_alloc(const Args& a) {
     table.headers.push_back(s->name());
     table.keys.push_back(s->name());
   }
-  if (target.strategies.size() > 1) {
+  if (target.has_driver_reference) {
     table.headers.push_back("speed-up vs " + target.strategies[1]->name());
     table.keys.push_back("speedup");
+  }
+  // The population: 2N blocks on stream 0, every other one freed (N free blocks between N live).
+  std::vector<std::vector<void*>> populations(target.strategies.size());
+  for (std::size_t i = 0; i < target.strategies.size() && live > 0; ++i) {
+    AllocStrategy& st = *target.strategies[i];
+    if (!st.is_ncclpool()) continue;
+    std::vector<void*> all;
+    all.reserve(2 * live);
+    for (std::size_t k = 0; k < 2 * live; ++k) all.push_back(st.allocate(4096, target.streams[0]));
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      if (k % 2) {
+        st.deallocate(all[k], target.streams[0]);
+      } else {
+        populations[i].push_back(all[k]);
+      }
+    }
   }
 
   const char* patterns[] = {"same stream", "cross stream", "growth"};
@@ -93,13 +124,15 @@ int cmd_bench_alloc(const Args& a) {
         medians.push_back(per_op);
         row.push_back(number_cell(per_op * 1e9, per_op * 1e9 < 100 ? 1 : 0));
       }
-      if (medians.size() > 1) row.push_back(number_cell(medians[1] / medians[0], 2));
+      if (target.has_driver_reference) row.push_back(number_cell(medians[1] / medians[0], 2));
       table.add(std::move(row));
     }
   }
   progress.finish();
+  for (std::size_t i = 0; i < populations.size(); ++i)
+    for (void* p : populations[i]) target.strategies[i]->deallocate(p, target.streams[0]);
   report.tables.push_back(std::move(table));
-  if (target.strategies.size() > 1)
+  if (target.has_driver_reference)
     report.notes.push_back("speed-up = " + target.strategies[1]->name() + " time / " + target.strategies[0]->name() + " time (> 1: ncclpool is faster)");
   report.notes.push_back("cross stream alternates the two streams, so every allocation reuses memory last freed on the other stream");
   print(report, a.json);

@@ -5,6 +5,7 @@
 
 #include <ncclpool/loopback.hpp>
 #include <ncclpool/pool.hpp>
+#include <ncclpool/registry.hpp>
 #include <ncclpool/sim.hpp>
 
 #include <algorithm>
@@ -140,6 +141,7 @@ class PoolStrategy final : public AllocStrategy {
  public:
   PoolStrategy(std::string name, std::shared_ptr<SegmentSource> source) : name_(std::move(name)), pool_(std::move(source), config()) {}
   [[nodiscard]] std::string name() const override { return name_; }
+  [[nodiscard]] bool is_ncclpool() const override { return true; }
   [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream) override { return pool_.allocate(bytes, stream); }
   void deallocate(void* ptr, stream_t stream) override { pool_.deallocate(ptr, stream); }
   void release_cached() override { (void)pool_.trim(); }
@@ -196,6 +198,37 @@ AllocTarget make_sim_alloc_target() {
 
 std::unique_ptr<AllocStrategy> make_pool_strategy(std::string name, std::shared_ptr<SegmentSource> source) {
   return std::make_unique<PoolStrategy>(std::move(name), std::move(source));
+}
+
+namespace {
+
+class RegisteredPoolStrategy final : public AllocStrategy {
+ public:
+  RegisteredPoolStrategy(std::string name, std::shared_ptr<Team> team)
+      : name_(std::move(name)), team_(std::move(team)), registry_(std::make_shared<Pool>(team_->source(0), config())) {
+    for (int g = 0; g < team_->groups(); ++g) registry_.attach(team_->comm(0, g), RegistrationKind::local);
+  }
+  [[nodiscard]] std::string name() const override { return name_; }
+  [[nodiscard]] bool is_ncclpool() const override { return true; }
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream) override { return registry_.pool().allocate(bytes, stream); }
+  void deallocate(void* ptr, stream_t stream) override { registry_.pool().deallocate(ptr, stream); }
+  void release_cached() override { (void)registry_.trim(); }
+
+ private:
+  static PoolConfig config() {
+    PoolConfig c;
+    c.name = "bench";
+    return c;
+  }
+  std::string name_;
+  std::shared_ptr<Team> team_;  // outlives the registry (declared first)
+  Registry registry_;
+};
+
+}  // namespace
+
+std::unique_ptr<AllocStrategy> make_registered_pool_strategy(std::string name, std::shared_ptr<Team> team) {
+  return std::make_unique<RegisteredPoolStrategy>(std::move(name), std::move(team));
 }
 
 std::unique_ptr<Team> make_loopback_team(int ranks, int groups) { return std::make_unique<LoopbackTeam>(ranks, groups); }

@@ -143,6 +143,7 @@ AllocTarget make_gpu_alloc_target(int device) {
   t.strategies.push_back(make_pool_strategy("ncclpool", make_vmm_source(o)));
   t.strategies.push_back(std::make_unique<DriverPoolStrategy>(device));
   t.strategies.push_back(std::make_unique<CuMemAllocStrategy>());
+  t.has_driver_reference = true;
   t.keep_alive = streams;
   return t;
 }
