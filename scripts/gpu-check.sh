@@ -6,7 +6,14 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   bench, torch, tool, toolbench, demo; default all)
+#                                   bench, torch, megatron, wheel, tool, toolbench, nccltests, demo;
+#                                   default all)
+#
+# Optional inputs (ignored folders carried to the GPU host; a section without its input says so):
+#   .whl/site/megatron_fsdp    megatron-fsdp 0.6.1, unpacked (MEGATRON_FSDP_PATH overrides .whl/site)
+#   .whl/mcore/megatron        Megatron-Core's source, for its own allocator (MEGATRON_CORE_PATH)
+#   .whl/ncclpool-*.whl        a wheel made with `pip wheel .` on a build machine
+#   .whl/nccl-tests            a checkout of NVIDIA/nccl-tests (NCCL_TESTS_SRC overrides)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
@@ -44,7 +51,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,tool,toolbench,demo},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,wheel,tool,toolbench,nccltests,demo},"
 want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -151,6 +158,13 @@ want bench && for src in sim cuda vmm; do
   done
 done
 
+if want bench && [ -x "$BUILD/bench/ncclpool_stream_handoff_bench" ]; then
+  timeout 120 "$BUILD/bench/ncclpool_stream_handoff_bench" >"$OUT/stream-handoff.txt" 2>&1
+  rc=$?
+  cat "$OUT/stream-handoff.txt" >>"$LOG"
+  row "stream hand-over, B's latency (us)" "rc=$rc; $(tail -n +2 "$OUT/stream-handoff.txt" | awk '{printf "%s ", $0}' | tr -s ' ' | cut -c1-200)"
+fi
+
 # 6. The PyTorch layer (python/ncclpool, torch from this machine): torchrun checks on 2 and 4 GPUs,
 #    torch's handling of a failing pluggable allocator, and the torch benchmarks (4 GPUs).
 TORCH_LOG="$OUT/torch.log"
@@ -182,6 +196,42 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   cat "$TORCH_LOG" >>"$LOG"
 else
   row "torch layer" "not run (no torch with CUDA here)"
+fi
+
+# 6b. Megatron-FSDP end to end (nccl_ub=True): Megatron-Core's allocator vs ncclpool installed as
+#     megatron.core.nccl_allocator, symmetric and local, one group and a separate all-gather group.
+if want megatron; then
+  fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
+  if [ "$gpus" -ge 2 ] && PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
+    configs="none ncclpool:1 ncclpool:0"
+    [ -f "${MEGATRON_CORE_PATH:-$PWD/.whl/mcore}/megatron/core/nccl_allocator.py" ] && configs="none megatron:1 ncclpool:1 megatron:0 ncclpool:0"
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" MEGATRON_FSDP_PATH="$fsdp_path" CONFIGS="$configs" ROUNDS="${MEGATRON_ROUNDS:-1}"       timeout 900 scripts/megatron-fsdp.sh "$OUT/megatron-fsdp" >"$OUT/megatron-fsdp.txt" 2>&1
+    rc=$?
+    cat "$OUT/megatron-fsdp.txt" >>"$LOG"
+    tables+=("$(sed -n '/^Megatron-FSDP,/,$p' "$OUT/megatron-fsdp.txt")" "(megatron-fsdp rc=$rc)")
+    row "Megatron-FSDP (nccl_ub), losses" "rc=$rc; $(grep -m1 '^losses:' "$OUT/megatron-fsdp.txt" | sed 's/.*bitwise/bitwise/')"
+  else
+    row "Megatron-FSDP" "not run (needs 2+ GPUs and megatron_fsdp: unpack megatron-fsdp into .whl/site)"
+  fi
+fi
+
+# 6c. The wheel (`pip wheel .` on a build machine) installed on this host, without the repository:
+#     the torch layer checks against the library inside the wheel.
+if want wheel; then
+  wheel=$(ls .whl/ncclpool-*.whl dist/ncclpool-*.whl 2>/dev/null | head -1)
+  if [ -n "$wheel" ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
+    site=$(mktemp -d) && work=$(mktemp -d)
+    python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel" >>"$LOG" 2>&1
+    cp tests/gpu/torch/check_torch_layer.py "$work/"
+    (cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2       check_torch_layer.py) >"$OUT/wheel.log" 2>&1
+    rc=$?
+    lib=$(cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" python3 -c 'import ncclpool._capi as c; print(c.library_path())' 2>&1)
+    cat "$OUT/wheel.log" >>"$LOG"
+    row "wheel $(basename "$wheel")" "$(grep -c '^CHECK .*: ok' "$OUT/wheel.log") ok, $(grep -c '^CHECK .*: FAILED' "$OUT/wheel.log") failed (rc=$rc); library $lib"
+    rm -rf "$site" "$work"
+  else
+    row "wheel" "not run (no .whl/ncclpool-*.whl or dist/ncclpool-*.whl: pip wheel . -w .whl on a build machine)"
+  fi
 fi
 
 # 7. The `ncclpool` tool on the GPU: info, and traces of real training steps recorded with torch
@@ -229,6 +279,21 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
     cat "$OUT/coll-compare.txt" >>"$LOG"
     row "bench coll vs torch reference (>= 1 MiB)" "$(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
+  fi
+fi
+
+# 8b. NVIDIA's nccl-tests beside bench coll (one thread per GPU), when a checkout was carried.
+if want nccltests; then
+  src=${NCCL_TESTS_SRC:-.whl/nccl-tests}
+  if [ -f "$src/src/Makefile" ] && [ "$gpus" -ge 2 ]; then
+    NCCLPOOL_TOOL="$BUILD/tools/ncclpool" timeout 900 scripts/nccl-tests.sh "$src" "$OUT/nccl-tests" >"$OUT/nccl-tests.txt" 2>&1
+    rc=$?
+    cat "$OUT/nccl-tests.txt" >>"$LOG"
+    for kind in none local symmetric; do
+      row "bench coll vs nccl-tests -R $kind" "rc=$rc; $(tail -1 "$OUT/nccl-tests/compare-$kind.txt" 2>/dev/null | cut -c1-110)"
+    done
+  else
+    row "nccl-tests" "not run (no nccl-tests checkout at $src)"
   fi
 fi
 
