@@ -308,6 +308,6 @@ echo "=== ncclpool gpu-check summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${rows[@]}"
 if [ ${#tables[@]} -gt 0 ]; then
   echo
-  echo "=== registration cost (nccl_registration_bench) and the torch benchmark"
+  echo "=== tables: registration cost, the torch benchmark, Megatron-FSDP"
   printf '%s\n' "${tables[@]}"
 fi
