@@ -213,7 +213,11 @@ def main():
         import ncclpool.torch as layer
 
         s = layer.stats(buffers.NCCL_MEMORY_POOL)
-        result["ncclpool"] = {k: s[k] for k in ("reserved_bytes", "segment_count", "attached_communicators") if k in s}
+        result["ncclpool"] = dict(
+            reserved_gib=s["stats"]["reserved_bytes"] / 2**30,
+            segments=s["stats"]["segment_count"],
+            communicators=[{k: c[k] for k in ("kind", "registered_segments", "registration_seconds")} for c in s["communicators"]],
+        )
     if rank == 0:
         print("BENCH " + json.dumps(result), flush=True)
     dist.destroy_process_group()
