@@ -2,7 +2,8 @@
 // own ways (cuMemAllocAsync from a memory pool, cuMemAlloc) on one GPU, or ncclpool on the
 // simulator without one. Three patterns:
 //   same stream  - allocate and free on one stream (the cached, steady-state path)
-//   cross stream - the block freed on stream A is asked for on stream B (needs a stream dependency)
+//   cross stream - allocations alternate between streams A and B (ncclpool: each stream soon reuses a
+//                  block of its own; a hand-over that does happen is ncclpool_stream_handoff_bench's)
 //   growth       - the first allocation after the cache was emptied (new memory from the device)
 
 #include "bench.hpp"
@@ -134,7 +135,8 @@ int cmd_bench_alloc(const Args& a) {
   report.tables.push_back(std::move(table));
   if (target.has_driver_reference)
     report.notes.push_back("speed-up = " + target.strategies[1]->name() + " time / " + target.strategies[0]->name() + " time (> 1: ncclpool is faster)");
-  report.notes.push_back("cross stream alternates the two streams, so every allocation reuses memory last freed on the other stream");
+  report.notes.push_back("cross stream alternates the two streams; the driver's pools reuse memory across them, ncclpool's second stream "
+                         "passes over the first one's unpublished block once and then each stream reuses a block of its own (docs/pool.md)");
   print(report, a.json);
   return 0;
 }

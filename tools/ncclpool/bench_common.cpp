@@ -137,9 +137,15 @@ double busbw_factor(const std::string& op, int ranks) {
 
 namespace {
 
+PoolConfig bench_pool_config() {
+  PoolConfig c;
+  c.name = "bench";
+  return c;
+}
+
 class PoolStrategy final : public AllocStrategy {
  public:
-  PoolStrategy(std::string name, std::shared_ptr<SegmentSource> source) : name_(std::move(name)), pool_(std::move(source), config()) {}
+  PoolStrategy(std::string name, std::shared_ptr<SegmentSource> source) : name_(std::move(name)), pool_(std::move(source), bench_pool_config()) {}
   [[nodiscard]] std::string name() const override { return name_; }
   [[nodiscard]] bool is_ncclpool() const override { return true; }
   [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream) override { return pool_.allocate(bytes, stream); }
@@ -147,11 +153,6 @@ class PoolStrategy final : public AllocStrategy {
   void release_cached() override { (void)pool_.trim(); }
 
  private:
-  static PoolConfig config() {
-    PoolConfig c;
-    c.name = "bench";
-    return c;
-  }
   std::string name_;
   Pool pool_;
 };
@@ -205,7 +206,7 @@ namespace {
 class RegisteredPoolStrategy final : public AllocStrategy {
  public:
   RegisteredPoolStrategy(std::string name, std::shared_ptr<Team> team)
-      : name_(std::move(name)), team_(std::move(team)), registry_(std::make_shared<Pool>(team_->source(0), config())) {
+      : name_(std::move(name)), team_(std::move(team)), registry_(std::make_shared<Pool>(team_->source(0), bench_pool_config())) {
     for (int g = 0; g < team_->groups(); ++g) registry_.attach(team_->comm(0, g), RegistrationKind::local);
   }
   [[nodiscard]] std::string name() const override { return name_; }
@@ -215,11 +216,6 @@ class RegisteredPoolStrategy final : public AllocStrategy {
   void release_cached() override { (void)registry_.trim(); }
 
  private:
-  static PoolConfig config() {
-    PoolConfig c;
-    c.name = "bench";
-    return c;
-  }
   std::string name_;
   std::shared_ptr<Team> team_;  // outlives the registry (declared first)
   Registry registry_;
