@@ -110,11 +110,14 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   Block* block = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (block == nullptr) throw_bad_free(ptr);  // nothing changed yet
   StreamState* owner = stream != nullptr ? stream_state(*stream) : block->owner;
-  // Publish only when something needs it: the stream's set of unpublished blocks is full, a refused
-  // publish is to be retried, or other streams take memory from this one. May throw (CUDA: a
+  // Publish only when something needs it: the block would be a new unpublished block beyond the
+  // stream's limit (a block next to one of the stream's unpublished blocks joins it instead), a
+  // refused publish is to be retried, or other streams take memory from this one. May throw (CUDA: a
   // destroyed stream): before anything changes, so the block stays live.
-  const bool publishing =
-      owner->unpublished_count == StreamState::kMaxUnpublished || owner->publish_refused || owner->eager;
+  auto joins = [&](const Block* n) { return n != nullptr && n->is_free && n->unpublished && n->owner == owner; };
+  const bool beside_unpublished = joins(block->phys_prev) || joins(block->phys_next);
+  const bool publishing = owner->publish_refused || owner->eager ||
+                          (!beside_unpublished && owner->unpublished_count == StreamState::kMaxUnpublished);
   if (publishing) publish(owner);
   live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
   if (publishing) {
@@ -134,12 +137,26 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   if (publishing) {
     // Covered by the publish just made (or by publish_refused, which keeps all of it on this stream).
     owner->index.insert(coalesce(block));
-  } else {
-    // Reusable here at once; elsewhere after this stream's next publish.
+    return;
+  }
+  // Unpublished: reusable here at once, elsewhere after this stream's next publish. It joins the
+  // stream's unpublished neighbours (absorb_next moves their flag), so that a stream allocating and
+  // freeing in one region keeps one unpublished block and never needs an event.
+  if (joins(block->phys_next)) {
+    owner->index.remove(block->phys_next);
+    absorb_next(block);
+  }
+  if (joins(block->phys_prev)) {
+    Block* prev = block->phys_prev;
+    owner->index.remove(prev);
+    absorb_next(prev);
+    block = prev;
+  }
+  if (!block->unpublished) {
     block->unpublished = true;
     owner->unpublished[owner->unpublished_count++] = block;
-    owner->index.insert(block);
   }
+  owner->index.insert(block);
 }
 
 // Records a point on `stream` past all its frees so far. When the stream is capturing a graph no
@@ -246,7 +263,7 @@ bool PoolImpl::order_after(StreamState* requester, StreamState* producer) {
 // Merges block->phys_next (already out of its index) into `block`.
 void PoolImpl::absorb_next(Block* block) {
   Block* next = block->phys_next;
-  if (next->unpublished) move_unpublished(next, block);  // only the requester's own, in merge_free_run
+  if (next->unpublished) move_unpublished(next, block);  // same owner: merge_free_run, or a free joining it
   block->size += next->size;
   block->phys_next = next->phys_next;
   if (next->phys_next != nullptr) next->phys_next->phys_prev = block;
@@ -335,6 +352,14 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
         start = nullptr;
         run = 0;
         continue;
+      }
+      // What the last block holds beyond the request stays its stream's. Merged, it would become the
+      // requester's, and another stream could take it behind the requester's event, which may
+      // predate the wait just made on this block's stream.
+      if (run > size && b->owner != requester && !b->owner->fresh) {
+        b->owner->index.remove(b);
+        (void)split(b, b->size - (run - size));  // the surplus goes back into its owner's index
+        b->owner->index.insert(b);
       }
       for (Block* m = start; m != b->phys_next; m = m->phys_next) {
         m->owner->index.remove(m);

@@ -29,8 +29,11 @@ namespace ncclpool::detail {
 // coalesce) until the stream publishes, at the free that would exceed that number. A stream whose
 // unpublished block another stream wanted turns `eager` and publishes at every free, until
 // kQuietFrees frees pass with no other stream taking its memory.
+// One, measured: the same-stream allocate/free loop keeps taking its last block back (no event), and
+// the recorded training traces need no more memory than with an event at every free; with 2-16
+// blocks kept back, uncoalesced, the FSDP traces needed up to 7% more (docs/benchmarks/memory.md).
 struct StreamState {
-  static constexpr std::size_t kMaxUnpublished = 16;
+  static constexpr std::size_t kMaxUnpublished = 1;
   stream_t id = 0;
   bool fresh = false;
   FreeIndex index;

@@ -102,8 +102,8 @@ class RealStreams : public ::testing::Test {
   CUstream b_ = nullptr;
 };
 
-// Publishing at the sixteenth later free (not at p's own free) and publishing explicitly: either
-// way B's work on the block starts after A's.
+// Publishing at A's next free elsewhere (not at p's own free) and publishing explicitly: either way
+// B's work on the block starts after A's.
 TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
   const auto& d = cuda::driver();
   for (auto make : {+[] { return make_cuda_source(0); }, +[] { return make_vmm_source(VmmSourceOptions{}); }})
@@ -112,9 +112,8 @@ TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
     config.deterministic = true;  // always take the wait path
     Pool pool(make(), config);
     const std::size_t n = 64u << 20;
-    void* p = pool.allocate(n, id(a_));
-    std::vector<void*> small;
-    for (int i = 0; i < 16; ++i) small.push_back(pool.allocate(4096, id(a_)));
+    void* p = pool.allocate(n, id(a_));  // a segment of its own
+    void* small = pool.allocate(4096, id(a_));  // in another segment
     // Queue a lot of work on A, free on A, then reuse on B and overwrite there.
     for (int i = 0; i < 20; ++i) cuda::check(d.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(p), 0x11, n, a_), "memset A");
     pool.deallocate(p);
@@ -122,7 +121,7 @@ TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
     if (explicit_publish) {
       pool.publish_frees(id(a_));
     } else {
-      for (void* s : small) pool.deallocate(s);  // the sixteenth of these publishes
+      pool.deallocate(small);  // not next to p: A publishes
     }
     EXPECT_EQ(pool.stats().stream_publishes, 1u);
     void* q = pool.allocate(n, id(b_));
@@ -135,8 +134,7 @@ TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
     // Without the wait, A's memsets could land after B's.
     EXPECT_TRUE(std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t v) { return v == 0x22; }));
     pool.deallocate(q);
-    if (explicit_publish)
-      for (void* s : small) pool.deallocate(s);
+    if (explicit_publish) pool.deallocate(small);
     pool.check_invariants();
   }
 }
