@@ -61,6 +61,18 @@ struct BlockLocation {
   std::size_t size = 0;    ///< rounded size of the block
 };
 
+/// Where a pool's reserved bytes are, at one moment (Pool::memory_breakdown): why the pool is bigger
+/// than what is live. reserved = requested + rounding + free_in_used_segments + empty_segments.
+struct MemoryBreakdown {
+  std::size_t reserved = 0;
+  std::size_t requested = 0;               ///< what the live allocations asked for
+  std::size_t rounding = 0;                ///< live blocks beyond their request (alignment, unsplit excess)
+  std::size_t free_in_used_segments = 0;   ///< free blocks in segments that hold a live block
+  std::size_t never_used = 0;              ///< of those: memory never handed out (the rest of a chunk)
+  std::size_t other_streams_only = 0;      ///< of those: blocks only their stream may take now (unpublished)
+  std::size_t empty_segments = 0;          ///< segments with no live block (trim releases them; windows need a collective trim)
+};
+
 /// @brief Told of segment creation and release. Callbacks run under the pool lock.
 class NCCLPOOL_API PoolObserver {
  public:
@@ -112,6 +124,9 @@ class NCCLPOOL_API Pool {
 
   [[nodiscard]] PoolStats stats() const;
   [[nodiscard]] std::string stats_json() const;
+  /// @brief Where the reserved bytes are now. Walks the blocks (O(blocks), under the lock): for
+  /// diagnostics and reports, not for the hot path.
+  [[nodiscard]] MemoryBreakdown memory_breakdown() const;
 
   /// @brief Adds an observer. With replay_existing, it is first told of every existing segment in
   /// creation order, atomically with respect to growth. @throws InvalidArgument if already added.

@@ -11,6 +11,18 @@ def format_bytes(n: float) -> str:
     return f"{n} B"
 
 
+def _breakdown_lines(b) -> list[str]:
+    """Why reserved exceeds what was asked for (Pool::memory_breakdown)."""
+    if not b or not b["reserved"]:
+        return []
+    return [
+        f"    {'rounding in blocks':20}{format_bytes(b['rounding']):>14}",
+        f"    {'free in used segments':20}{format_bytes(b['free_in_used_segments']):>14}  (never used {format_bytes(b['never_used'])}, "
+        f"one stream only {format_bytes(b['other_streams_only'])})",
+        f"    {'empty segments':20}{format_bytes(b['empty_segments']):>14}  (trim releases them)",
+    ]
+
+
 def _pool_lines(pool) -> list[str]:
     if pool.closed:
         return [f"pool '{pool.name}': closed"]
@@ -26,6 +38,7 @@ def _pool_lines(pool) -> list[str]:
         f"  {'reserved':22}{format_bytes(reserved):>14}{format_bytes(s['peak_reserved_bytes']):>14}",
         f"  {'requested':22}{format_bytes(s['requested_bytes']):>14}",
         f"  {'unused in segments':22}{format_bytes(reserved - live):>14}  ({frag:.0%} of reserved)",
+        *_breakdown_lines(j.get("breakdown")),
         f"  segments {s['segment_count']} (created {s['segments_created']}, released {s['segments_released']}), "
         f"live blocks {s['active_allocations']}, allocations {s['allocation_count']}, frees {s['deallocation_count']}",
         f"  out of memory {s['oom_count']} (recovered {s['oom_recoveries']}), cross-stream reuses {s['cross_stream_reuses']}",

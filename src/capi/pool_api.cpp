@@ -102,7 +102,12 @@ std::string full_json(ncclpool_pool_s& p) {
       << ",\"source\":" << json_string(p.pool->source_properties().description)
       << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(p.registry->check_level()) << "\""
-      << ",\"stats\":" << p.pool->stats_json() << ",\"pending_registrations\":" << p.registry->pending() << ",\"communicators\":[";
+      << ",\"stats\":" << p.pool->stats_json();
+  const MemoryBreakdown m = p.pool->memory_breakdown();
+  out << ",\"breakdown\":{\"reserved\":" << m.reserved << ",\"requested\":" << m.requested << ",\"rounding\":" << m.rounding
+      << ",\"free_in_used_segments\":" << m.free_in_used_segments << ",\"never_used\":" << m.never_used
+      << ",\"other_streams_only\":" << m.other_streams_only << ",\"empty_segments\":" << m.empty_segments << "}";
+  out << ",\"pending_registrations\":" << p.registry->pending() << ",\"communicators\":[";
   std::lock_guard lock(p.comms_mutex);
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
     const auto& c = *p.comms[i];

@@ -62,6 +62,7 @@ void Pool::reserve(std::size_t bytes) { impl_->reserve(bytes); }
 std::size_t Pool::trim() { return impl_->trim(); }
 void Pool::publish_frees(stream_t stream) { impl_->publish_frees(stream); }
 PoolStats Pool::stats() const { return impl_->stats(); }
+MemoryBreakdown Pool::memory_breakdown() const { return impl_->memory_breakdown(); }
 std::string Pool::stats_json() const { return to_json(impl_->stats()); }
 void Pool::add_observer(PoolObserver& observer, bool replay_existing) { impl_->add_observer(observer, replay_existing); }
 void Pool::remove_observer(PoolObserver& observer) noexcept { impl_->remove_observer(observer); }

@@ -619,6 +619,29 @@ PoolStats PoolImpl::stats() const {
   return s;
 }
 
+MemoryBreakdown PoolImpl::memory_breakdown() const {
+  std::lock_guard lock(mutex_);
+  MemoryBreakdown m;
+  for (const auto& s : segments_) {
+    m.reserved += s->size;
+    if (s->live_blocks == 0) {
+      m.empty_segments += s->size;
+      continue;
+    }
+    for (const Block* b = s->first; b != nullptr; b = b->phys_next) {
+      if (!b->is_free) {
+        m.requested += b->requested;
+        m.rounding += b->size - b->requested;
+        continue;
+      }
+      m.free_in_used_segments += b->size;
+      if (b->owner->fresh) m.never_used += b->size;
+      if (b->unpublished || b->owner->publish_refused) m.other_streams_only += b->size;
+    }
+  }
+  return m;
+}
+
 void PoolImpl::add_observer(PoolObserver& observer, bool replay_existing) {
   std::lock_guard lock(mutex_);
   if (std::find(observers_.begin(), observers_.end(), &observer) != observers_.end())

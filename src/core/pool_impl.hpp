@@ -55,6 +55,7 @@ class PoolImpl {
   void reserve(std::size_t bytes);
   std::size_t trim();
   PoolStats stats() const;
+  MemoryBreakdown memory_breakdown() const;
   void add_observer(PoolObserver& observer, bool replay_existing);
   void remove_observer(PoolObserver& observer) noexcept;
   std::vector<SegmentInfo> segments() const;

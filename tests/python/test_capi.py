@@ -100,8 +100,12 @@ def test_local_registration_and_stats_json():
     assert c.handle_of(before) and c.handle_of(after)
     j = p.stats_json()
     assert j["name"] == "py-local" and j["communicators"][0]["registered_segments"] == 2
+    b = j["breakdown"]
+    assert b["reserved"] == j["stats"]["reserved_bytes"] and b["requested"] == 7 * MiB
+    assert b["requested"] + b["rounding"] + b["free_in_used_segments"] + b["empty_segments"] == b["reserved"]
     text = p.memory_summary()
     assert "py-local" in text and "loopback comm 'dp'" in text and "local" in text
+    assert "free in used segments" in text and "never used" in text
     with pytest.raises(errors.InvalidArgument, match="already attached|attached"):
         p.attach_sim(g, 0)
     p.free(before)

@@ -90,6 +90,13 @@ TEST_P(RandomSequence, InvariantsHoldAfterEveryStep) {
     }
     source->inject_oom(0);
     ASSERT_NO_THROW(pool.check_invariants()) << "step " << step;
+    const MemoryBreakdown m = pool.memory_breakdown();
+    const PoolStats st = pool.stats();
+    ASSERT_EQ(m.reserved, st.reserved_bytes);
+    ASSERT_EQ(m.requested, st.requested_bytes);
+    ASSERT_EQ(m.requested + m.rounding, st.allocated_bytes);
+    ASSERT_EQ(m.requested + m.rounding + m.free_in_used_segments + m.empty_segments, m.reserved) << "step " << step;
+    ASSERT_LE(m.never_used, m.free_in_used_segments);
     ASSERT_EQ(source->live_segments(), pool.stats().segment_count);
   }
   for (const Live& b : live) {

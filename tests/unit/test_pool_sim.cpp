@@ -332,6 +332,33 @@ TEST(StreamOrdering, AnUnpublishedBlockPublishedWhileWithheldCrossesWhenPutBack)
   pool.check_invariants();
 }
 
+// ---------------------------------------------------------------- memory breakdown
+
+TEST(MemoryBreakdown, SaysWhereTheReservedBytesAre) {
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 4 * MiB;
+  Pool pool(source, config);
+  void* a = pool.allocate(1000, 1);     // 1,024-byte block: 24 bytes of rounding
+  void* b = pool.allocate(MiB, 1);
+  void* c = pool.allocate(MiB, 1);
+  void* big = pool.allocate(8 * MiB, 1);  // a segment of its own
+  pool.deallocate(b);                   // stream 1's unpublished block, between live ones
+  pool.deallocate(big);                 // elsewhere: stream 1 publishes; its segment is now empty
+  MemoryBreakdown m = pool.memory_breakdown();
+  EXPECT_EQ(m.reserved, 12 * MiB);
+  EXPECT_EQ(m.requested, 1000 + MiB);
+  EXPECT_EQ(m.rounding, 24u);
+  EXPECT_EQ(m.empty_segments, 8 * MiB);
+  EXPECT_EQ(m.free_in_used_segments, 4 * MiB - 1024 - MiB);
+  EXPECT_EQ(m.never_used, 4 * MiB - 1024 - 2 * MiB) << "the chunk's tail after c";
+  EXPECT_EQ(m.other_streams_only, 0u) << "b was published by big's free";
+  pool.deallocate(a);  // unpublished now: only stream 1 may take it
+  m = pool.memory_breakdown();
+  EXPECT_EQ(m.other_streams_only, 1024u);
+  pool.deallocate(c);
+}
+
 // ---------------------------------------------------------------- OOM
 
 TEST(OutOfMemory, ReleasesCachedSegmentsAndRetriesOnce) {

@@ -55,6 +55,7 @@ struct ReplayPool {
   }
   void track() {
     const PoolStats s = registry->pool().stats();
+    if (s.reserved_bytes > outcome.peak_reserved) outcome.at_peak = registry->pool().memory_breakdown();  // rare: growth
     outcome.peak_reserved = std::max(outcome.peak_reserved, s.reserved_bytes);
     outcome.peak_live = std::max(outcome.peak_live, s.allocated_bytes);
     live = s.allocated_bytes;
@@ -184,6 +185,13 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
   out << line;
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << ' ' << r.groups[g] << '=' << r.shared_registrations_per_group[g];
   out << "\n";
+  const MemoryBreakdown& m = r.shared.at_peak;
+  if (m.reserved > 0) {
+    auto part = [&](std::size_t bytes) { return mib(bytes) + " (" + std::to_string(static_cast<int>(100.0 * static_cast<double>(bytes) / static_cast<double>(m.reserved) + 0.5)) + "%)"; };
+    out << "shared pool at its peak (" << mib(m.reserved) << "): live " << part(m.requested) << ", rounding " << part(m.rounding)
+        << ", free in used segments " << part(m.free_in_used_segments) << " [never used " << mib(m.never_used)
+        << ", one stream only " << mib(m.other_streams_only) << "], empty segments " << part(m.empty_segments) << "\n";
+  }
   if (r.per_group_peak_reserved > 0) {
     std::snprintf(line, sizeof line, "shared / per-group peak reserved: %.3f\n",
                   static_cast<double>(r.shared.peak_reserved) / static_cast<double>(r.per_group_peak_reserved));
@@ -197,7 +205,10 @@ std::string format_json(const ReplayResult& r) {
   auto pool = [&](const PoolOutcome& p) {
     out << "{\"name\":" << json_quote(p.name) << ",\"peak_reserved_bytes\":" << p.peak_reserved << ",\"peak_live_bytes\":" << p.peak_live
         << ",\"segments\":" << p.segments << ",\"registrations\":" << p.registrations
-        << ",\"fragmentation_at_peak\":" << p.fragmentation_at_peak << "}";
+        << ",\"fragmentation_at_peak\":" << p.fragmentation_at_peak << ",\"at_peak\":{\"reserved\":" << p.at_peak.reserved
+        << ",\"requested\":" << p.at_peak.requested << ",\"rounding\":" << p.at_peak.rounding
+        << ",\"free_in_used_segments\":" << p.at_peak.free_in_used_segments << ",\"never_used\":" << p.at_peak.never_used
+        << ",\"other_streams_only\":" << p.at_peak.other_streams_only << ",\"empty_segments\":" << p.at_peak.empty_segments << "}}";
   };
   out << "{\"events\":" << r.events << ",\"kind\":\"" << to_string(r.kind) << "\",\"growth_chunk\":" << r.growth_chunk << ",\"groups\":[";
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << (g ? "," : "") << json_quote(r.groups[g]);

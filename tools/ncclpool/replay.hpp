@@ -31,6 +31,7 @@ struct PoolOutcome {
   std::size_t segments = 0;          // segments created
   std::size_t registrations = 0;     // over all its groups
   double fragmentation_at_peak = 0;  // 1 - peak live / peak reserved
+  MemoryBreakdown at_peak;           // where the bytes were when reserved first reached its peak
 };
 
 struct ReplayResult {
