@@ -193,6 +193,12 @@ class Pool:
         else:
             call("ncclpool_free", self.handle, c_void_p(ptr), _stream(stream))
 
+    def publish_frees(self, stream=0) -> None:
+        """Makes the blocks freed on `stream` so far reusable by other streams now (records an event
+        on it). The pool does this by itself at later frees; call it after a stream's last free,
+        before the stream is destroyed (docs/pool.md, "Deferred publication")."""
+        call("ncclpool_publish_frees", self.handle, _stream(stream))
+
     def reserve(self, size: int) -> None:
         """Grows the pool now so that at least `size` bytes are reserved."""
         call("ncclpool_reserve", self.handle, _size(size, "size"))

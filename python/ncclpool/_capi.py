@@ -95,6 +95,7 @@ _PROTOTYPES = {
     "ncclpool_alloc": (_Status, [_P, c_size_t, _P, POINTER(_P)]),
     "ncclpool_free": (_Status, [_P, _P, _P]),
     "ncclpool_free_on_alloc_stream": (_Status, [_P, _P]),
+    "ncclpool_publish_frees": (_Status, [_P, _P]),
     "ncclpool_reserve": (_Status, [_P, c_size_t]),
     "ncclpool_trim": (_Status, [_P, POINTER(c_size_t)]),
     "ncclpool_check": (_Status, [_P]),

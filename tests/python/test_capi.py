@@ -62,6 +62,24 @@ def test_alloc_free_and_errors_map_to_exceptions():
     p.close()
 
 
+def test_a_stream_publishes_its_frees_for_other_streams():
+    p = sim_pool(name="py-streams", growth_chunk=2 * MiB)
+    a = p.alloc(2 * MiB, stream=1)
+    p.free(a)  # stream 1's unpublished block: stream 2 does not get it
+    b = p.alloc(2 * MiB, stream=2)
+    assert b != a
+    s = p.stats_json()["stats"]  # the C struct of ncclpool_pool_stats predates these two counters
+    assert s["unpublished_skips"] >= 1 and s["stream_publishes"] == 0
+    p.free(b)
+    p.publish_frees(1)
+    assert p.stats_json()["stats"]["stream_publishes"] == 1
+    c = p.alloc(2 * MiB, stream=3)
+    assert c in (a, b) and p.stats()["cross_stream_reuses"] == 1
+    p.free(c)
+    p.check()
+    p.close()
+
+
 def test_out_of_memory_leaves_pool_usable():
     p = sim_pool(sim_capacity=64 * MiB)
     ncclpool.sim_inject_oom(p, 1)
