@@ -17,6 +17,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = _bundled_command()
     if command is not None:
+        from ncclpool._capi import prefer_torchs_nccl
+
+        prefer_torchs_nccl()  # the command then runs on the NCCL torch would use, not the system's
         os.execv(command, [command, *args])  # does not return
     if args[:1] == ["info"]:
         import ncclpool

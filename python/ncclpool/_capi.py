@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.util
 import os
 import threading
 from ctypes import POINTER, c_char, c_char_p, c_double, c_int, c_size_t, c_uint64, c_void_p
@@ -144,12 +145,35 @@ def _candidates() -> list[str]:
     return found
 
 
+def prefer_torchs_nccl() -> str | None:
+    """Points NCCLPOOL_NCCL_LIBRARY at the NCCL that torch ships (the `nvidia.nccl` package) when it is
+    installed and nothing chose an NCCL yet; returns the path, or None.
+
+    libncclpool loads NCCL on first use: an NCCL torch already loaded, else $NCCLPOOL_NCCL_LIBRARY,
+    else the system's libnccl.so.2. If ncclpool loaded the system's before `import torch`, torch's own
+    `libnccl.so.2` would resolve to that already-loaded library by its soname: torch would run on
+    another NCCL than its own. Finding the package does not import torch."""
+    if os.environ.get("NCCLPOOL_NCCL_LIBRARY"):
+        return None
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "lib", "libnccl.so.2")
+        if os.path.exists(path):
+            os.environ["NCCLPOOL_NCCL_LIBRARY"] = path
+            return path
+    return None
+
+
 def library() -> ctypes.CDLL:
     """The loaded library (loaded on first use, once per process)."""
     global _lib, _path
     with _lock:
         if _lib is not None:
             return _lib
+        prefer_torchs_nccl()
         tried = []
         for candidate in _candidates():
             try:

@@ -305,3 +305,26 @@ def test_scopes_are_per_thread():
     assert seen == [None]
     p.close()
     q.close()
+
+
+def test_torchs_nccl_is_preferred_to_the_systems(tmp_path):
+    """With the `nvidia.nccl` package (torch's NCCL) installed and no NCCL chosen, ncclpool points
+    NCCLPOOL_NCCL_LIBRARY at it, so that a later `import torch` does not find the system's NCCL already
+    loaded under its soname. An explicit choice is left alone."""
+    import os
+    import subprocess
+    import sys
+
+    lib = tmp_path / "nvidia" / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    (tmp_path / "nvidia" / "nccl" / "__init__.py").write_text("")
+    (lib / "libnccl.so.2").write_bytes(b"")
+    python_dir = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+    probe = "import os, ncclpool._capi as c; print(c.prefer_torchs_nccl()); print(os.environ.get('NCCLPOOL_NCCL_LIBRARY'))"
+    env = {k: v for k, v in os.environ.items() if k != "NCCLPOOL_NCCL_LIBRARY"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), python_dir])
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(lib / "libnccl.so.2")] * 2
+    env["NCCLPOOL_NCCL_LIBRARY"] = "/chosen/libnccl.so.2"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["None", "/chosen/libnccl.so.2"]
