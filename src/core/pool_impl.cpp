@@ -46,7 +46,8 @@ std::string PoolImpl::describe() const {
 // ---------------------------------------------------------------------------------------------
 // Hot path. Cost with no growth: one lock, a stream lookup (one-entry cache), two bitmap searches
 // and a pointer-map insert; no allocation, no scan, and on the same stream no driver call (a free
-// publishes only once per kMaxUnpublished frees, or at every free of an eager stream).
+// publishes only when it would start an unpublished block beyond the stream's limit, or on an
+// eager stream).
 // ---------------------------------------------------------------------------------------------
 
 void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {

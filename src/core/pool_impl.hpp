@@ -25,10 +25,10 @@ namespace ncclpool::detail {
 // which any stream may take without waiting.
 //
 // Deferred publication (docs/pool.md, "Streams"): a free does not record an event. Up to
-// kMaxUnpublished freed blocks stay `unpublished` (only this stream may take them, and they do not
-// coalesce) until the stream publishes, at the free that would exceed that number. A stream whose
-// unpublished block another stream wanted turns `eager` and publishes at every free, until
-// kQuietFrees frees pass with no other stream taking its memory.
+// kMaxUnpublished freed blocks stay `unpublished` (only this stream may take them; a free next to
+// one joins it, nothing else coalesces with them) until the stream publishes, at the free that would
+// start one more. A stream whose unpublished block another stream wanted turns `eager` and publishes
+// at every free, until kQuietFrees frees pass with no other stream taking its memory.
 // One, measured: the same-stream allocate/free loop keeps taking its last block back (no event), and
 // the recorded training traces need no more memory than with an event at every free; with 2-16
 // blocks kept back, uncoalesced, the FSDP traces needed up to 7% more (docs/benchmarks/memory.md).
