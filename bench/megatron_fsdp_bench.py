@@ -124,6 +124,8 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--megatron-core", default=os.environ.get("MEGATRON_CORE_PATH", ""))
+    ap.add_argument("--snapshot", default="", help="write rank 0's torch memory snapshot (from fully_shard to "
+                    "the last step) as JSON here, a trace for `ncclpool replay`")
     args = ap.parse_args()
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -161,6 +163,8 @@ def main():
     dist.barrier()
     torch.cuda.reset_peak_memory_stats()
     used_before = device_used()
+    if args.snapshot and rank == 0:
+        torch.cuda.memory._record_memory_history(max_entries=200000, context=None, stacks="python")
 
     t0 = time.perf_counter()
     model, optimizer = megatron_fsdp.fully_shard(
@@ -189,6 +193,17 @@ def main():
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
+    if args.snapshot and rank == 0:
+        snapshot = torch.cuda.memory._snapshot()
+        for trace in snapshot.get("device_traces", []):
+            for event in trace:
+                event.pop("frames", None)  # no stacks: keeps the file small
+        with open(args.snapshot, "w") as f:
+            json.dump({"device_traces": snapshot["device_traces"], "segments": [],
+                       "recorded_by": f"bench/megatron_fsdp_bench.py --allocator {args.allocator} on {world} GPUs, "
+                                      f"{args.layers} blocks of dim {args.dim}, {args.batch}x{args.seq} tokens, {args.steps} steps, "
+                                      f"torch {torch.__version__}"}, f, default=str)
+        torch.cuda.memory._record_memory_history(enabled=None)
     steady = step_s[2:] if len(step_s) > 3 else step_s
     result = dict(
         allocator=args.allocator,

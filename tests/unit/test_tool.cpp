@@ -148,13 +148,17 @@ TEST(Replay, SymmetricWindowsCountOncePerChunkAndGroup) {
 // Traces recorded on 2x H200 with scripts/record-torch-trace.py (torch 2.11): the real formats parse
 // and replay, and the shared pool registers each segment once with every group.
 TEST(RecordedTraces, ReplayThroughSharedAndPerGroupPools) {
-  for (const char* name : {"fsdp2_2gpu.json", "fsdp_ep_2gpu.json"}) {
+  // FSDP2 and FSDP+EP: compute, all-gather and reduce-scatter streams; Megatron-FSDP (recorded by
+  // bench/megatron_fsdp_bench.py --allocator none --snapshot): compute and one communication stream.
+  const std::pair<const char*, std::size_t> traces[] = {
+      {"fsdp2_2gpu.json", 3}, {"fsdp_ep_2gpu.json", 3}, {"megatron_fsdp_2gpu.json", 2}};
+  for (const auto& [name, groups] : traces) {
     SCOPED_TRACE(name);
     TraceOptions by_stream;
     by_stream.group_by = GroupBy::stream;
     const Trace t = load_trace(kData + "/traces/" + name, by_stream);
     EXPECT_GT(t.events.size(), 1000u);
-    EXPECT_EQ(t.groups.size(), 3u);  // compute, FSDP all-gather and reduce-scatter streams
+    EXPECT_EQ(t.groups.size(), groups);
     ReplayOptions o;
     o.growth_chunk = 256 * MiB;
     const ReplayResult r = replay(t, o);
