@@ -100,6 +100,27 @@ TEST(TorchSnapshot, UsesCompletedFreesAndSkipsEarlierBlocks) {
   EXPECT_THROW(parse_torch_snapshot("{\"segments\": []}", "x.json", {}), TraceError);
 }
 
+TEST(TorchSnapshot, SegmentLevelReplaysTorchsSegmentsNotTheTensors) {
+  TraceOptions segments;
+  segments.level = TraceLevel::segments;
+  const std::string snapshot =
+      "{\"device_traces\": [[{\"action\": \"segment_alloc\", \"addr\": 4096, \"size\": 20971520, \"stream\": 0},"
+      " {\"action\": \"alloc\", \"addr\": 4096, \"size\": 1048576, \"stream\": 0},"
+      " {\"action\": \"segment_alloc\", \"addr\": 99999744, \"size\": 2097152, \"stream\": 7},"
+      " {\"action\": \"segment_free\", \"addr\": 4096, \"size\": 20971520, \"stream\": 0},"
+      " {\"action\": \"segment_free\", \"addr\": 12345, \"size\": 2097152, \"stream\": 0}]]}";
+  const Trace t = parse_torch_snapshot(snapshot, "s.json", segments);
+  ASSERT_EQ(t.events.size(), 3u);  // two segments, one free; the tensor is not an event at this level
+  EXPECT_EQ(t.events[0].size, 20 * MiB);
+  EXPECT_EQ(t.events[1].size, 2 * MiB);
+  EXPECT_EQ(t.events[1].stream, 7u);
+  EXPECT_EQ(t.events[2].op, TraceEvent::Op::free);
+  EXPECT_EQ(t.events[2].id, t.events[0].id);
+  EXPECT_EQ(t.skipped_frees, 1u);  // a segment made before recording
+  EXPECT_EQ(t.live_at_end, 1u);
+  EXPECT_EQ(t.recorded_peak_reserved, 22 * MiB);
+}
+
 TEST(Replay, SharedPoolAgainstPoolPerGroup) {
   const Trace t = load_trace(kData + "/two_groups.csv", {});
   ReplayOptions o;

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
-    if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
+    if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
     if (command == "bench") {
       if (rest.empty()) throw UsageError("bench needs a suite: alloc, scope, coll or memory");
       const std::string suite = rest[0];

@@ -14,6 +14,7 @@ namespace {
 
 constexpr const char* kReplayHelp =
     "usage: ncclpool replay TRACE [--format auto|csv|torch] [--group-by none|stream] [--device N]\n"
+    "                       [--level blocks|segments]\n"
     "                       [--kind symmetric|local] [--growth-chunk-mib N] [--window-ms X]\n"
     "                       [--timeline FILE.csv] [--convert FILE.csv] [--json]\n"
     "\n"
@@ -22,7 +23,9 @@ constexpr const char* kReplayHelp =
     "one group per stream. The replay runs on the simulator with one-rank loopback communicators, so the\n"
     "pool and the registry are the real ones; registration time is estimated with --window-ms (default\n"
     "15, measured on 4x H200) per window or 7 us per local registration. --timeline writes memory over\n"
-    "time (for plotting), --convert writes the trace as ncclpool CSV.\n";
+    "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
+    "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
+    "allocator (the torch layer); then 'recording allocator' is what torch reserved without ncclpool.\n";
 
 ReplayOptions replay_options(const Args& a) {
   ReplayOptions o;
@@ -53,6 +56,10 @@ TraceOptions trace_options(const Args& a) {
   else if (by == "stream") t.group_by = GroupBy::stream;
   else throw UsageError("--group-by must be none or stream, not '" + by + "'");
   t.device = static_cast<int>(a.get_int("device", -1, -1, 1023));
+  const std::string level = a.get("level", "blocks");
+  if (level == "blocks") t.level = TraceLevel::blocks;
+  else if (level == "segments") t.level = TraceLevel::segments;
+  else throw UsageError("--level must be blocks or segments, not '" + level + "'");
   return t;
 }
 

@@ -119,6 +119,7 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
   std::unordered_map<std::int64_t, std::uint64_t> live;  // address -> id
   std::uint64_t next_id = 0;
   std::int64_t recorded_reserved = 0;
+  const bool segments = options.level == TraceLevel::segments;
   for (const auto& e : events) {
     const Json* action = e.find("action");
     if (action == nullptr) continue;
@@ -129,6 +130,29 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
         const bool grows = action->string == "segment_alloc" || action->string == "segment_map";
         recorded_reserved += grows ? size : -size;
         trace.recorded_peak_reserved = std::max(trace.recorded_peak_reserved, static_cast<std::size_t>(std::max<std::int64_t>(recorded_reserved, 0)));
+        if (!segments) continue;
+        // The torch layer's view: each segment (or mapped piece of an expandable one) is one request.
+        const std::int64_t addr = e.find("addr") ? e.find("addr")->as_int("addr") : 0;
+        if (grows) {
+          if (size <= 0) continue;
+          TraceEvent ev;
+          ev.id = next_id++;
+          ev.size = static_cast<std::size_t>(size);
+          ev.stream = e.find("stream") ? static_cast<std::uint64_t>(e.find("stream")->as_int("stream")) : 0;
+          ev.group = trace.group_index(options.group_by == GroupBy::stream ? "stream " + std::to_string(ev.stream) : "all");
+          live[addr] = ev.id;
+          trace.events.push_back(ev);
+        } else if (auto it = live.find(addr); it != live.end()) {
+          TraceEvent ev;
+          ev.op = TraceEvent::Op::free;
+          ev.id = it->second;
+          live.erase(it);
+          trace.events.push_back(ev);
+        } else {
+          ++trace.skipped_frees;  // a segment made before recording began
+        }
+      } else if (segments) {
+        continue;  // tensors live inside torch's segments: not ncclpool's business at this level
       } else if (action->string == "alloc") {
         TraceEvent ev;
         ev.id = next_id++;

@@ -45,10 +45,15 @@ struct Trace {
 enum class TraceFormat { automatic, csv, torch };
 /// How torch snapshot allocations are split into groups (torch records no group).
 enum class GroupBy { none, stream };
+/// What of a torch snapshot is replayed: the tensors' blocks (what a pool serving tensors directly
+/// would see), or PyTorch's segments (what ncclpool sees under torch's caching allocator: the torch
+/// layer, where torch asks the pluggable allocator for segments and carves tensors itself).
+enum class TraceLevel { blocks, segments };
 
 struct TraceOptions {
   TraceFormat format = TraceFormat::automatic;
   GroupBy group_by = GroupBy::none;
+  TraceLevel level = TraceLevel::blocks;
   int device = -1;  // torch: which device's trace; -1 = the first with events
 };
 
