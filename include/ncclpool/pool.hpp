@@ -8,8 +8,9 @@
 ///    allocation and coalesce with free neighbours on free. No free list is ever scanned.
 ///  * Stream-ordered reuse: a block freed on stream S is reusable at once by requests on S. A request
 ///    on another stream T takes it only after S published a point past the free (an event) and T
-///    waits on it. S publishes at its next free, or at every free once another stream asked for one
-///    of its blocks: the same-stream cached path makes no driver call (docs/pool.md, "Streams").
+///    waits on it. S publishes at its next free elsewhere, at every free once another stream asked
+///    for one of its blocks, or on publish_frees(): the same-stream cached path makes no driver call
+///    (docs/pool.md, "Deferred publication").
 ///  * Decisions never depend on addresses (only on the request sequence), so pools on different ranks
 ///    fed the same requests place blocks at the same (segment sequence, offset). With
 ///    `deterministic = true` they never depend on timing either (no event polling).

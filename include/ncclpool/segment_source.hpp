@@ -58,9 +58,9 @@ struct SegmentAllocation {
 /// in S's work that covers everything enqueued on S so far (CUDA: cuEventRecord), and later
 /// wait(consumer, S), which makes later work on `consumer` start only after S's latest published
 /// point (CUDA: cuStreamWaitEvent). The pool does not publish at every free: recording an event costs
-/// more than the rest of the cached path, so it publishes at a stream's next free while an earlier
-/// free of that stream is still unpublished, at every free of a stream that other streams take memory
-/// from, and never on a path where the stream might already be destroyed (see docs/pool.md).
+/// more than the rest of the cached path, so it publishes at a stream's free that is not next to the
+/// bytes that stream freed since its last publish, at every free of a stream that other streams take
+/// memory from, and never on a path where the stream might already be destroyed (see docs/pool.md).
 ///
 ///  * publish(s) returns false when no such point can be made now (s is capturing a CUDA graph); it
 ///    throws (e.g. a destroyed stream) without side effects.
