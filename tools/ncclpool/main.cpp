@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       const std::string suite = rest[0];
       rest.erase(rest.begin());
       if (suite == "memory")
-        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device"}, {"help"}));
+        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device", "level"}, {"help"}));
       if (suite == "alloc") return cmd_bench_alloc(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters", "live", "comms"}, {"help", "sim"}));
       if (suite == "scope")
         return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));
