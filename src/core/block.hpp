@@ -39,6 +39,7 @@ struct Segment {
   std::uint64_t sequence = 0;
   Block* first = nullptr;
   std::size_t live_blocks = 0;
+  std::size_t live_bytes = 0;  // sizes of its live blocks (growth skips segments with too little free)
   bool withheld = false;  // taken out of use for a collective release (Pool::withhold_empty_segments)
 };
 

@@ -29,7 +29,7 @@ void PoolImpl::check_invariants() const {
     if (it == segment_by_base_.end() || it->second != seg.get()) fail(where + ": missing from the address map", pool);
     reserved += seg->size;
 
-    std::size_t expected_offset = 0, live_in_segment = 0;
+    std::size_t expected_offset = 0, live_in_segment = 0, live_bytes_in_segment = 0;
     const Block* prev = nullptr;
     for (const Block* b = seg->first; b != nullptr; prev = b, b = b->phys_next) {
       const std::string at = where + " offset " + std::to_string(b->offset);
@@ -55,6 +55,7 @@ void PoolImpl::check_invariants() const {
       } else {
         if (b->unpublished) fail(at + ": a live block is flagged unpublished", pool);
         ++live_in_segment;
+        live_bytes_in_segment += b->size;
         allocated += b->size;
         requested += b->requested;
         if (b->requested == 0 || b->requested > b->size) fail(at + ": requested size out of range", pool);
@@ -63,6 +64,7 @@ void PoolImpl::check_invariants() const {
     }
     if (expected_offset != seg->size) fail(where + ": blocks cover " + std::to_string(expected_offset) + " of " + std::to_string(seg->size) + " bytes", pool);
     if (live_in_segment != seg->live_blocks) fail(where + ": live block count is stale", pool);
+    if (live_bytes_in_segment != seg->live_bytes) fail(where + ": live byte count is stale", pool);
     if (seg->withheld && live_in_segment != 0) fail(where + ": a withheld segment has live blocks", pool);
     live += live_in_segment;
   }

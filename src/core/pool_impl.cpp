@@ -94,6 +94,7 @@ void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
   block->owner = requester;
   block->requested = bytes;
   ++block->segment->live_blocks;
+  block->segment->live_bytes += block->size;
   void* ptr = block->segment->base + block->offset;
   live_.insert(reinterpret_cast<std::uintptr_t>(ptr), block);
 
@@ -131,6 +132,7 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   --stats_.active_allocations;
   ++stats_.deallocation_count;
   --block->segment->live_blocks;
+  block->segment->live_bytes -= block->size;
 
   block->is_free = true;
   block->owner = owner;
@@ -322,17 +324,21 @@ Block* PoolImpl::foreign_block(StreamState* other, std::size_t size) {
 // the blocks; without it, pools shared by several streams grow where the memory is already there.
 // Decisions depend on the block layout, never on addresses, so deterministic pools stay in step.
 Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
+  // No free block fits as it is, and the pool may have to grow: every other stream holding
+  // unpublished memory publishes from its next free on, so that its memory can serve others later.
+  for (const auto& other : streams_)
+    if (other.get() != requester && other->unpublished_count != 0) {
+      other->eager = true;
+      other->quiet_frees = 0;
+    }
   for (const auto& segment : segments_) {
-    if (segment->withheld) continue;
+    // A segment with fewer free bytes than the request holds no run: the walk skips full segments.
+    if (segment->withheld || segment->size - segment->live_bytes < size) continue;
     Block* start = nullptr;
     std::size_t run = 0;
     for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
       const bool foreign_unpublished = b->is_free && b->unpublished && b->owner != requester;
-      if (foreign_unpublished) {
-        b->owner->eager = true;
-        b->owner->quiet_frees = 0;
-        ++stats_.unpublished_skips;
-      }
+      if (foreign_unpublished) ++stats_.unpublished_skips;
       if (!b->is_free || foreign_unpublished) {
         start = nullptr;
         run = 0;
