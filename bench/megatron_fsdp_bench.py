@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from ncclpool import torch_trace  # noqa: E402
 
 
 class Block(torch.nn.Module):
@@ -164,7 +165,7 @@ def main():
     torch.cuda.reset_peak_memory_stats()
     used_before = device_used()
     if args.snapshot and rank == 0:
-        torch.cuda.memory._record_memory_history(max_entries=200000, context=None, stacks="python")
+        torch_trace.start_recording()
 
     t0 = time.perf_counter()
     model, optimizer = megatron_fsdp.fully_shard(
@@ -194,16 +195,9 @@ def main():
         dist.all_reduce(mean)
         losses.append(mean.item() / world)
     if args.snapshot and rank == 0:
-        snapshot = torch.cuda.memory._snapshot()
-        for trace in snapshot.get("device_traces", []):
-            for event in trace:
-                event.pop("frames", None)  # no stacks: keeps the file small
-        with open(args.snapshot, "w") as f:
-            json.dump({"device_traces": snapshot["device_traces"], "segments": [],
-                       "recorded_by": f"bench/megatron_fsdp_bench.py --allocator {args.allocator} on {world} GPUs, "
-                                      f"{args.layers} blocks of dim {args.dim}, {args.batch}x{args.seq} tokens, {args.steps} steps, "
-                                      f"torch {torch.__version__}"}, f, default=str)
-        torch.cuda.memory._record_memory_history(enabled=None)
+        torch_trace.write_trace(args.snapshot, f"bench/megatron_fsdp_bench.py --allocator {args.allocator} on {world} GPUs, "
+                                f"{args.layers} blocks of dim {args.dim}, {args.batch}x{args.seq} tokens, {args.steps} steps, "
+                                f"torch {torch.__version__}")
     steady = step_s[2:] if len(step_s) > 3 else step_s
     result = dict(
         allocator=args.allocator,

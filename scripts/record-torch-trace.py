@@ -13,12 +13,15 @@ To record your own job: call torch.cuda.memory._record_memory_history(max_entrie
 steps, then write json.dump(torch.cuda.memory._snapshot(), f, default=str).
 """
 import argparse
-import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from ncclpool import torch_trace  # noqa: E402
 
 
 class Experts(nn.Module):
@@ -84,7 +87,7 @@ def main():
     fully_shard(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(8, 512, args.hidden, device="cuda")
-    torch.cuda.memory._record_memory_history(max_entries=200000, context=None, stacks="python")
+    torch_trace.start_recording()
     for _ in range(args.steps):
         loss = model(x).float().pow(2).mean()
         loss.backward()
@@ -92,17 +95,11 @@ def main():
         opt.zero_grad()
     torch.cuda.synchronize()
     if rank == 0:
-        snapshot = torch.cuda.memory._snapshot()
-        for trace in snapshot.get("device_traces", []):
-            for event in trace:
-                event.pop("frames", None)  # no stacks: keeps the file small
-        with open(args.out, "w") as f:
-            json.dump({"device_traces": snapshot["device_traces"], "segments": [],
-                       "recorded_by": f"scripts/record-torch-trace.py --layout {args.layout} on {world} GPUs, "
-                                      f"{args.layers} layers, hidden {args.hidden}, {args.steps} steps, torch {torch.__version__}"},
-                      f, default=str)
-        print(f"wrote {args.out}: {sum(len(t) for t in snapshot['device_traces'])} events", flush=True)
-    torch.cuda.memory._record_memory_history(enabled=None)
+        events = torch_trace.write_trace(args.out, f"scripts/record-torch-trace.py --layout {args.layout} on {world} GPUs, "
+                                         f"{args.layers} layers, hidden {args.hidden}, {args.steps} steps, torch {torch.__version__}")
+        print(f"wrote {args.out}: {events} events", flush=True)
+    else:
+        torch.cuda.memory._record_memory_history(enabled=None)
     dist.destroy_process_group()
 
 

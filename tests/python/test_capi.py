@@ -328,3 +328,25 @@ def test_torchs_nccl_is_preferred_to_the_systems(tmp_path):
     env["NCCLPOOL_NCCL_LIBRARY"] = "/chosen/libnccl.so.2"
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["None", "/chosen/libnccl.so.2"]
+
+
+def test_torch_trace_writes_what_replay_reads(tmp_path, monkeypatch):
+    """ncclpool.torch_trace with a stand-in for torch: frames dropped, recording stopped."""
+    import json
+    import sys
+    import types
+
+    calls = []
+    memory = types.SimpleNamespace(
+        _record_memory_history=lambda **kw: calls.append(kw),
+        _snapshot=lambda: {"segments": [{"big": 1}], "device_traces": [[{"action": "alloc", "addr": 1, "size": 512, "frames": [1]}]]},
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory)))
+    from ncclpool import torch_trace
+
+    torch_trace.start_recording()
+    out = tmp_path / "t.json"
+    assert torch_trace.write_trace(str(out), "a test") == 1
+    j = json.loads(out.read_text())
+    assert j == {"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}]], "segments": [], "recorded_by": "a test"}
+    assert calls[0]["context"] is None and calls[-1] == {"enabled": None}
