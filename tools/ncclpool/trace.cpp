@@ -120,61 +120,56 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
   std::uint64_t next_id = 0;
   std::int64_t recorded_reserved = 0;
   const bool segments = options.level == TraceLevel::segments;
+  auto field = [](const Json& e, const char* key) -> std::int64_t {
+    const Json* v = e.find(key);
+    return v ? v->as_int(key) : 0;
+  };
+  auto add_alloc = [&](const Json& e, std::uint64_t id, std::size_t size) {
+    TraceEvent ev;
+    ev.id = id;
+    ev.size = size;
+    ev.stream = static_cast<std::uint64_t>(field(e, "stream"));
+    ev.group = trace.group_index(options.group_by == GroupBy::stream ? "stream " + std::to_string(ev.stream) : "all");
+    live[field(e, "addr")] = id;
+    trace.events.push_back(ev);
+  };
+  auto add_free = [&](const Json& e) {
+    auto it = live.find(field(e, "addr"));
+    if (it == live.end()) {
+      ++trace.skipped_frees;  // allocated (or the segment made) before recording began
+      return;
+    }
+    TraceEvent ev;
+    ev.op = TraceEvent::Op::free;
+    ev.id = it->second;
+    live.erase(it);
+    trace.events.push_back(ev);
+  };
   for (const auto& e : events) {
     const Json* action = e.find("action");
     if (action == nullptr) continue;
     try {
       if (action->string == "segment_alloc" || action->string == "segment_map" || action->string == "segment_free" ||
           action->string == "segment_unmap") {
-        const std::int64_t size = e.find("size") ? e.find("size")->as_int("size") : 0;
+        const std::int64_t size = field(e, "size");
         const bool grows = action->string == "segment_alloc" || action->string == "segment_map";
         recorded_reserved += grows ? size : -size;
         trace.recorded_peak_reserved = std::max(trace.recorded_peak_reserved, static_cast<std::size_t>(std::max<std::int64_t>(recorded_reserved, 0)));
         if (!segments) continue;
         // The torch layer's view: each segment (or mapped piece of an expandable one) is one request.
-        const std::int64_t addr = e.find("addr") ? e.find("addr")->as_int("addr") : 0;
-        if (grows) {
-          if (size <= 0) continue;
-          TraceEvent ev;
-          ev.id = next_id++;
-          ev.size = static_cast<std::size_t>(size);
-          ev.stream = e.find("stream") ? static_cast<std::uint64_t>(e.find("stream")->as_int("stream")) : 0;
-          ev.group = trace.group_index(options.group_by == GroupBy::stream ? "stream " + std::to_string(ev.stream) : "all");
-          live[addr] = ev.id;
-          trace.events.push_back(ev);
-        } else if (auto it = live.find(addr); it != live.end()) {
-          TraceEvent ev;
-          ev.op = TraceEvent::Op::free;
-          ev.id = it->second;
-          live.erase(it);
-          trace.events.push_back(ev);
-        } else {
-          ++trace.skipped_frees;  // a segment made before recording began
+        if (!grows) {
+          add_free(e);
+        } else if (size > 0) {
+          add_alloc(e, next_id++, static_cast<std::size_t>(size));
         }
       } else if (segments) {
         continue;  // tensors live inside torch's segments: not ncclpool's business at this level
       } else if (action->string == "alloc") {
-        TraceEvent ev;
-        ev.id = next_id++;
-        ev.size = static_cast<std::size_t>(e.find("size") ? e.find("size")->as_int("size") : 0);
-        if (ev.size == 0) continue;
-        const std::int64_t addr = e.find("addr") ? e.find("addr")->as_int("addr") : 0;
-        ev.stream = e.find("stream") ? static_cast<std::uint64_t>(e.find("stream")->as_int("stream")) : 0;
-        ev.group = trace.group_index(options.group_by == GroupBy::stream ? "stream " + std::to_string(ev.stream) : "all");
-        live[addr] = ev.id;
-        trace.events.push_back(ev);
+        const std::uint64_t id = next_id++;
+        const auto size = static_cast<std::size_t>(field(e, "size"));
+        if (size != 0) add_alloc(e, id, size);
       } else if (action->string == free_action) {
-        const std::int64_t addr = e.find("addr") ? e.find("addr")->as_int("addr") : 0;
-        auto it = live.find(addr);
-        if (it == live.end()) {
-          ++trace.skipped_frees;  // allocated before recording began
-          continue;
-        }
-        TraceEvent ev;
-        ev.op = TraceEvent::Op::free;
-        ev.id = it->second;
-        live.erase(it);
-        trace.events.push_back(ev);
+        add_free(e);
       }
     } catch (const JsonError& err) {
       throw TraceError(name + ": device " + std::to_string(device) + " event " + action->string + ": " + err.what());
