@@ -27,9 +27,6 @@ struct Block {
   // for memory never used). Live block: the stream it was allocated on.
   StreamState* owner = nullptr;
   bool is_free = true;
-  // Free block freed on `owner` after owner's last publish: only `owner` may take it, and it does not
-  // coalesce until the owner publishes (PoolImpl::deallocate).
-  bool unpublished = false;
 };
 
 struct Segment {

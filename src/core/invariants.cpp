@@ -15,7 +15,7 @@ namespace {
 void PoolImpl::check_invariants() const {
   std::lock_guard lock(mutex_);
   const std::string pool = describe();
-  std::size_t reserved = 0, allocated = 0, requested = 0, live = 0, free_blocks = 0, flagged_unpublished = 0;
+  std::size_t reserved = 0, allocated = 0, requested = 0, live = 0, free_blocks = 0;
   std::uint64_t last_sequence = 0;
   bool first_segment = true;
 
@@ -40,7 +40,6 @@ void PoolImpl::check_invariants() const {
       expected_offset += b->size;
       if (b->owner == nullptr) fail(at + ": block has no owner", pool);
       if (b->is_free) {
-        if (b->unpublished) ++flagged_unpublished;
         if (seg->withheld) {
           if (b->owner->index.contains(b)) fail(at + ": block of a withheld segment is in a free index", pool);
         } else {
@@ -49,11 +48,10 @@ void PoolImpl::check_invariants() const {
         }
         if (live_.find(reinterpret_cast<std::uintptr_t>(seg->base + b->offset)) == b) fail(at + ": free block in the live map", pool);
         // A stream's unpublished block does not coalesce until the stream publishes.
-        const bool waiting = b->unpublished || (prev != nullptr && prev->unpublished);
+        const bool waiting = unpublished(b) || (prev != nullptr && unpublished(prev));
         if (prev != nullptr && prev->is_free && !waiting && (prev->owner == b->owner || prev->owner->fresh || b->owner->fresh))
           fail(at + ": adjacent free blocks that should have coalesced", pool);
       } else {
-        if (b->unpublished) fail(at + ": a live block is flagged unpublished", pool);
         ++live_in_segment;
         live_bytes_in_segment += b->size;
         allocated += b->size;
@@ -69,20 +67,15 @@ void PoolImpl::check_invariants() const {
     live += live_in_segment;
   }
 
-  if (fresh_.unpublished_count != 0 || fresh_.publish_refused) fail("fresh memory has a stream obligation", pool);
-  std::size_t listed_unpublished = 0;
+  if (fresh_.unpublished != nullptr || fresh_.publish_refused) fail("fresh memory has a stream obligation", pool);
   for (const auto& st : streams_) {
-    if (st->unpublished_count > StreamState::kMaxUnpublished) fail("a stream lists too many unpublished blocks", pool);
-    listed_unpublished += st->unpublished_count;
-    for (std::size_t i = 0; i < st->unpublished_count; ++i) {
-      const Block* u = st->unpublished[i];
-      if (u == nullptr || u->segment == nullptr || !u->is_free || !u->unpublished || u->owner != st.get())
-        fail("a stream's unpublished block is not one of its flagged free blocks", pool);
-      if (!u->segment->withheld && !st->index.contains(u)) fail("a stream's unpublished block is missing from its free index", pool);
-    }
+    const Block* u = st->unpublished;
+    if (u == nullptr) continue;
+    // A recycled block has no segment; a live or foreign one would be taken for this stream's.
+    if (u->segment == nullptr || !u->is_free || u->owner != st.get())
+      fail("a stream's unpublished block is not one of its free blocks", pool);
+    if (!u->segment->withheld && !st->index.contains(u)) fail("a stream's unpublished block is missing from its free index", pool);
   }
-  if (listed_unpublished != flagged_unpublished)
-    fail(std::to_string(flagged_unpublished) + " blocks flagged unpublished, " + std::to_string(listed_unpublished) + " listed", pool);
 
   std::size_t indexed = fresh_.index.size();
   for (const auto& s : streams_) indexed += s->index.size();

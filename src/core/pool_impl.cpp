@@ -46,8 +46,7 @@ std::string PoolImpl::describe() const {
 // ---------------------------------------------------------------------------------------------
 // Hot path. Cost with no growth: one lock, a stream lookup (one-entry cache), two bitmap searches
 // and a pointer-map insert; no allocation, no scan, and on the same stream no driver call (a free
-// publishes only when it would start an unpublished block beyond the stream's limit, or on an
-// eager stream).
+// publishes only when it would start a second unpublished block, or on an eager stream).
 // ---------------------------------------------------------------------------------------------
 
 void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
@@ -82,14 +81,8 @@ void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
     }
   }
   Block* tail = split(block, size);
-  // An unpublished block keeps its obligation in what is left of it.
-  if (block->unpublished) {
-    if (tail != nullptr) {
-      move_unpublished(block, tail);
-    } else {
-      forget_unpublished(block);
-    }
-  }
+  // An unpublished block keeps its obligation in what is left of it (none left: none to keep).
+  if (block->owner->unpublished == block) block->owner->unpublished = tail;
   block->is_free = false;
   block->owner = requester;
   block->requested = bytes;
@@ -112,14 +105,13 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
   Block* block = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (block == nullptr) throw_bad_free(ptr);  // nothing changed yet
   StreamState* owner = stream != nullptr ? stream_state(*stream) : block->owner;
-  // Publish only when something needs it: the block would be a new unpublished block beyond the
-  // stream's limit (a block next to one of the stream's unpublished blocks joins it instead), a
-  // refused publish is to be retried, or other streams take memory from this one. May throw (CUDA: a
-  // destroyed stream): before anything changes, so the block stays live.
-  auto joins = [&](const Block* n) { return n != nullptr && n->is_free && n->unpublished && n->owner == owner; };
+  // Publish only when something needs it: the stream has an unpublished block elsewhere (a block
+  // next to it joins it instead), a refused publish is to be retried, or other streams take memory
+  // from this one. May throw (CUDA: a destroyed stream): before anything changes, so the block
+  // stays live.
+  auto joins = [&](const Block* n) { return n != nullptr && n == owner->unpublished; };
   const bool beside_unpublished = joins(block->phys_prev) || joins(block->phys_next);
-  const bool publishing = owner->publish_refused || owner->eager ||
-                          (!beside_unpublished && owner->unpublished_count == StreamState::kMaxUnpublished);
+  const bool publishing = owner->publish_refused || owner->eager || (!beside_unpublished && owner->unpublished != nullptr);
   if (publishing) publish(owner);
   live_.erase(reinterpret_cast<std::uintptr_t>(ptr));
   if (publishing) {
@@ -143,8 +135,8 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
     return;
   }
   // Unpublished: reusable here at once, elsewhere after this stream's next publish. It joins the
-  // stream's unpublished neighbours (absorb_next moves their flag), so that a stream allocating and
-  // freeing in one region keeps one unpublished block and never needs an event.
+  // stream's unpublished neighbour (absorb_next moves the stream's pointer), so that a stream
+  // allocating and freeing in one region keeps one unpublished block and never needs an event.
   if (joins(block->phys_next)) {
     owner->index.remove(block->phys_next);
     absorb_next(block);
@@ -155,10 +147,7 @@ void PoolImpl::deallocate(void* ptr, const stream_t* stream) {
     absorb_next(prev);
     block = prev;
   }
-  if (!block->unpublished) {
-    block->unpublished = true;
-    owner->unpublished[owner->unpublished_count++] = block;
-  }
+  owner->unpublished = block;
   owner->index.insert(block);
 }
 
@@ -170,42 +159,13 @@ void PoolImpl::publish(StreamState* stream) {
   if (ok) ++stats_.stream_publishes;
 }
 
-// The stream's unpublished blocks are covered now: they join their free neighbours. Flags first, so
-// that neighbours among them coalesce too; a block absorbed by an earlier one is recycled (its
-// segment is null) and skipped.
+// The stream's unpublished block is covered now: it joins its free neighbours.
 void PoolImpl::settle_published(StreamState* stream) {
-  const std::size_t count = std::exchange(stream->unpublished_count, 0);
-  for (std::size_t i = 0; i < count; ++i) stream->unpublished[i]->unpublished = false;
-  for (std::size_t i = 0; i < count; ++i) {
-    Block* block = stream->unpublished[i];
-    // Withheld: in no index; release_withheld puts it back and coalesces it.
-    if (block->segment == nullptr || block->segment->withheld) continue;
-    stream->index.remove(block);
-    stream->index.insert(coalesce(block));
-  }
-}
-
-void PoolImpl::forget_unpublished(Block* block) {
-  StreamState* s = block->owner;
-  for (std::size_t i = 0; i < s->unpublished_count; ++i)
-    if (s->unpublished[i] == block) {
-      s->unpublished[i] = s->unpublished[--s->unpublished_count];
-      break;
-    }
-  block->unpublished = false;
-}
-
-// `to` takes over `from`'s obligation (split tail, or the block that absorbed it).
-void PoolImpl::move_unpublished(Block* from, Block* to) {
-  if (to->unpublished) {
-    forget_unpublished(from);
-    return;
-  }
-  StreamState* s = from->owner;
-  for (std::size_t i = 0; i < s->unpublished_count; ++i)
-    if (s->unpublished[i] == from) s->unpublished[i] = to;
-  from->unpublished = false;
-  to->unpublished = true;
+  Block* block = std::exchange(stream->unpublished, nullptr);
+  // Withheld: in no index; release_withheld puts it back and coalesces it.
+  if (block == nullptr || block->segment->withheld) return;
+  stream->index.remove(block);
+  stream->index.insert(coalesce(block));
 }
 
 // Out of memory with unpublished blocks (or refused publishes) about: waits for the whole device,
@@ -214,27 +174,23 @@ void PoolImpl::move_unpublished(Block* from, Block* to) {
 // device synchronization would break it).
 bool PoolImpl::reclaim_unpublished() {
   bool any = false;
-  for (const auto& st : streams_) any = any || st->unpublished_count != 0 || st->publish_refused;
+  for (const auto& st : streams_) any = any || st->unpublished != nullptr || st->publish_refused;
   StreamOrdering& ordering = source_->ordering();
   if (!any || ordering.device_capturing()) return false;
   ordering.synchronize_device();
+  for (const auto& st : streams_) {
+    st->unpublished = nullptr;
+    st->publish_refused = false;
+  }
   for (const auto& segment : segments_) {
-    if (segment->withheld) {  // in no index; the device sync voided their obligation
-      for (Block* b = segment->first; b != nullptr; b = b->phys_next) b->unpublished = false;
-      continue;
-    }
+    if (segment->withheld) continue;  // in no index; release_withheld puts them back
     for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
       if (!b->is_free || b->owner->fresh) continue;
       b->owner->index.remove(b);
-      b->unpublished = false;
       b->owner = &fresh_;
       b = coalesce(b);
       fresh_.index.insert(b);
     }
-  }
-  for (const auto& st : streams_) {
-    st->unpublished_count = 0;
-    st->publish_refused = false;
   }
   return true;
 }
@@ -266,7 +222,7 @@ bool PoolImpl::order_after(StreamState* requester, StreamState* producer) {
 // Merges block->phys_next (already out of its index) into `block`.
 void PoolImpl::absorb_next(Block* block) {
   Block* next = block->phys_next;
-  if (next->unpublished) move_unpublished(next, block);  // same owner: merge_free_run, or a free joining it
+  if (next->owner->unpublished == next) next->owner->unpublished = block;  // same owner: merge_free_run, or a free joining it
   block->size += next->size;
   block->phys_next = next->phys_next;
   if (next->phys_next != nullptr) next->phys_next->phys_prev = block;
@@ -297,25 +253,19 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
   return nullptr;
 }
 
-// A block of another stream that fits, passing over its unpublished blocks (only a publish on that
-// stream, at one of its later frees, makes them safe here). Passing over one makes that stream eager.
+// A block of another stream that fits, passing over its unpublished block (only a publish on that
+// stream, at one of its later frees, makes it safe here). Passing over it makes that stream eager.
 Block* PoolImpl::foreign_block(StreamState* other, std::size_t size) {
   Block* b = other->index.find(size);
-  if (b == nullptr || !b->unpublished) return b;
+  if (b == nullptr || b != other->unpublished) return b;
   other->eager = true;
   other->quiet_frees = 0;
   ++stats_.unpublished_skips;
-  // find() returns the head of a bin: taking heads out and putting them back in reverse order leaves
-  // every bin's order unchanged. At most unpublished_count of them.
-  std::array<Block*, StreamState::kMaxUnpublished> passed{};
-  std::size_t n = 0;
-  while (b != nullptr && b->unpublished) {
-    other->index.remove(b);
-    passed[n++] = b;
-    b = other->index.find(size);
-  }
-  while (n > 0) other->index.insert(passed[--n]);
-  return b;
+  // find() returns the head of a bin: taking it out and back in leaves the bin's order unchanged.
+  other->index.remove(b);
+  Block* alternative = other->index.find(size);
+  other->index.insert(b);
+  return alternative;
 }
 
 // No single free block fits, but adjacent free blocks of different streams (which coalesce() keeps
@@ -327,7 +277,7 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
   // No free block fits as it is, and the pool may have to grow: every other stream holding
   // unpublished memory publishes from its next free on, so that its memory can serve others later.
   for (const auto& other : streams_)
-    if (other.get() != requester && other->unpublished_count != 0) {
+    if (other.get() != requester && other->unpublished != nullptr) {
       other->eager = true;
       other->quiet_frees = 0;
     }
@@ -337,7 +287,7 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
     Block* start = nullptr;
     std::size_t run = 0;
     for (Block* b = segment->first; b != nullptr; b = b->phys_next) {
-      const bool foreign_unpublished = b->is_free && b->unpublished && b->owner != requester;
+      const bool foreign_unpublished = unpublished(b) && b->owner != requester;
       if (foreign_unpublished) ++stats_.unpublished_skips;
       if (!b->is_free || foreign_unpublished) {
         start = nullptr;
@@ -416,7 +366,7 @@ Block* PoolImpl::split(Block* block, std::size_t size) {
 // Returns the merged block, not yet in any index.
 Block* PoolImpl::coalesce(Block* block) {
   auto absorbable = [&](const Block* n) {
-    return n != nullptr && n->is_free && !n->unpublished && (n->owner == block->owner || n->owner->fresh);
+    return n != nullptr && n->is_free && !unpublished(n) && (n->owner == block->owner || n->owner->fresh);
   };
   // Loops: blocks that waited unpublished side by side join in one go once published.
   while (absorbable(block->phys_next)) {
@@ -570,8 +520,8 @@ void PoolImpl::release_segment(Segment* segment) {
     Block* next = b->phys_next;
     if (b->is_free) {
       if (!segment->withheld) b->owner->index.remove(b);
-      if (b->unpublished) {
-        forget_unpublished(b);
+      if (b->owner->unpublished == b) {
+        b->owner->unpublished = nullptr;
         unpublished = true;
       }
       if (b->owner->publish_refused) unpublished = true;
@@ -643,7 +593,7 @@ MemoryBreakdown PoolImpl::memory_breakdown() const {
       }
       m.free_in_used_segments += b->size;
       if (b->owner->fresh) m.never_used += b->size;
-      if (b->unpublished || b->owner->publish_refused) m.other_streams_only += b->size;
+      if (unpublished(b) || b->owner->publish_refused) m.other_streams_only += b->size;
     }
   }
   return m;
@@ -707,7 +657,7 @@ std::size_t PoolImpl::release_withheld(bool release) {
       // A block that was its stream's unpublished one when withheld may have been published since:
       // it joins its neighbours now.
       for (Block* b = s->first; b != nullptr; b = b->phys_next) {
-        if (b->unpublished) continue;
+        if (unpublished(b)) continue;
         b->owner->index.remove(b);
         b = coalesce(b);
         b->owner->index.insert(b);

@@ -10,7 +10,6 @@
 
 #include <ncclpool/pool.hpp>
 
-#include <array>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,25 +23,26 @@ namespace ncclpool::detail {
 // The free blocks that one stream owns. The "fresh" pseudo-stream owns memory never handed out,
 // which any stream may take without waiting.
 //
-// Deferred publication (docs/pool.md, "Streams"): a free does not record an event. Up to
-// kMaxUnpublished freed blocks stay `unpublished` (only this stream may take them; a free next to
-// one joins it, nothing else coalesces with them) until the stream publishes, at the free that would
-// start one more. A stream whose unpublished block another stream wanted turns `eager` and publishes
-// at every free, until kQuietFrees frees pass with no other stream taking its memory.
-// One, measured: the same-stream allocate/free loop keeps taking its last block back (no event), and
-// the recorded training traces need no more memory than with an event at every free; with 2-16
-// blocks kept back, uncoalesced, the FSDP traces needed up to 7% more (docs/benchmarks/memory.md).
+// Deferred publication (docs/pool.md, "Streams"): a free does not record an event. The bytes a
+// stream freed since its last publish form one `unpublished` free block: only this stream may take
+// it, a free next to it joins it, nothing else coalesces with it. A free elsewhere publishes first.
+// A stream whose unpublished block another stream wanted turns `eager` and publishes at every free,
+// until kQuietFrees frees pass with no other stream taking its memory.
+// One block, measured: the same-stream allocate/free loop keeps taking it back (no event), and the
+// recorded training traces need no more memory than with an event at every free; with up to 16
+// blocks kept apart the FSDP traces needed up to 25% more (docs/benchmarks/memory.md).
 struct StreamState {
-  static constexpr std::size_t kMaxUnpublished = 1;
   stream_t id = 0;
   bool fresh = false;
   FreeIndex index;
-  std::array<Block*, kMaxUnpublished> unpublished{};  // the blocks flagged Block::unpublished
-  std::size_t unpublished_count = 0;
+  Block* unpublished = nullptr;   // a free block of this stream, or none (always none for fresh)
   bool publish_refused = false;   // the last publish failed (graph capture): none of its blocks may cross
   bool eager = false;
   std::uint32_t quiet_frees = 0;  // eager frees since another stream last took this stream's memory
 };
+
+// Whether `block` is the unpublished block of the stream that owns it.
+inline bool unpublished(const Block* block) { return block->is_free && block->owner->unpublished == block; }
 
 class PoolImpl {
  public:
@@ -79,8 +79,6 @@ class PoolImpl {
   Block* foreign_block(StreamState* other, std::size_t size);
   void publish(StreamState* stream);
   void settle_published(StreamState* stream);
-  void forget_unpublished(Block* block);
-  void move_unpublished(Block* from, Block* to);
   bool reclaim_unpublished();
   [[nodiscard]] bool order_after(StreamState* requester, StreamState* producer);
   void absorb_next(Block* block);
