@@ -105,7 +105,8 @@ typedef struct ncclpool_pool_options {
   int device;                /* CUDA device ordinal (the simulator's device id for SIM) */
   ncclpool_source_t source;
   ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT */
-  size_t growth_chunk;       /* segments are multiples of it; 0 = 2 MiB, or 1 GiB when symmetric */
+  size_t growth_chunk;       /* segments for requests below growth_chunk/16 are multiples of it (larger ones
+                                get their own size: docs/pool.md); 0 = 2 MiB, or 1 GiB when symmetric */
   size_t alignment;          /* block alignment, power of two >= 256; 0 = 512 (torch's block size) */
   size_t max_reserved;       /* cap on reserved bytes; 0 = none */
   int deterministic;         /* 1: timing never steers placement (required for symmetric); -1 = auto

@@ -16,7 +16,9 @@
 ///    `deterministic = true` they never depend on timing either (no event polling).
 ///  * Before growing, a run of adjacent free blocks of different streams that holds the request is
 ///    merged behind waits on those streams (a walk over the blocks, on the growth path only).
-///  * Growth takes segments of round_up(request, growth_chunk) from the source. On a source OOM the
+///  * Growth takes a segment of round_up(request, growth_chunk) from the source, or one of the
+///    request's own size (rounded to the source granularity) for a request of at least
+///    max(growth_chunk / 16, reserved / 64) (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the
 ///    pool releases its empty segments and retries once before throwing OutOfMemory.
 ///  * Observers hear of every segment created (with its creation sequence number) and of every
 ///    segment about to be released, before its memory goes back to the source.
@@ -40,7 +42,7 @@ namespace ncclpool {
 struct PoolConfig {
   std::string name = "ncclpool";          ///< used in every message about this pool
   std::size_t alignment = 256;            ///< power of two, 256 .. source alignment (4096 for windows)
-  std::size_t growth_chunk = 2ull << 20;  ///< minimum segment size; segments are multiples of it
+  std::size_t growth_chunk = 2ull << 20;  ///< segments for requests below growth_chunk / 16 are multiples of it
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
 };

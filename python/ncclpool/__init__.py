@@ -102,7 +102,9 @@ class Pool:
         source: 'auto' (vmm with a GPU, else sim), 'sim', 'cuda', 'vmm', 'vmm_host_numa', 'nccl'.
         registration: default kind for :meth:`attach_nccl`: 'local' or 'symmetric'. A symmetric pool is
             deterministic and grows in 1 GiB chunks unless told otherwise.
-        growth_chunk: segments are multiples of this (0: 2 MiB, or 1 GiB for symmetric pools).
+        growth_chunk: segments for smaller requests are multiples of this (0: 2 MiB, or 1 GiB for
+            symmetric pools); a request of at least max(growth_chunk / 16, reserved / 64) gets a
+            segment of its own size (docs/pool.md).
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.

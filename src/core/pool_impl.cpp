@@ -24,6 +24,7 @@ PoolImpl::PoolImpl(std::shared_ptr<SegmentSource> source, PoolConfig config)
                           " is not a multiple of the alignment " + std::to_string(a));
   }
   if (config_.growth_chunk == 0) throw InvalidArgument(describe() + ": growth_chunk must be positive");
+  granularity_ = props.granularity;
   growth_chunk_ = round_up_multiple(config_.growth_chunk, props.granularity);
   if (growth_chunk_ == 0 || growth_chunk_ > props.capacity) {
     throw InvalidArgument(describe() + ": growth_chunk " + format_bytes(config_.growth_chunk) +
@@ -387,7 +388,18 @@ Block* PoolImpl::coalesce(Block* block) {
 // Growth and release (rare paths).
 // ---------------------------------------------------------------------------------------------
 
+// A request that is large next to the chunk and to what the pool already holds gets a segment of its
+// own size, as PyTorch gives large allocations segments of their own: rounding it up to whole chunks
+// left most of the last chunk unused at the peak of every recorded trace (docs/benchmarks/memory.md).
+// The reserved / 64 bound keeps windows few as the pool grows (64 GiB of 128 MiB tensors: 121
+// segments, not 512), and a budget of 64 segments plus one per chunk's worth of reserve caps requests
+// that are each just at the bound (64 GiB: 144, not 242; a window costs ~15 ms per group). Every
+// input follows the request sequence only, so ranks of a deterministic pool fed the same requests
+// grow the same segments.
 std::size_t PoolImpl::segment_size_for(std::size_t size) const {
+  const std::size_t own_segment_from = std::max(growth_chunk_ / 16, stats_.reserved_bytes / 64);
+  const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
+  if (size >= own_segment_from && stats_.segment_count < segment_budget) return round_up_multiple(size, granularity_);
   return round_up_multiple(size, growth_chunk_);
 }
 

@@ -408,11 +408,12 @@ TEST_F(NcclRegistry, TwoPoolsCommittedInOppositeOrdersAreAnErrorOnEveryRank) {
 
 TEST_F(NcclRegistry, CheckModeCatchesLayoutsAndBuffersThatDiffer) {
   const auto errors = on_ranks([&](int rank) {
-    SymmetricRank r = symmetric_rank(rank, comms_.world[static_cast<std::size_t>(rank)], "checked", 64 * MiB, CheckLevel::layout);
+    SymmetricRank r = symmetric_rank(rank, comms_.world[static_cast<std::size_t>(rank)], "checked", 256 * MiB, CheckLevel::layout);
     auto& pool = r.pool;
     Registry& registry = *r.registry;
     auto& world = r.world;
-    // Two same-sized buffers in opposite orders: layouts agree, buffer x is at another offset.
+    // Two same-sized buffers in opposite orders (in one chunk: below chunk / 16): layouts agree,
+    // buffer x is at another offset.
     void* first = pool->allocate(4 * MiB);
     void* second = pool->allocate(4 * MiB);
     registry.commit();

@@ -174,15 +174,17 @@ def test_symmetric_windows_commit_at_scope_end_across_four_ranks():
     lib = ncclpool.library()
 
     def rank(r):
-        p = sim_pool("symmetric", name="world-pool", growth_chunk=8 * MiB)
+        p = sim_pool("symmetric", name="world-pool", growth_chunk=64 * MiB)
         cw = p.attach_sim(world, r)
         ce = p.attach_sim(ep, r)
         ptrs = []
         with p.scope():
             assert ncclpool.library().ncclpool_current_pool() == p.handle.value
-            for size in (2 * MiB, 20 * MiB, 2 * MiB):  # torch's segment sizes
+            for size in (2 * MiB, 80 * MiB, 2 * MiB):  # torch's segment sizes
                 ptrs.append(lib.ncclpool_torch_alloc(size, 0, None))
-            assert p.pending == 2 * 2  # two chunks (8 MiB, 24 MiB) x two communicators
+            # Two segments (a 64 MiB chunk for both 2 MiB, 80 MiB of its own: at least chunk / 16)
+            # x two communicators.
+            assert p.pending == 2 * 2
         assert p.pending == 0
         s = cw.stats()
         assert s["registered_segments"] == 2 and s["kind"] == "symmetric"

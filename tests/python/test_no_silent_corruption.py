@@ -93,9 +93,9 @@ def test_buffers_at_other_offsets_are_named_with_ranks_and_offsets():
     world = ncclpool.SimGroup("world", 2, matching="nccl")
 
     def rank(r):
-        p = sim_pool("symmetric", name="shared", growth_chunk=16 * MiB)
+        p = sim_pool("symmetric", name="shared", growth_chunk=128 * MiB)
         c = p.attach_sim(world, r)
-        first, second = p.alloc(4 * MiB), p.alloc(4 * MiB)
+        first, second = p.alloc(4 * MiB), p.alloc(4 * MiB)  # one chunk (below chunk / 16)
         p.commit()
         x = first if r == 0 else second
         try:

@@ -332,7 +332,7 @@ TEST(AgreementDeathTest, DestroyingARegistryWithAnOpenScopeAbortsLoudly) {
 TEST(CheckMode, LayoutCheckNamesTheFirstBlockThatDiffers) {
   auto group = nccl_like("world", 2);
   std::vector<Rank> ranks;
-  for (int i = 0; i < 2; ++i) ranks.push_back(make_rank(true, 16 * MiB, 0, "ncclpool", {CheckLevel::layout}));
+  for (int i = 0; i < 2; ++i) ranks.push_back(make_rank(true, 256 * MiB, 0, "ncclpool", {CheckLevel::layout}));
   const auto errors = on_ranks(2, [&](int rank) {
     Rank& r = ranks[static_cast<std::size_t>(rank)];
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);

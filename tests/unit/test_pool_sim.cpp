@@ -166,6 +166,7 @@ TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
   config.growth_chunk = 4 * MiB;
   config.deterministic = true;
   Pool pool(source, config);
+  pool.reserve(4 * MiB);  // one 4 MiB segment (a 2 MiB request would get a segment of its own)
   void* a = pool.allocate(2 * MiB, 1);
   void* b = pool.allocate(2 * MiB, 2);  // the segment is full: a (stream 1) then b (stream 2)
   pool.deallocate(a);
@@ -190,6 +191,7 @@ TEST(StreamOrdering, AMergeNeverTakesAnotherStreamsUnpublishedBlock) {
   config.growth_chunk = 4 * MiB;
   config.deterministic = true;
   Pool pool(source, config);
+  pool.reserve(4 * MiB);  // one 4 MiB segment (a 2 MiB request would get a segment of its own)
   void* a = pool.allocate(2 * MiB, 1);
   void* b = pool.allocate(2 * MiB, 2);
   pool.deallocate(a);
@@ -208,6 +210,7 @@ TEST(StreamOrdering, AMergeThatCannotWaitGrowsInstead) {
   PoolConfig config;
   config.growth_chunk = 4 * MiB;
   Pool pool(source, config);
+  pool.reserve(4 * MiB);  // one 4 MiB segment for both 2 MiB blocks
   void* a = pool.allocate(2 * MiB, 1);
   void* b = pool.allocate(2 * MiB, 2);
   pool.deallocate(a);
@@ -294,6 +297,7 @@ TEST(StreamOrdering, OutOfMemoryHandsUnpublishedBlocksToOtherStreamsAfterADevice
   PoolConfig config;
   config.growth_chunk = 4 * MiB;
   Pool pool(source, config);
+  pool.reserve(4 * MiB);  // one 4 MiB segment for both 2 MiB blocks
   void* a = pool.allocate(2 * MiB, 1);
   void* keep = pool.allocate(2 * MiB, 1);  // the segment stays in use: trimming cannot help
   pool.deallocate(a);                     // stream 1's unpublished block
@@ -357,6 +361,52 @@ TEST(MemoryBreakdown, SaysWhereTheReservedBytesAre) {
   m = pool.memory_breakdown();
   EXPECT_EQ(m.other_streams_only, 1024u);
   pool.deallocate(c);
+}
+
+// ---------------------------------------------------------------- growth
+
+std::vector<std::size_t> segment_sizes(const Pool& pool) {
+  std::vector<std::size_t> sizes;
+  for (const SegmentInfo& s : pool.segments()) sizes.push_back(s.size);
+  return sizes;
+}
+
+TEST(Growth, LargeRequestsGetSegmentsOfTheirOwnSizeSmallOnesShareChunks) {
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 1024 * MiB;
+  Pool pool(source, config);
+  void* large = pool.allocate(100 * MiB + 1);  // >= chunk / 16: its own size, rounded to 2 MiB
+  void* small = pool.allocate(60 * MiB);       // below: a chunk that later requests share
+  void* shares = pool.allocate(900 * MiB);     // fits in the chunk
+  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 1024 * MiB}));
+  void* huge = pool.allocate(4 * 1024 * MiB + 1);  // larger than a chunk: not rounded to 5 GiB
+  EXPECT_EQ(segment_sizes(pool).back(), 4 * 1024 * MiB + 2 * MiB);
+  // Past 64 x 64 MiB reserved, the bound is reserved / 64: a 70 MiB request shares a chunk again.
+  void* mid = pool.allocate(70 * MiB);
+  EXPECT_EQ(segment_sizes(pool).back(), 1024 * MiB) << "70 MiB < reserved / 64 = " << pool.stats().reserved_bytes / 64;
+  for (void* p : {large, small, shares, huge, mid}) pool.deallocate(p);
+  pool.check_invariants();
+}
+
+TEST(Growth, SegmentsOfTheirOwnStopAtABudgetThatGrowsWithTheReserve) {
+  // Requests that are each just at the bound (max(chunk / 16, reserved / 64)) would each get a
+  // segment, a window per group: at most 64 plus one per chunk's worth of reserve, then chunks.
+  auto source = sim();
+  PoolConfig config;
+  config.growth_chunk = 64 * MiB;
+  Pool pool(source, config);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 200; ++i) {
+    const std::size_t reserved = pool.stats().reserved_bytes;
+    const std::size_t size = (std::max<std::size_t>(4 * MiB, reserved / 64) + 2 * MiB - 1) / (2 * MiB) * (2 * MiB);
+    blocks.push_back(pool.allocate(size));
+    const PoolStats s = pool.stats();
+    ASSERT_LE(s.segment_count, 64 + s.reserved_bytes / (64 * MiB) + 1) << "after " << i + 1 << " requests";
+  }
+  EXPECT_LT(pool.stats().segment_count, 150u);
+  for (void* p : blocks) pool.deallocate(p);
+  pool.check_invariants();
 }
 
 // ---------------------------------------------------------------- OOM

@@ -11,7 +11,8 @@ Switching is one import line::
 Same names and meaning as Megatron's, different cost: a group is registered once (its first use),
 segments are registered when they appear, symmetric windows at scope exit after the ranks agree,
 and nothing is re-registered on later uses. torch's segments (2 MiB, 20 MiB, ...) are carved out of
-ncclpool's large chunks (1 GiB for symmetric pools), so a pool needs one window per chunk and group.
+ncclpool's large chunks (1 GiB for symmetric pools), so a pool needs one window per chunk and group;
+a torch segment of at least 64 MiB (and 1/64 of the pool) gets an ncclpool segment of its own.
 
 Every torch MemPool made by :func:`create_nccl_mem_pool` maps to one :class:`ncclpool.Pool`
 (:func:`ncclpool_pool`). Allocations are attributed to it by the scope the context managers open in

@@ -243,13 +243,14 @@ def main():
         skip = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="skip")
         keep = []
         with nccl_allocator.nccl_mem(skip, group=world):
-            keep.append(torch.empty(48 * MiB, dtype=torch.uint8, device="cuda"))
+            # a 2 MiB torch segment: one 64 MiB chunk on every rank, with room left
+            keep.append(torch.empty(MiB, dtype=torch.uint8, device="cuda"))
         now = None
         try:
             with nccl_allocator.nccl_mem(skip, group=world):
-                # rank 0 needs a new chunk, the others fit in the one they have (as torch's caching
-                # allocator may decide from event timing)
-                keep.append(torch.empty(48 * MiB if rank == 0 else MiB, dtype=torch.uint8, device="cuda"))
+                # rank 0 needs a new segment (80 MiB: more than the chunk has left), the others fit
+                # in the chunk they have (as torch's caching allocator may decide from event timing)
+                keep.append(torch.empty(80 * MiB if rank == 0 else MiB, dtype=torch.uint8, device="cuda"))
         except ncclpool.AgreementError as e:
             now = str(e)
         assert (now is not None) == (rank == 0), now
