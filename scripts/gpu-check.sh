@@ -6,7 +6,7 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   bench, torch, megatron, wheel, tool, toolbench, nccltests, demo;
+#                                   bench, torch, megatron, fsdp2, wheel, tool, toolbench, nccltests, demo;
 #                                   default all)
 #
 # Optional inputs (ignored folders carried to the GPU host; a section without its input says so):
@@ -51,7 +51,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,wheel,tool,toolbench,nccltests,demo},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,wheel,tool,toolbench,nccltests,demo},"
 want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -212,6 +212,30 @@ if want megatron; then
     row "Megatron-FSDP (nccl_ub), losses" "rc=$rc; $(grep -m1 '^losses:' "$OUT/megatron-fsdp.txt" | sed 's/.*bitwise/bitwise/')"
   else
     row "Megatron-FSDP" "not run (needs 2+ GPUs and megatron_fsdp: unpack megatron-fsdp into .whl/site)"
+  fi
+fi
+
+# 6d. FSDP2 (fully_shard): plain vs torch's own registered route vs ncclpool local and symmetric,
+#     step time and device memory (the "never bigger" target: symmetric <= plain + 2%).
+if want fsdp2; then
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 900 python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
+      --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
+    rc=$?
+    cat "$OUT/fsdp2.txt" >>"$LOG"
+    tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/fsdp2.txt")" "(fsdp2 rc=$rc)")
+    row "FSDP2, device memory vs plain" "rc=$rc; $(python3 - "$OUT/fsdp2/fsdp2.json" <<'PY' 2>&1
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+used = {}
+for r in rows:
+    used.setdefault(r["spec"], []).append(r["device_used_gib"])
+plain = statistics.median(used.pop("plain"))
+print(", ".join(f"{k} {(statistics.median(v) / plain - 1) * 100:+.1f}%" for k, v in used.items()))
+PY
+)"
+  else
+    row "FSDP2" "not run (needs 2+ GPUs and torch with CUDA)"
   fi
 fi
 
