@@ -150,6 +150,8 @@ typedef struct {
   uint64_t allocation_count, deallocation_count, segments_created, segments_released;
   uint64_t oom_count, oom_recoveries, cross_stream_reuses, hook_errors;
   uint64_t attached_communicators, pending_registrations;
+  uint64_t stream_publishes;   /* events recorded so that other streams may reuse freed blocks */
+  uint64_t unpublished_skips;  /* searches that passed over another stream's unpublished free block */
 } ncclpool_pool_stats_t;
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_t* stats);
 /* Statistics as JSON (the pool's counters plus one object per attached communicator). Writes at

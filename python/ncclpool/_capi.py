@@ -55,7 +55,7 @@ _POOL_STATS_FIELDS = (
     "allocated_bytes", "peak_allocated_bytes", "requested_bytes", "reserved_bytes", "peak_reserved_bytes",
     "segment_count", "largest_free_block", "active_allocations", "allocation_count", "deallocation_count",
     "segments_created", "segments_released", "oom_count", "oom_recoveries", "cross_stream_reuses",
-    "hook_errors", "attached_communicators", "pending_registrations",
+    "hook_errors", "attached_communicators", "pending_registrations", "stream_publishes", "unpublished_skips",
 )
 
 

@@ -229,6 +229,7 @@ static void test_destroy_with_open_scope_and_free_stream(void) {
   OK(ncclpool_pool_stats(pool, &st));
   EXPECT(q == p);
   EXPECT(st.cross_stream_reuses == reuses); /* freed on stream 7, taken again on 7: no cross-stream reuse */
+  EXPECT(st.stream_publishes == 0);         /* the same stream's reuse records no event */
   OK(ncclpool_free_on_alloc_stream(pool, q));
   EXPECT(ncclpool_free_on_alloc_stream(pool, q) == NCCLPOOL_ERROR_DOUBLE_FREE);
   OK(ncclpool_poll(pool));
