@@ -42,17 +42,7 @@ def worker(args):
     import torch.distributed as dist
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    class Block(torch.nn.Module):
-        """A transformer-like MLP block: the FSDP unit."""
-
-        def __init__(self, dim):
-            super().__init__()
-            self.norm = torch.nn.LayerNorm(dim)
-            self.up = torch.nn.Linear(dim, 4 * dim)
-            self.down = torch.nn.Linear(4 * dim, dim)
-
-        def forward(self, x):
-            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+    from mlp_block import Block  # bench/, the script's folder
 
     mode = args.worker
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -34,19 +34,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from ncclpool import torch_trace  # noqa: E402
-
-
-class Block(torch.nn.Module):
-    """A transformer-like MLP block: the FSDP unit."""
-
-    def __init__(self, dim):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(dim)
-        self.up = torch.nn.Linear(dim, 4 * dim)
-        self.down = torch.nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+from mlp_block import Block  # noqa: E402  (bench/, the script's folder)
 
 
 def nccl_home():
