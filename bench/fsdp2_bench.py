@@ -17,7 +17,8 @@ prints one line 'BENCH {...}': steady step (median, min, max over the steps afte
 memory in use from before the model to the end as cudaMemGetInfo sees it (includes NCCL's own buffers
 and memory outside torch's allocator), torch's peak reserved, the ncclpool pool's reserved bytes and
 windows, and the loss of every step. The driver writes every BENCH line to DIR/fsdp2.jsonl (and --json),
-prints a table (medians over rounds, with the spread), and exits non-zero when a run fails or the
+prints a table (medians over rounds, with the spread of the steady step; first step and setup
+(fully_shard and the helper) as medians), and exits non-zero when a run fails or the
 losses of one mode differ between rounds. Model: ``layers`` MLP blocks of dim ``dim`` (bf16 params,
 fp32 gradient reduction), batch x seq tokens per rank. NVLink multicast stays off.
 """
@@ -178,7 +179,7 @@ def summarize(rows):
     first = rows[0]
     print(f"FSDP2, {first['world']} GPUs, {first['layers']} blocks of dim {first['dim']}, {first['tokens']} tokens per rank, "
           f"{first['steps']} steps; {max(r['round'] for r in rows)} round(s), modes interleaved")
-    print(f"{'mode':<44} {'steady ms: median (min-max over rounds)':<40} {'device GiB':>10} {'vs plain':>8} {'torch peak GiB':>14} {'pool GiB':>8} {'windows/group':>13}")
+    print(f"{'mode':<44} {'steady ms: median (min-max over rounds)':<40} {'1st step ms':>11} {'setup ms':>8} {'device GiB':>10} {'vs plain':>8} {'torch peak GiB':>14} {'pool GiB':>8} {'windows/group':>13}")
     by_spec, ok = {}, True
     for r in rows:
         by_spec.setdefault(r["spec"], []).append(r)
@@ -191,7 +192,9 @@ def summarize(rows):
         pool = [r["ncclpool"] for r in rs if "ncclpool" in r]
         pool_gib = "%.2f" % statistics.median(p["reserved_gib"] for p in pool) if pool else "-"
         windows = str(pool[0]["windows_per_group"]) if pool else "-"
-        print(f"{spec:<44} {statistics.median(steps):8.2f} ({min(steps):.2f}-{max(steps):.2f}){'':<20} {used:10.2f} {versus:>8} "
+        first_ms = statistics.median(r["first_step_ms"] for r in rs)
+        setup_ms = statistics.median(r["setup_ms"] for r in rs)
+        print(f"{spec:<44} {statistics.median(steps):8.2f} ({min(steps):.2f}-{max(steps):.2f}){'':<20} {first_ms:11.1f} {setup_ms:8.0f} {used:10.2f} {versus:>8} "
               f"{statistics.median(r['peak_reserved_gib'] for r in rs):14.2f} {pool_gib:>8} {windows:>13}")
         if any(r["losses"] != rs[0]["losses"] for r in rs):
             print(f"  {spec}: losses differ between rounds")
