@@ -192,6 +192,9 @@ typedef struct {
   uint64_t pending, agreements, errors;
   uint64_t agreements_waited;        /* agreements this rank waited for (it had something to register) */
   uint64_t agreements_in_flight;     /* started, not checked yet */
+  uint64_t segments_created_in_capture; /* segments that appeared during a CUDA graph capture: their
+                                           registration waited for its end (captured collectives on
+                                           them do not use it) */
 } ncclpool_comm_stats_t;
 NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* stats);
 /* The window (or local registration handle) of the segment holding ptr, NULL if none. */

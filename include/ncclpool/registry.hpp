@@ -75,6 +75,11 @@ struct CommunicatorStats {
   std::uint64_t agreements_waited = 0;  ///< of which this rank waited for (it had something to do)
   std::size_t agreements_in_flight = 0; ///< started, result not checked yet (nothing pending then)
   std::uint64_t errors = 0;             ///< failed register/deregister calls
+  /// Segments that appeared while a CUDA graph was being captured, so their registration waited for
+  /// the capture's end: the collectives captured on them do not use it (for a symmetric
+  /// communicator: NCCL's non-symmetric kernels for the graph's lifetime). Reserve and commit before
+  /// capturing to avoid it (docs/registry.md, "Graph capture").
+  std::uint64_t segments_created_in_capture = 0;
 };
 
 /// One communicator's registration of one segment.

@@ -69,7 +69,7 @@ class CommStats(ctypes.Structure):
         ("registrations", c_uint64), ("deregistrations", c_uint64), ("registered_segments", c_uint64),
         ("bytes_registered", c_uint64), ("registration_seconds", c_double), ("pending", c_uint64),
         ("agreements", c_uint64), ("errors", c_uint64), ("agreements_waited", c_uint64),
-        ("agreements_in_flight", c_uint64),
+        ("agreements_in_flight", c_uint64), ("segments_created_in_capture", c_uint64),
     ]
 
 

@@ -118,7 +118,7 @@ std::string full_json(ncclpool_pool_s& p) {
         << ",\"bytes_registered\":" << s.bytes_registered << ",\"registration_seconds\":" << s.registration_seconds
         << ",\"pending\":" << s.pending << ",\"agreements\":" << s.agreements
         << ",\"agreements_waited\":" << s.agreements_waited << ",\"agreements_in_flight\":" << s.agreements_in_flight
-        << ",\"errors\":" << s.errors << "}";
+        << ",\"errors\":" << s.errors << ",\"segments_created_in_capture\":" << s.segments_created_in_capture << "}";
   }
   out << "]}";
   return out.str();

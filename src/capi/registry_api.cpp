@@ -138,7 +138,7 @@ ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_
     *out = ncclpool_comm_stats_t{static_cast<int>(s.kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
                                  s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
                                  s.registration_seconds, s.pending, s.agreements, s.errors, s.agreements_waited,
-                                 s.agreements_in_flight};
+                                 s.agreements_in_flight, s.segments_created_in_capture};
   });
 }
 

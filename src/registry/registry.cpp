@@ -221,9 +221,10 @@ void RegistryImpl::remove_comm(CommState* cs) {
 void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
   std::lock_guard lock(mutex_);
   SegmentEntry entry{segment, {}};
-  const bool in_capture = std::any_of(comms_.begin(), comms_.end(), [](auto& cs) { return cs->kind == RegistrationKind::local; }) && capturing();
+  const bool in_capture = !comms_.empty() && capturing();  // growth path only: a few driver queries
   std::vector<CommState*> pend;
   for (auto& cs : comms_) {
+    if (in_capture) ++cs->stats.segments_created_in_capture;
     if (cs->kind == RegistrationKind::symmetric || in_capture) {
       pend.push_back(cs.get());
       continue;

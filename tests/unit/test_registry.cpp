@@ -157,6 +157,33 @@ TEST(Registry, CaptureDefersLocalRegistrationAndRefusesCommit) {
   r.registry->detach(*comm);
 }
 
+TEST(Registry, SegmentsCreatedDuringCaptureAreCountedForEveryCommunicator) {
+  // What a captured collective on such a segment misses (its window) must be visible in the stats.
+  auto world = std::make_shared<LoopbackGroup>("world", 1);
+  auto dp = std::make_shared<LoopbackGroup>("dp", 1);
+  auto sym = std::make_shared<LoopbackCommunicator>(world, 0);
+  auto local = std::make_shared<LoopbackCommunicator>(dp, 0);
+  Rank r = make_rank(true, 64 * MiB);
+  r.registry->attach(sym, RegistrationKind::symmetric);
+  r.registry->attach(local, RegistrationKind::local);
+  void* before = r.pool->allocate(MiB);  // a chunk with room, created outside capture
+  r.registry->commit();
+  r.source->sim_ordering().set_capturing(true);
+  void* carved = r.pool->allocate(MiB);        // from the committed chunk: has its window
+  void* grown = r.pool->allocate(128 * MiB);   // a new segment: no window until after the capture
+  EXPECT_EQ(r.registry->stats(*sym).segments_created_in_capture, 1u);
+  EXPECT_EQ(r.registry->stats(*local).segments_created_in_capture, 1u);
+  EXPECT_NE(r.registry->handle_of(carved, *sym), nullptr);
+  EXPECT_EQ(r.registry->handle_of(grown, *sym), nullptr);
+  r.source->sim_ordering().set_capturing(false);
+  r.registry->commit();
+  EXPECT_NE(r.registry->handle_of(grown, *sym), nullptr);
+  EXPECT_EQ(r.registry->stats(*sym).segments_created_in_capture, 1u) << "a count of what happened, not a state";
+  for (void* p : {before, carved, grown}) r.pool->deallocate(p);
+  r.registry->detach(*sym);
+  r.registry->detach(*local);
+}
+
 TEST(Registry, ForgetDropsHandlesWithoutCallingTheCommunicator) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);

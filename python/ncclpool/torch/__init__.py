@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -35,7 +36,7 @@ from ncclpool._capi import library, library_path
 __all__ = [
     "init", "create_nccl_mem_pool", "register_mem_pool", "deregister_mem_pool", "forget_group", "nccl_mem",
     "MultiGroupMemPoolAllocator", "MemPoolAllocatorWithoutRegistration", "use_mem_pool", "ncclpool_pool",
-    "stats", "memory_summary", "release_mem_pool", "graph", "check_collectives",
+    "stats", "memory_summary", "release_mem_pool", "graph", "check_collectives", "PerformanceWarning",
 ]
 
 _lock = threading.RLock()
@@ -316,19 +317,64 @@ def use_mem_pool(pool, device=None):
 class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     """``torch.cuda.graph(cuda_graph, pool=pool.id, ...)`` with the capture's allocations attributed
     to the ncclpool pool, and `groups` registered first. torch forbids capturing into a pool that
-    ``use_mem_pool`` is routing to, so capture with this instead of inside ``nccl_mem``. New windows
-    are committed after the capture ends (registration during capture is not allowed).
+    ``use_mem_pool`` is routing to, so capture with this instead of inside ``nccl_mem``.
 
-        with ncclpool.torch.graph(g, pool, groups=[dp_group]):
+    Nothing can be registered during a capture: a segment the capture makes gets its window only
+    after it, and the collectives captured on it run without the window (NCCL's non-symmetric
+    kernels) for the graph's lifetime. ``reserve=BYTES`` grows the pool before the capture, unless a
+    free block of that size is already there, and commits (collective, like the capture itself), so
+    the capture's tensors land in registered memory. When the capture still made segments, a
+    ``PerformanceWarning`` says so, and the communicators' stats count them
+    (``segments_created_in_capture``).
+
+        with ncclpool.torch.graph(g, pool, groups=[dp_group], reserve=256 << 20):
             out = model(static_in)
     """
 
-    def __init__(self, cuda_graph, pool, groups=(), symmetric: bool | None = None, **kwargs):
+    def __init__(self, cuda_graph, pool, groups=(), symmetric: bool | None = None, *, reserve: int = 0, **kwargs):
         super().__init__(pool, list(groups), symmetric)
+        if reserve < 0:
+            raise ValueError(f"ncclpool.torch.graph: reserve must be >= 0 bytes, not {reserve}")
+        self.reserve = reserve
+        self._in_capture_before = 0
         self._capture = torch.cuda.graph(cuda_graph, pool=pool.id, **kwargs)
 
     def _torch_context(self):
         return self._capture
+
+    @staticmethod
+    def _created_in_capture(npool) -> int:
+        return sum(c.stats()["segments_created_in_capture"] for c in npool.communicators)
+
+    def __enter__(self):
+        npool = _binding(self.pool).pool
+        for group in self.groups:
+            register_mem_pool(self.pool, group, self.symmetric)
+        if self.reserve:
+            s = npool.stats()
+            if s["largest_free_block"] < self.reserve:
+                npool.reserve(s["reserved_bytes"] + self.reserve)
+            npool.commit()  # collective: every rank runs the same code before the capture
+        self._in_capture_before = self._created_in_capture(npool)
+        return super().__enter__()
+
+    def __exit__(self, exc_type, exc, tb):
+        result = super().__exit__(exc_type, exc, tb)
+        npool = _binding(self.pool).pool
+        made = self._created_in_capture(npool) - self._in_capture_before
+        if exc is None and made > 0 and npool.communicators:
+            warnings.warn(
+                f"ncclpool.torch.graph: the capture made {made} new segment registration(s) in pool '{npool.name}' "
+                f"(summed over its {len(npool.communicators)} communicator(s)); nothing can be registered during a "
+                "capture, so the collectives captured on those tensors run without it (symmetric windows: NCCL's "
+                "non-symmetric kernels) for the graph's lifetime. Pass reserve=BYTES (what the capture allocates) "
+                "or warm up in the same pool before capturing.",
+                PerformanceWarning, stacklevel=2)
+        return result
+
+
+class PerformanceWarning(UserWarning):
+    """Something runs correctly but slower than ncclpool could make it (see the message)."""
 
 
 def stats(pool) -> dict:

@@ -4,7 +4,8 @@
 
 A Megatron-style FSDP+EP layout (world, expert-dp and ep groups) shares one pool. Checks: results of
 all-gather / reduce-scatter / all-reduce on pool tensors; every segment registered with every group
-once; a second use registers nothing; a CUDA graph captured with pool tensors replays correctly;
+once; a second use registers nothing; a CUDA graph captured with pool tensors replays correctly,
+and with graph(reserve=) its buffers have windows (without, a PerformanceWarning);
 OOM surfaces as torch.OutOfMemoryError carrying ncclpool's message; an FSDP2 model with the helper
 trains with the default allocator's losses; divergent ranks raise on every rank; a rank with
 nothing pending joins the agreement; check mode stops a collective on misplaced buffers; destroying the
@@ -15,6 +16,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -166,6 +168,32 @@ def main():
             assert torch.all(static_out == expect), (step, static_out[:4].tolist(), expect)
         assert npool.pending == 0
         del graph
+
+    @check("graph(reserve=) captures on windows; a capture that grows the pool warns")
+    def _():
+        x = torch.ones(MiB, device="cuda")  # 4 MiB of fp32, outside the pools
+        results = []
+        for reserve, name in ((96 * MiB, "graphs-reserved"), (0, "graphs-fresh")):
+            gpool = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name=name)
+            gn = nccl_allocator.ncclpool_pool(gpool)
+            g = torch.cuda.CUDAGraph()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", nccl_allocator.PerformanceWarning)
+                with nccl_allocator.graph(g, gpool, groups=[world], reserve=reserve):
+                    buf = x * 2  # allocated during the capture
+                    in_window = all(c.handle_of(buf.data_ptr()) for c in gn.communicators)
+                    dist.all_reduce(buf, group=world)
+            warned = any(issubclass(w.category, nccl_allocator.PerformanceWarning) for w in caught)
+            grown = sum(c.stats()["segments_created_in_capture"] for c in gn.communicators)
+            for _ in range(2):
+                g.replay()
+            torch.cuda.synchronize()
+            assert torch.all(buf == 2 * world_size), buf[:4].tolist()
+            results.append((name, in_window, warned, grown))
+            del g
+        log(f"      {results}")
+        assert results[0][1:] == (True, False, 0), results[0]   # reserved: the capture's buffer has its window
+        assert results[1][1:] == (False, True, 1), results[1]   # fresh pool: no window in the graph, and a warning
 
     @check("OOM surfaces as torch.OutOfMemoryError with ncclpool's message")
     def _():
