@@ -259,13 +259,14 @@ if want wheel; then
 fi
 
 # 7. The `ncclpool` tool on the GPU: info, and traces of real training steps recorded with torch
-#    (FSDP2 on 2 GPUs, FSDP+EP on 4), replayed. The traces land in $OUT/traces (test data).
+#    (FSDP2 on 2 GPUs, FSDP+EP on 4, a decode loop with CUDA graphs on 2), replayed. The traces land
+#    in $OUT/traces (test data).
 if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
   { echo "=== ncclpool info"; "$BUILD/tools/ncclpool" info; } >>"$LOG" 2>&1
   row "ncclpool info" "rc=$?; $("$BUILD/tools/ncclpool" info --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(sum(s["ok"] for s in j["sources"]), "of", len(j["sources"]), "source probes ok; symmetric:", j["registration"]["symmetric"])' 2>&1)"
   if python3 -c 'import torch; assert torch.cuda.device_count() >= 2' 2>/dev/null; then
     mkdir -p "$OUT/traces"
-    for spec in "fsdp2 2" "fsdp-ep $(( gpus >= 4 ? 4 : 2 ))"; do
+    for spec in "fsdp2 2" "fsdp-ep $(( gpus >= 4 ? 4 : 2 ))" "decode 2"; do
       set -- $spec
       trace="$OUT/traces/${1//-/_}_${2}gpu.json"
       timeout 300 python3 -m torch.distributed.run --nproc-per-node "$2" scripts/record-torch-trace.py --layout "$1" --out "$trace" >>"$LOG" 2>&1

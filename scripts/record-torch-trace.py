@@ -2,12 +2,16 @@
 
     torchrun --nproc-per-node 2 scripts/record-torch-trace.py --layout fsdp2 --out fsdp2.json
     torchrun --nproc-per-node 4 scripts/record-torch-trace.py --layout fsdp-ep --out fsdp_ep.json
+    torchrun --nproc-per-node 2 scripts/record-torch-trace.py --layout decode --out decode.json
 
 Rank 0's snapshot (torch.cuda.memory._snapshot(), allocation history on, no stack frames) is written.
 Layouts: fsdp2 - a transformer-like MLP stack under FSDP2; fsdp-ep - the same with expert MLPs sharded
 over an expert-data-parallel group and token dispatch/combine all-to-alls over an expert-parallel group
-(the Megatron FSDP+EP shape). In the trace FSDP's all-gather and reduce-scatter buffers live on their
-own streams: `ncclpool replay TRACE --group-by stream` treats each stream as a group.
+(the Megatron FSDP+EP shape); decode - a tensor-parallel decode loop as inference servers run it: bf16
+layers whose outputs are all-reduced in place, a KV cache allocated up front, one CUDA graph captured
+per batch size (1, 2, 4, 8) after a warm-up, then the graphs replayed in turn. In the FSDP traces FSDP's
+all-gather and reduce-scatter buffers live on their own streams: `ncclpool replay TRACE --group-by
+stream` treats each stream as a group.
 
 To record your own job: call torch.cuda.memory._record_memory_history(max_entries=...) before the
 steps, then write json.dump(torch.cuda.memory._snapshot(), f, default=str).
@@ -58,7 +62,7 @@ class Block(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layout", choices=["fsdp2", "fsdp-ep"], default="fsdp2")
+    ap.add_argument("--layout", choices=["fsdp2", "fsdp-ep", "decode"], default="fsdp2")
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--hidden", type=int, default=2048)
@@ -71,6 +75,10 @@ def main():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    if args.layout == "decode":
+        record_decode(args, rank, world)
+        dist.destroy_process_group()
+        return
     ep_group = edp_mesh = None
     if args.layout == "fsdp-ep":
         # ep: pairs of consecutive ranks; edp: ranks with the same position in their pair.
@@ -93,6 +101,12 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad()
+    finish(args, rank, world)
+    dist.destroy_process_group()
+
+
+def finish(args, rank, world):
+    """Rank 0 writes its snapshot; the others stop recording."""
     torch.cuda.synchronize()
     if rank == 0:
         events = torch_trace.write_trace(args.out, f"scripts/record-torch-trace.py --layout {args.layout} on {world} GPUs, "
@@ -100,7 +114,41 @@ def main():
         print(f"wrote {args.out}: {events} events", flush=True)
     else:
         torch.cuda.memory._record_memory_history(enabled=None)
-    dist.destroy_process_group()
+
+
+def record_decode(args, rank, world):
+    """Tensor-parallel decode with CUDA graphs: what a server's decode loop allocates."""
+    torch.manual_seed(0)
+    dtype = torch.bfloat16
+    layers = [nn.Linear(args.hidden, args.hidden, bias=False).to("cuda", dtype) for _ in range(args.layers)]
+    torch_trace.start_recording()
+    kv_cache = [torch.zeros(8, 1024, args.hidden, dtype=dtype, device="cuda") for _ in layers]
+
+    def decode_step(x):
+        for layer, cache in zip(layers, kv_cache):
+            y = layer(x) + cache[: x.shape[0], -1]
+            dist.all_reduce(y)  # tensor parallel: the layer's partial outputs summed in place
+            x = x + y
+        return x
+
+    graphs = []
+    for batch in (1, 2, 4, 8):
+        static_in = torch.zeros(batch, args.hidden, dtype=dtype, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up outside capture
+                decode_step(static_in)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = decode_step(static_in)
+        graphs.append((graph, static_in, static_out))
+    for step in range(args.steps * 20):
+        graph, static_in, _ = graphs[step % len(graphs)]
+        static_in.normal_()
+        graph.replay()
+    finish(args, rank, world)
 
 
 if __name__ == "__main__":
