@@ -6,7 +6,8 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   bench, torch, megatron, fsdp2, wheel, tool, toolbench, nccltests, demo;
+#                                   bench, torch, megatron, fsdp2, decode, wheel, tool, toolbench, nccltests,
+#                                   demo;
 #                                   default all)
 #
 # Optional inputs (ignored folders carried to the GPU host; a section without its input says so):
@@ -51,7 +52,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,wheel,tool,toolbench,nccltests,demo},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,wheel,tool,toolbench,nccltests,demo},"
 want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
@@ -236,6 +237,21 @@ PY
 )"
   else
     row "FSDP2" "not run (needs 2+ GPUs and torch with CUDA)"
+  fi
+fi
+
+# 6e. Decode: in-place bf16 all-reduce in a CUDA graph, plain vs a symmetric pool (graph(reserve=)) vs
+#     a capture that grows the pool (no window in the graph).
+if want decode; then
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 \
+      bench/decode_bench.py --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1
+    rc=$?
+    cat "$OUT/decode.txt" >>"$LOG"
+    tables+=("$(sed -n '/^decode all-reduce/,/^ratio/p' "$OUT/decode.txt")" "(decode rc=$rc)")
+    row "decode: symmetric/plain per size" "rc=$rc; $(awk '/Ki  / {printf "%s %s, ", $1, $(NF-1)}' "$OUT/decode.txt")"
+  else
+    row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
   fi
 fi
 

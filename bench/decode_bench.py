@@ -1,0 +1,145 @@
+"""Decode-style all-reduce in a CUDA graph: plain torch memory vs an ncclpool symmetric pool (issue 12).
+
+    torchrun --nproc-per-node 2 bench/decode_bench.py [--sizes 16K,64K,256K,1M,4M,16M] [--rounds 5]
+                                                      [--per-graph 32] [--replays 20] [--json FILE]
+
+Per size, one bf16 buffer per mode, all-reduced in place `--per-graph` times inside one captured CUDA
+graph (what a tensor-parallel decode step does), the graph replayed `--replays` times and timed with
+CUDA events; the time per all-reduce is reported. Modes, interleaved in every round:
+  plain       the buffer from torch's caching allocator (no registration)
+  symmetric   the buffer allocated inside ncclpool.torch.graph(..., reserve=) from a symmetric pool:
+              its window exists during the capture, so the captured all-reduces use it
+  captured    the same without reserve, in a fresh pool: the capture makes the segment, the window
+              comes after it, so the graph runs the plain path (what reserve= fixes); a
+              PerformanceWarning is expected
+Rank 0 prints a table (median over rounds, min-max) and the ratio of each mode to plain, and writes
+every sample as JSON with --json. NVLink multicast stays off. The symmetric kernels' CTA count is
+NCCL's (NCCL_SYM_CTAS in the environment changes it).
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import warnings
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import ncclpool.torch as nccl_allocator  # noqa: E402
+
+MODES = ("plain", "symmetric", "captured")
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def capture(mode, size, per_graph, group, pools):
+    """Returns (graph, buffer) with `per_graph` in-place all-reduces of a `size`-byte bf16 buffer."""
+    graph = torch.cuda.CUDAGraph()
+    count = size // 2
+    if mode == "plain":
+        buf = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
+        with torch.cuda.graph(graph):
+            for _ in range(per_graph):
+                dist.all_reduce(buf, group=group)
+        return graph, buf
+    pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name=f"decode-{mode}-{size}")
+    pools.append(pool)
+    reserve = 2 * size + (64 << 20) if mode == "symmetric" else 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nccl_allocator.PerformanceWarning)  # expected for "captured"
+        with nccl_allocator.graph(graph, pool, groups=[group], reserve=reserve):
+            buf = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
+            for _ in range(per_graph):
+                dist.all_reduce(buf, group=group)
+    return graph, buf
+
+
+def time_graph(graph, replays, per_graph):
+    graph.replay()  # warm
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (replays * per_graph)  # us per all-reduce
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="16K,64K,256K,1M,4M,16M")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--per-graph", type=int, default=32)
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    world = dist.group.WORLD
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    # Warm NCCL on a side stream before any capture (torch's rule for collectives in graphs).
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        dist.all_reduce(torch.ones(1024, device="cuda"), group=world)
+    torch.cuda.synchronize()
+
+    pools, graphs = [], {}
+    for size in sizes:
+        for mode in MODES:
+            graphs[(mode, size)] = capture(mode, size, args.per_graph, world, pools)
+    samples = []
+    for rnd in range(args.rounds):
+        for size in sizes:
+            for mode in MODES:
+                graph, _ = graphs[(mode, size)]
+                samples.append(dict(round=rnd, size=size, mode=mode, us=time_graph(graph, args.replays, args.per_graph)))
+    # Results: from `start` on every rank, per_graph in-place sums give start * n^per_graph (start is
+    # chosen so that both stay well inside bf16's range; exact when n is a power of two). The timing
+    # runs on zeros, which stay zeros.
+    n = dist.get_world_size()
+    start = 2.0 ** -round(args.per_graph * math.log2(n) / 2)
+    expect = start * float(n) ** args.per_graph
+    for graph, buf in graphs.values():
+        buf.fill_(start)
+        graph.replay()
+    torch.cuda.synchronize()
+    wrong = [f"{m} {s >> 10} KiB" for (m, s), (_, buf) in graphs.items()
+             if not torch.allclose(buf.float(), torch.full_like(buf, expect, dtype=torch.float32), rtol=0.05)]
+    if rank == 0:
+        print(f"decode all-reduce in a CUDA graph, {n} GPUs, bf16 in place, {args.per_graph} per graph, "
+              f"{args.replays} replays, {args.rounds} rounds interleaved (us per all-reduce: median, min-max)")
+        print(f"{'size':>8}  " + "  ".join(f"{m:>24}" for m in MODES) + "  " + "  ".join(f"{m + '/plain':>16}" for m in MODES[1:]))
+        for size in sizes:
+            med = {}
+            cells = []
+            for mode in MODES:
+                us = [s["us"] for s in samples if s["mode"] == mode and s["size"] == size]
+                med[mode] = statistics.median(us)
+                cells.append(f"{med[mode]:8.2f} ({min(us):.2f}-{max(us):.2f})")
+            ratios = [f"{med['plain'] / med[m]:15.2f}x" for m in MODES[1:]]
+            print(f"{size >> 10:>6}Ki  " + "  ".join(f"{c:>24}" for c in cells) + "  " + "  ".join(ratios))
+        print("ratio = plain time / mode time (above 1: faster than plain)")
+        if wrong:
+            print(f"WRONG RESULT (expected {expect:g} everywhere): " + ", ".join(wrong))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(world=n, per_graph=args.per_graph, replays=args.replays, samples=samples), f, indent=1)
+    dist.destroy_process_group()
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
