@@ -152,6 +152,8 @@ typedef struct {
   uint64_t attached_communicators, pending_registrations;
   uint64_t stream_publishes;   /* events recorded so that other streams may reuse freed blocks */
   uint64_t unpublished_skips;  /* searches that passed over another stream's unpublished free block */
+  uint64_t largest_fresh_block; /* largest free block no stream owns: any stream (a capturing one too)
+                                   takes it without a wait */
 } ncclpool_pool_stats_t;
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_t* stats);
 /* Statistics as JSON (the pool's counters plus one object per attached communicator). Writes at

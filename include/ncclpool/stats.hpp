@@ -30,6 +30,10 @@ struct PoolStats {
   std::uint64_t hook_errors = 0;         ///< exceptions swallowed from release observers
   std::uint64_t stream_publishes = 0;    ///< events recorded so other streams may reuse freed blocks
   std::uint64_t unpublished_skips = 0;   ///< searches that passed over another stream's unpublished free block
+  /// Largest free block that no stream owns (never used, or handed back after a device sync): any
+  /// stream takes it without a wait, a capturing one included. What a CUDA graph capture can use
+  /// without growing (ncclpool.torch.graph's reserve= checks it).
+  std::size_t largest_fresh_block = 0;
 };
 
 /// @brief The snapshot as one JSON object (stable key names = the field names above).

@@ -56,6 +56,7 @@ _POOL_STATS_FIELDS = (
     "segment_count", "largest_free_block", "active_allocations", "allocation_count", "deallocation_count",
     "segments_created", "segments_released", "oom_count", "oom_recoveries", "cross_stream_reuses",
     "hook_errors", "attached_communicators", "pending_registrations", "stream_publishes", "unpublished_skips",
+    "largest_fresh_block",
 )
 
 

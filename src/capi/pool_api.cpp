@@ -255,7 +255,7 @@ ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_
                                  s.allocation_count, s.deallocation_count, s.segments_created, s.segments_released,
                                  s.oom_count, s.oom_recoveries, s.cross_stream_reuses, s.hook_errors,
                                  pool->registry->attached(), pool->registry->pending(), s.stream_publishes,
-                                 s.unpublished_skips};
+                                 s.unpublished_skips, s.largest_fresh_block};
   });
 }
 

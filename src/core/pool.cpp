@@ -47,7 +47,8 @@ std::string to_json(const PoolStats& s) {
       << ",\"segments_created\":" << s.segments_created << ",\"segments_released\":" << s.segments_released
       << ",\"oom_count\":" << s.oom_count << ",\"oom_recoveries\":" << s.oom_recoveries
       << ",\"cross_stream_reuses\":" << s.cross_stream_reuses << ",\"hook_errors\":" << s.hook_errors
-      << ",\"stream_publishes\":" << s.stream_publishes << ",\"unpublished_skips\":" << s.unpublished_skips << "}";
+      << ",\"stream_publishes\":" << s.stream_publishes << ",\"unpublished_skips\":" << s.unpublished_skips
+      << ",\"largest_fresh_block\":" << s.largest_fresh_block << "}";
   return out.str();
 }
 

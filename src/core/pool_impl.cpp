@@ -585,6 +585,7 @@ PoolStats PoolImpl::stats() const {
   std::size_t largest = fresh_.index.largest();
   for (const auto& st : streams_) largest = std::max(largest, st->index.largest());
   s.largest_free_block = largest;
+  s.largest_fresh_block = fresh_.index.largest();
   return s;
 }
 

@@ -50,13 +50,22 @@ def test_reserve_commits_windows_before_the_capture(graph_rig):
     (comm,) = pool.communicators
     assert comm.handle_of(ptr), "the captured tensor is not in a window"
     assert comm.stats()["segments_created_in_capture"] == 0
-    assert pool.stats()["segment_count"] == 1
+    assert pool.stats()["segment_count"] == 1 and pool.stats()["largest_fresh_block"] == 16 * MiB
+    # A second capture that fits in the fresh rest of that segment grows nothing.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with layer.graph(object(), mempool, groups=[tp], reserve=16 * MiB):
+            second = captured_alloc(16 * MiB)
+    assert pool.stats()["segment_count"] == 1 and comm.handle_of(second)
+    # Memory a stream freed is that stream's: a capturing stream could not take it without a wait,
+    # so it does not count as room for the next capture.
     ncclpool.library().ncclpool_torch_free(ptr, 80 * MiB, 0, None)
-    # A second capture that fits in a free block (the 80 MiB just freed) reserves nothing more.
+    assert pool.stats()["largest_free_block"] == 80 * MiB and pool.stats()["largest_fresh_block"] == 0
     with layer.graph(object(), mempool, groups=[tp], reserve=64 * MiB):
-        ptr = captured_alloc(16 * MiB)
-    assert pool.stats()["segment_count"] == 1
-    ncclpool.library().ncclpool_torch_free(ptr, 16 * MiB, 0, None)
+        third = captured_alloc(64 * MiB)
+    assert pool.stats()["segment_count"] == 2 and comm.handle_of(third)
+    for p, size in ((second, 16 * MiB), (third, 64 * MiB)):
+        ncclpool.library().ncclpool_torch_free(p, size, 0, None)
     pool.check()
 
 

@@ -111,10 +111,12 @@ TEST(StreamOrdering, APublishedBlockAbsorbsAdjacentFreshMemory) {
   void* b = pool.allocate(MiB / 2, 5);  // [a 1 MiB][b 512 KiB][fresh 512 KiB]
   pool.deallocate(a);                   // unpublished: stays apart
   EXPECT_EQ(pool.stats().largest_free_block, MiB);
+  EXPECT_EQ(pool.stats().largest_fresh_block, MiB / 2) << "a is stream 1's; only the tail is no stream's";
   pool.check_invariants();
   pool.deallocate(b, 1);  // unpublished too
   pool.publish_frees(1);  // a, b and the fresh tail become one block
   EXPECT_EQ(pool.stats().largest_free_block, 2 * MiB);
+  EXPECT_EQ(pool.stats().largest_fresh_block, 0u) << "the tail joined stream 1's block";
   void* c = pool.allocate(2 * MiB, 2);
   EXPECT_EQ(a, c);
   EXPECT_EQ(source->sim_ordering().wait_count(), 1u) << "taking stream 1's memory needs a wait";

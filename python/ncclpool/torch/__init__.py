@@ -322,8 +322,9 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     Nothing can be registered during a capture: a segment the capture makes gets its window only
     after it, and the collectives captured on it run without the window (NCCL's non-symmetric
     kernels) for the graph's lifetime. ``reserve=BYTES`` grows the pool before the capture, unless a
-    free block of that size is already there, and commits (collective, like the capture itself), so
-    the capture's tensors land in registered memory. When the capture still made segments, a
+    fresh block of that size (no stream owns it: a capturing stream cannot wait on others) is already
+    there, and commits (collective, like the capture itself), so the capture's tensors land in
+    registered memory. When the capture still made segments, a
     ``PerformanceWarning`` says so, and the communicators' stats count them
     (``segments_created_in_capture``).
 
@@ -352,7 +353,7 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
             register_mem_pool(self.pool, group, self.symmetric)
         if self.reserve:
             s = npool.stats()
-            if s["largest_free_block"] < self.reserve:
+            if s["largest_fresh_block"] < self.reserve:  # what a capturing stream can take without a wait
                 npool.reserve(s["reserved_bytes"] + self.reserve)
             npool.commit()  # collective: every rank runs the same code before the capture
         self._in_capture_before = self._created_in_capture(npool)
