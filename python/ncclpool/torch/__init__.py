@@ -323,8 +323,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     after it, and the collectives captured on it run without the window (NCCL's non-symmetric
     kernels) for the graph's lifetime. ``reserve=BYTES`` grows the pool before the capture, unless a
     fresh block of that size (no stream owns it: a capturing stream cannot wait on others) is already
-    there, and commits (collective, like the capture itself), so the capture's tensors land in
-    registered memory. When the capture still made segments, a
+    there; pending windows are committed before every capture (collective, like the capture
+    itself), so the capture's tensors land in registered memory. When the capture still made segments, a
     ``PerformanceWarning`` says so, and the communicators' stats count them
     (``segments_created_in_capture``).
 
@@ -355,7 +355,9 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
             s = npool.stats()
             if s["largest_fresh_block"] < self.reserve:  # what a capturing stream can take without a wait
                 npool.reserve(s["reserved_bytes"] + self.reserve)
-            npool.commit()  # collective: every rank runs the same code before the capture
+        # Always an agreement point, reserve or not: a rank that reserved and one that did not then
+        # disagree here, by name, instead of pairing one rank's agreement with another's collective.
+        npool.commit()
         self._in_capture_before = self._created_in_capture(npool)
         return super().__enter__()
 
