@@ -324,8 +324,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     kernels) for the graph's lifetime. ``reserve=BYTES`` grows the pool before the capture, unless a
     fresh block of that size (no stream owns it: a capturing stream cannot wait on others) is already
     there; pending windows are committed before every capture (collective, like the capture
-    itself), so the capture's tensors land in registered memory. When the capture still made segments, a
-    ``PerformanceWarning`` says so, and the communicators' stats count them
+    itself), so the capture's tensors land in registered memory. When the capture still made
+    segments, a ``PerformanceWarning`` says so, and the communicators' stats count them
     (``segments_created_in_capture``).
 
         with ncclpool.torch.graph(g, pool, groups=[dp_group], reserve=256 << 20):
@@ -370,8 +370,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
                 f"ncclpool.torch.graph: the capture made {made} new segment registration(s) in pool '{npool.name}' "
                 f"(summed over its {len(npool.communicators)} communicator(s)); nothing can be registered during a "
                 "capture, so the collectives captured on those tensors run without it (symmetric windows: NCCL's "
-                "non-symmetric kernels) for the graph's lifetime. Pass reserve=BYTES (what the capture allocates) "
-                "or warm up in the same pool before capturing.",
+                "non-symmetric kernels) for the graph's lifetime. Pass reserve=BYTES (at least what the capture "
+                "allocates) to graph().",
                 PerformanceWarning, stacklevel=2)
         return result
 
