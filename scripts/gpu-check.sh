@@ -182,7 +182,7 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
       tests/gpu/torch/check_torch_layer.py >"$BUILD/torch-$n.log" 2>&1
     rc=$?
     { echo "=== torch layer, $n GPUs (rc=$rc)"; cat "$BUILD/torch-$n.log"; } >>"$TORCH_LOG"
-    row "torch layer checks, $n GPUs" "$(grep -c '^CHECK .*: ok' "$BUILD/torch-$n.log") ok, $(grep -c '^CHECK .*: FAILED' "$BUILD/torch-$n.log") failed (rc=$rc)"
+    row "torch layer checks, $n GPUs" "$(grep -c '^CHECK .*: ok' "$BUILD/torch-$n.log") ok, $(grep -c '^CHECK .*: FAILED' "$BUILD/torch-$n.log") failed, $(grep -c '^CHECK .*: skipped' "$BUILD/torch-$n.log") skipped (rc=$rc)"
     row "  NCCL log: [Symmetric] kernel lines" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -c '\[Symmetric\]')"
   done
   timeout 300 python3 tests/gpu/torch/probe_alloc_failures.py "$PWD/$BUILD/tests/libncclpool_torch_probe.so" >"$BUILD/torch-probe.log" 2>&1
@@ -267,7 +267,7 @@ if want wheel; then
     rc=$?
     lib=$(cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" python3 -c 'import ncclpool._capi as c; print(c.library_path())' 2>&1)
     cat "$OUT/wheel.log" >>"$LOG"
-    row "wheel $(basename "$wheel")" "$(grep -c '^CHECK .*: ok' "$OUT/wheel.log") ok, $(grep -c '^CHECK .*: FAILED' "$OUT/wheel.log") failed (rc=$rc); library $lib"
+    row "wheel $(basename "$wheel")" "$(grep -c '^CHECK .*: ok' "$OUT/wheel.log") ok, $(grep -c '^CHECK .*: FAILED' "$OUT/wheel.log") failed, $(grep -c '^CHECK .*: skipped' "$OUT/wheel.log") skipped (rc=$rc); library $lib"
     rm -rf "$site" "$work"
   else
     row "wheel" "not run (no .whl/ncclpool-*.whl or dist/ncclpool-*.whl: pip wheel . -w .whl on a build machine)"

@@ -36,8 +36,13 @@ def log(msg):
 
 
 def check(name):
-    """Runs a check on every rank; all ranks agree on the outcome (one failing rank fails it)."""
+    """Runs a check on every rank; all ranks agree on the outcome (one failing rank fails it). After a
+    failure the later checks are skipped (their collectives could pair with a failed check's and wait
+    out the agreement timeout each: minutes of GPU time); NCCLPOOL_CHECK_KEEP_GOING=1 runs them."""
     def wrap(fn):
+        if failures and os.environ.get("NCCLPOOL_CHECK_KEEP_GOING") != "1":
+            log(f"CHECK {name}: skipped (an earlier check failed; NCCLPOOL_CHECK_KEEP_GOING=1 runs it)")
+            return fn
         ok = 1
         try:
             fn()
