@@ -52,9 +52,7 @@ TEST(StreamOrdering, AFreeIsPublishedByTheStreamsNextFreeElsewhereThenCrossesBeh
 
 TEST(StreamOrdering, AnUnpublishedBlockStaysOnItsStreamAndMakesThatStreamEager) {
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 2 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 2 * MiB});
   void* a = pool.allocate(2 * MiB, 1);
   pool.deallocate(a);  // unpublished: stream 1 may still be destroyed without another call
   void* b = pool.allocate(2 * MiB, 2);
@@ -164,10 +162,7 @@ TEST(StreamOrdering, ARefusedPublishKeepsEveryBlockOfTheStreamHome) {
 
 TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 4 * MiB;
-  config.deterministic = true;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB, .deterministic = true});
   pool.reserve(4 * MiB);  // one 4 MiB segment (a 2 MiB request would get a segment of its own)
   void* a = pool.allocate(2 * MiB, 1);
   void* b = pool.allocate(2 * MiB, 2);  // the segment is full: a (stream 1) then b (stream 2)
@@ -189,10 +184,7 @@ TEST(StreamOrdering, AdjacentBlocksOfTwoStreamsMergeBehindWaitsBeforeTheyGrow) {
 
 TEST(StreamOrdering, AMergeNeverTakesAnotherStreamsUnpublishedBlock) {
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 4 * MiB;
-  config.deterministic = true;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB, .deterministic = true});
   pool.reserve(4 * MiB);  // one 4 MiB segment (a 2 MiB request would get a segment of its own)
   void* a = pool.allocate(2 * MiB, 1);
   void* b = pool.allocate(2 * MiB, 2);
@@ -209,9 +201,7 @@ TEST(StreamOrdering, AMergeNeverTakesAnotherStreamsUnpublishedBlock) {
 
 TEST(StreamOrdering, AMergeThatCannotWaitGrowsInstead) {
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 4 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB});
   pool.reserve(4 * MiB);  // one 4 MiB segment for both 2 MiB blocks
   void* a = pool.allocate(2 * MiB, 1);
   void* b = pool.allocate(2 * MiB, 2);
@@ -242,9 +232,7 @@ TEST(StreamOrdering, CompletedEventSkipsTheWaitUnlessDeterministic) {
   for (bool deterministic : {false, true}) {
     auto source = sim();
     source->sim_ordering().set_complete(true);
-    PoolConfig config;
-    config.deterministic = deterministic;
-    Pool pool(source, config);
+    Pool pool(source, PoolConfig{.deterministic = deterministic});
     void* a = pool.allocate(2 * MiB, 1);
     pool.deallocate(a);
     pool.publish_frees(1);
@@ -296,9 +284,7 @@ TEST(StreamOrdering, TrimWaitsForTheStreamOrTheDeviceBeforeReleasing) {
 
 TEST(StreamOrdering, OutOfMemoryHandsUnpublishedBlocksToOtherStreamsAfterADeviceSync) {
   auto source = sim(4 * MiB);
-  PoolConfig config;
-  config.growth_chunk = 4 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB});
   pool.reserve(4 * MiB);  // one 4 MiB segment for both 2 MiB blocks
   void* a = pool.allocate(2 * MiB, 1);
   void* keep = pool.allocate(2 * MiB, 1);  // the segment stays in use: trimming cannot help
@@ -342,9 +328,7 @@ TEST(StreamOrdering, AnUnpublishedBlockPublishedWhileWithheldCrossesWhenPutBack)
 
 TEST(MemoryBreakdown, SaysWhereTheReservedBytesAre) {
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 4 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB});
   void* a = pool.allocate(1000, 1);     // 1,024-byte block: 24 bytes of rounding
   void* b = pool.allocate(MiB, 1);
   void* c = pool.allocate(MiB, 1);
@@ -375,9 +359,7 @@ std::vector<std::size_t> segment_sizes(const Pool& pool) {
 
 TEST(Growth, LargeRequestsGetSegmentsOfTheirOwnSizeSmallOnesShareChunks) {
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 1024 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 1024 * MiB});
   void* large = pool.allocate(100 * MiB + 1);  // >= chunk / 16: its own size, rounded to 2 MiB
   void* small = pool.allocate(60 * MiB);       // below: a chunk that later requests share
   void* shares = pool.allocate(900 * MiB);     // fits in the chunk
@@ -395,9 +377,7 @@ TEST(Growth, SegmentsOfTheirOwnStopAtABudgetThatGrowsWithTheReserve) {
   // Requests that are each just at the bound (max(chunk / 16, reserved / 64)) would each get a
   // segment, a window per group: at most 64 plus one per chunk's worth of reserve, then chunks.
   auto source = sim();
-  PoolConfig config;
-  config.growth_chunk = 64 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.growth_chunk = 64 * MiB});
   std::vector<void*> blocks;
   for (int i = 0; i < 200; ++i) {
     const std::size_t reserved = pool.stats().reserved_bytes;
@@ -434,9 +414,7 @@ TEST(OutOfMemory, ReleasesCachedSegmentsAndRetriesOnce) {
 
 TEST(OutOfMemory, FailsWithAClearErrorAndLeavesThePoolUsable) {
   auto source = sim(4 * MiB);
-  PoolConfig config;
-  config.name = "acts";
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.name = "acts"});
   void* a = pool.allocate(3 * MiB);
   try {
     (void)pool.allocate(2 * MiB);
@@ -479,9 +457,7 @@ TEST(OutOfMemory, BackendErrorsPropagateWithoutRetryOrLeak) {
 
 TEST(OutOfMemory, MaxReservedCapsTheGrowth) {
   auto source = sim();
-  PoolConfig config;
-  config.max_reserved = 4 * MiB;
-  Pool pool(source, config);
+  Pool pool(source, PoolConfig{.max_reserved = 4 * MiB});
   void* a = pool.allocate(3 * MiB);
   EXPECT_THROW((void)pool.allocate(2 * MiB), OutOfMemory);
   EXPECT_THROW((void)pool.allocate(5 * MiB), SizeTooLarge);
