@@ -257,6 +257,9 @@ class _PoolContext:
     def _torch_context(self):
         return torch.cuda.use_mem_pool(self.pool, device=self.device)
 
+    def _before_scope(self, npool) -> None:
+        """Runs after the groups are registered, before the scope and the torch context open."""
+
     def __enter__(self):
         if not self.enabled:
             return self
@@ -264,6 +267,7 @@ class _PoolContext:
         if self.register:
             for group in self.groups:
                 register_mem_pool(self.pool, group, self.symmetric)
+        self._before_scope(binding.pool)
         self._failures = library().ncclpool_torch_failures()
         with contextlib.ExitStack() as stack:  # unwinds the scope if the torch context fails to enter
             stack.enter_context(binding.pool.scope(commit=self.commit))
@@ -347,10 +351,7 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     def _created_in_capture(npool) -> int:
         return sum(c.stats()["segments_created_in_capture"] for c in npool.communicators)
 
-    def __enter__(self):
-        npool = _binding(self.pool).pool
-        for group in self.groups:
-            register_mem_pool(self.pool, group, self.symmetric)
+    def _before_scope(self, npool) -> None:
         if self.reserve:
             s = npool.stats()
             if s["largest_fresh_block"] < self.reserve:  # what a capturing stream can take without a wait
@@ -359,7 +360,6 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
         # disagree here, by name, instead of pairing one rank's agreement with another's collective.
         npool.commit()
         self._in_capture_before = self._created_in_capture(npool)
-        return super().__enter__()
 
     def __exit__(self, exc_type, exc, tb):
         result = super().__exit__(exc_type, exc, tb)
