@@ -259,8 +259,7 @@ Block* PoolImpl::take_free_block(std::size_t size, StreamState* requester) {
 Block* PoolImpl::foreign_block(StreamState* other, std::size_t size) {
   Block* b = other->index.find(size);
   if (b == nullptr || b != other->unpublished) return b;
-  other->eager = true;
-  other->quiet_frees = 0;
+  other->make_eager();
   ++stats_.unpublished_skips;
   // find() returns the head of a bin: taking it out and back in leaves the bin's order unchanged.
   other->index.remove(b);
@@ -278,10 +277,7 @@ Block* PoolImpl::merge_free_run(std::size_t size, StreamState* requester) {
   // No free block fits as it is, and the pool may have to grow: every other stream holding
   // unpublished memory publishes from its next free on, so that its memory can serve others later.
   for (const auto& other : streams_)
-    if (other.get() != requester && other->unpublished != nullptr) {
-      other->eager = true;
-      other->quiet_frees = 0;
-    }
+    if (other.get() != requester && other->unpublished != nullptr) other->make_eager();
   for (const auto& segment : segments_) {
     // A segment with fewer free bytes than the request holds no run: the walk skips full segments.
     if (segment->withheld || segment->size - segment->live_bytes < size) continue;

@@ -39,6 +39,12 @@ struct StreamState {
   bool publish_refused = false;   // the last publish failed (graph capture): none of its blocks may cross
   bool eager = false;
   std::uint32_t quiet_frees = 0;  // eager frees since another stream last took this stream's memory
+
+  // Another stream wants (or may soon want) this stream's memory: publish at every free from now on.
+  void make_eager() {
+    eager = true;
+    quiet_frees = 0;
+  }
 };
 
 // Whether `block` is the unpublished block of the stream that owns it.
