@@ -17,6 +17,8 @@ every sample as JSON with --json. NVLink multicast stays off. The symmetric kern
 NCCL's (NCCL_SYM_CTAS in the environment changes it).
 """
 import argparse
+import faulthandler
+import gc
 import json
 import math
 import os
@@ -58,9 +60,12 @@ def capture(mode, size, per_graph, group, pools):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nccl_allocator.PerformanceWarning)  # expected for "captured"
         with nccl_allocator.graph(graph, pool, groups=[group], reserve=reserve):
-            buf = torch.zeros(count, dtype=torch.bfloat16, device="cuda")
+            # empty, not zeros: a fill made here would be captured and rerun before every replay's
+            # all-reduces, and the correctness check below would read back the fill.
+            buf = torch.empty(count, dtype=torch.bfloat16, device="cuda")
             for _ in range(per_graph):
                 dist.all_reduce(buf, group=group)
+    buf.zero_()  # the timing runs on zeros, which stay zeros
     return graph, buf
 
 
@@ -137,7 +142,17 @@ def main():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(dict(world=n, per_graph=args.per_graph, replays=args.replays, samples=samples), f, indent=1)
+    # Graphs first: NCCL's communicator destroy waits for every graph that captured one of its
+    # collectives to be destroyed (pytorch/pytorch#115388), so destroy_process_group would hang.
+    graphs.clear()
+    graph = buf = None  # the loops' last graph too
+    gc.collect()
+    torch.cuda.synchronize()
+    for pool in pools:  # windows deregistered collectively, in the same order on every rank
+        nccl_allocator.deregister_mem_pool(pool, world)
+    faulthandler.dump_traceback_later(120, exit=True)  # a teardown that hangs says where
     dist.destroy_process_group()
+    faulthandler.cancel_dump_traceback_later()
     sys.exit(1 if wrong else 0)
 
 

@@ -244,7 +244,7 @@ fi
 #     a capture that grows the pool (no window in the graph).
 if want decode; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 600 python3 -m torch.distributed.run --nproc-per-node 2 \
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
       bench/decode_bench.py --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1
     rc=$?
     cat "$OUT/decode.txt" >>"$LOG"
