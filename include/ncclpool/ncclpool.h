@@ -204,8 +204,11 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, c
 
 /* ---- Scopes (per thread) ----
  * Between begin and end, this thread's PyTorch allocations through the pluggable allocator below
- * come from `pool`. end() commits pending windows (collective) unless a CUDA graph is being captured
- * on the pool's device: then they stay pending for the next commit. Scopes nest; end() must name the
+ * come from `pool`. end() is a scope end of the pool's registry (ncclpool::Scope::close): at its
+ * scheduled scope ends (the first 16, then every 16th, counted per pool: the same on every rank;
+ * every one in check mode) it commits pending windows (collective), at the others only what needs
+ * no agreement; under CUDA graph capture on the pool's device nothing, and what is pending waits.
+ * ncclpool_commit() commits at once. Scopes nest; end() must name the
  * innermost scope's pool (INVALID_STATE otherwise). The scope is closed even when the commit fails. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool);

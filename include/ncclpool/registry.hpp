@@ -20,9 +20,11 @@
 ///   releases them collectively. Local registrations are removed before a segment is freed.
 /// * detach(comm): removes all of comm's registrations (collectively for windows, after agreement).
 ///   forget(comm): drops comm's handles without calling it (aborted or destroyed communicator).
+/// * Scope ends (Scope::close) commit on a schedule the same on every rank: the first
+///   RegistryOptions::scope_period of them, then every scope_period-th.
 /// * Steady state costs little: allocation with no growth never enters the registry; commit() with
 ///   nothing pending is O(1) without symmetric communicators, and one enqueued all-gather per
-///   symmetric communicator with them.
+///   symmetric communicator with them (so a steady scope end costs that once per scope_period).
 /// * Check mode (RegistryOptions::check, NCCLPOOL_CHECK) proves more at each agreement point, at the
 ///   price of a host wait there: see CheckLevel.
 
@@ -60,6 +62,11 @@ NCCLPOOL_API CheckLevel check_level_from_env();
 struct RegistryOptions {
   /// Check level; std::nullopt = check_level_from_env().
   std::optional<CheckLevel> check;
+  /// Which scope ends are agreement points (see Scope::close): each of the first `scope_period`
+  /// scope ends of the registry, then every `scope_period`-th. Counted per registry, the same on
+  /// every rank. 1 = every scope end (what check mode uses). Must be >= 1.
+  unsigned scope_period = kDefaultScopePeriod;
+  static constexpr unsigned kDefaultScopePeriod = 16;
 };
 
 /// Per-communicator counters.
@@ -150,6 +157,7 @@ class NCCLPOOL_API Registry {
  private:
   friend class Scope;
   std::atomic<int>& impl_open_scopes() noexcept;
+  void end_scope();  // Scope::close: commit at the scheduled scope ends, else local pending only
   std::unique_ptr<detail::RegistryImpl> impl_;
 };
 
@@ -163,7 +171,12 @@ class NCCLPOOL_API Scope {
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
-  /// Commits the registry (collective when something is pending) and leaves the scope.
+  /// Leaves the scope; at the registry's scheduled scope ends (RegistryOptions::scope_period: the
+  /// first few, then every so many, counted per registry so that every rank has the same schedule)
+  /// also commits it (collective over the symmetric communicators). Windows for segments made
+  /// between two scheduled scope ends wait for the next one (their memory works meanwhile, through
+  /// NCCL's non-symmetric path); call Registry::commit() on every rank to register them now.
+  /// Local registrations that fell into a graph capture are made at every scope end.
   void close();
   [[nodiscard]] Registry& registry() noexcept { return *registry_; }
 

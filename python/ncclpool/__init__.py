@@ -254,8 +254,10 @@ class Pool:
 
     @contextlib.contextmanager
     def scope(self, commit: bool = True):
-        """Routes this thread's torch pluggable-allocator requests to this pool; at exit commits pending
-        windows (collective; skipped under CUDA graph capture) unless ``commit=False``."""
+        """Routes this thread's torch pluggable-allocator requests to this pool. Its exit is a scope end
+        (unless ``commit=False``): the first 16 of the pool, then every 16th, commit pending windows
+        (collective, the same schedule on every rank; every one in check mode; skipped under CUDA
+        graph capture). ``commit()`` commits at once."""
         call("ncclpool_scope_begin", self.handle)
         try:
             yield self

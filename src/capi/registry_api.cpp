@@ -161,9 +161,7 @@ ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool) {
 ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool) {
   return guarded("ncclpool_scope_end", [&] {
     std::unique_ptr<Scope> scope = capi::pop_scope(pool, "scope_end");
-    // Under graph capture registration is not allowed: leave the windows pending for a later commit.
-    if (pool->pool->source().ordering().device_capturing()) return;  // ~Scope pops without committing
-    scope->close();  // pops, then commits (collective when something is pending)
+    scope->close();  // pops; commits at the registry's scheduled scope ends (nothing under graph capture)
   });
 }
 

@@ -97,6 +97,7 @@ std::size_t Registry::attached() const { return impl_->attached(); }
 void Registry::check_invariants() const { impl_->check_invariants(); }
 Pool& Registry::pool() noexcept { return *impl_->pool_; }
 std::atomic<int>& Registry::impl_open_scopes() noexcept { return impl_->open_scopes_; }
+void Registry::end_scope() { impl_->end_scope(); }
 const std::shared_ptr<Pool>& Registry::shared_pool() const noexcept { return impl_->pool_; }
 
 // ---- Scope: a thread-local stack of open scopes ----
@@ -126,7 +127,7 @@ void Scope::leave() noexcept {
 void Scope::close() {
   if (!open_) throw InvalidState("scope: close() called twice");
   leave();
-  registry_->commit();
+  registry_->end_scope();
 }
 
 Scope* current_scope() noexcept { return innermost; }

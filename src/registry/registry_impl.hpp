@@ -111,7 +111,8 @@ class RegistryImpl final : public PoolObserver {
   void attach(std::shared_ptr<Communicator> comm, RegistrationKind kind);
   void detach(const Communicator& comm);
   void forget(const Communicator& comm);
-  void commit();
+  void commit() { commit(/*agree=*/true); }
+  void end_scope();
   void poll();
   std::size_t trim();
   std::optional<SegmentRegistrations> lookup(const void* ptr) const;
@@ -150,6 +151,9 @@ class RegistryImpl final : public PoolObserver {
   // its live blocks (before mutex_: pool -> registry lock order) and keeps them in last_layout_.
   [[nodiscard]] std::unique_lock<std::mutex> lock_for_agreement();
   void remove_comm(CommState* cs);
+  // agree: the symmetric communicators' agreement too (every explicit commit, scheduled scope ends);
+  // else only local registrations left pending by a capture.
+  void commit(bool agree);
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<CommState>> comms_;     // attach order
@@ -158,6 +162,8 @@ class RegistryImpl final : public PoolObserver {
   std::atomic<std::size_t> pending_total_{0};
   std::atomic<std::size_t> symmetric_count_{0};       // symmetric communicators attached
   CheckLevel check_ = CheckLevel::off;
+  unsigned scope_period_ = RegistryOptions::kDefaultScopePeriod;  // 1 in check mode
+  std::atomic<std::uint64_t> scope_ends_{0};          // Scope::close calls, ever (the schedule's clock)
   std::vector<BlockLocation> last_layout_;            // check mode: this rank's blocks at the last agreement
 };
 

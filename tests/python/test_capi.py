@@ -268,6 +268,29 @@ def test_scope_without_commit_and_error_path_leave_pending():
     p.close()
 
 
+def test_scope_ends_commit_on_a_schedule_and_commit_is_immediate():
+    g = ncclpool.SimGroup("world", 1)
+    p = sim_pool("symmetric")
+    c = p.attach_sim(g, 0)
+    lib = ncclpool.library()
+    for _ in range(16):  # scope ends 0..15: each one agrees
+        with p.scope():
+            pass
+    agreements = c.stats()["agreements"]
+    with p.scope():  # scope end 16: scheduled
+        x = lib.ncclpool_torch_alloc(6 * MiB, 0, None)
+    assert p.pending == 0 and c.stats()["agreements"] == agreements + 1
+    with p.scope():  # scope end 17: not scheduled, the window waits and nothing collective runs
+        y = lib.ncclpool_torch_alloc(6 * MiB, 0, None)
+    assert p.pending == 1 and c.stats()["agreements"] == agreements + 1
+    p.commit()  # at once
+    assert p.pending == 0 and c.stats()["registered_segments"] == 2
+    for ptr in (x, y):
+        lib.ncclpool_torch_free(ptr, 0, 0, None)
+    c.detach()
+    p.close()
+
+
 def test_torch_entry_points_route_by_scope_then_binding():
     lib = ncclpool.library()
     a, b = sim_pool(name="a"), sim_pool(name="b")

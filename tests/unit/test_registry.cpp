@@ -60,14 +60,62 @@ TEST(Registry, SteadyStateRegistersNothingAndOnlyJoinsTheAgreement) {
     a = r.pool->allocate(MiB);
     scope.close();
   }
-  // Each use is an agreement point: one all-gather, enqueued without waiting, and no registration.
-  EXPECT_EQ(group->collective_calls(), calls + 100) << "a use with nothing new joins exactly one agreement";
+  // Scheduled scope ends (the first 16, then every 16th: 0..15, 16, 32, 48, 64, 80, 96) are
+  // agreement points: one all-gather each, enqueued without waiting, and no registration.
+  EXPECT_EQ(group->collective_calls(), calls + 22) << "a scheduled use with nothing new joins exactly one agreement";
   const CommunicatorStats s = r.registry->stats(*comm);
   EXPECT_EQ(s.registrations, 1u);
   EXPECT_EQ(s.agreements_waited, 2u) << "only attach and the first commit waited";
   EXPECT_LE(s.agreements_in_flight, 16u);
   r.pool->deallocate(a);
   r.registry->detach(*comm);
+}
+
+// A window for a segment made after the first scope_period scope ends waits for the next scheduled
+// one, on every rank; meanwhile unscheduled scope ends start nothing collective.
+TEST(Registry, ScopeEndsAgreeOnASchedule) {
+  auto group = std::make_shared<LoopbackGroup>("world", 1);
+  auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
+  Rank r = make_rank(true, 2 * MiB, 0, "ncclpool", RegistryOptions{.check = CheckLevel::off, .scope_period = 4});
+  r.registry->attach(comm, RegistrationKind::symmetric);
+  auto use = [&](std::size_t bytes) {
+    Scope scope(*r.registry);
+    void* p = bytes ? r.pool->allocate(bytes) : nullptr;
+    scope.close();
+    return p;
+  };
+  const auto calls = group->collective_calls();
+  for (int i = 0; i < 4; ++i) use(0);  // scope ends 0..3: each agrees
+  EXPECT_EQ(group->collective_calls(), calls + 4);
+  void* grown = use(8 * MiB);  // scope end 4: scheduled (4 % 4 == 0), the window comes at once
+  EXPECT_EQ(r.registry->pending(), 0u);
+  void* later = use(64 * MiB);  // scope end 5: not scheduled, the segment waits
+  EXPECT_EQ(r.registry->pending(), 1u);
+  EXPECT_EQ(group->collective_calls(), calls + 4 + 2) << "scope end 4: agreement + window; scope end 5: nothing collective";
+  use(0);
+  use(0);  // scope ends 6, 7
+  EXPECT_EQ(r.registry->pending(), 1u);
+  use(0);  // scope end 8: scheduled
+  EXPECT_EQ(r.registry->pending(), 0u);
+  EXPECT_EQ(group->collective_calls(), calls + 6 + 2) << "scope end 8: agreement + window";
+  r.registry->check_invariants();
+  r.pool->deallocate(grown);
+  r.pool->deallocate(later);
+  r.registry->detach(*comm);
+}
+
+TEST(Registry, ScopePeriodOneAndCheckModeAgreeAtEveryScopeEnd) {
+  for (const RegistryOptions options : {RegistryOptions{.check = CheckLevel::off, .scope_period = 1}, RegistryOptions{.check = CheckLevel::layout}}) {
+    auto group = std::make_shared<LoopbackGroup>("world", 1);
+    auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
+    Rank r = make_rank(true, 2 * MiB, 0, "ncclpool", options);
+    r.registry->attach(comm, RegistrationKind::symmetric);
+    const auto calls = group->collective_calls();
+    for (int i = 0; i < 40; ++i) Scope(*r.registry).close();
+    EXPECT_EQ(group->collective_calls(), calls + 40);
+    r.registry->detach(*comm);
+  }
+  EXPECT_THROW(Registry(make_rank().pool, RegistryOptions{.check = CheckLevel::off, .scope_period = 0}), InvalidArgument);
 }
 
 TEST(Registry, BadAttachesAreClearErrors) {

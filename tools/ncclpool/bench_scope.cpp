@@ -1,7 +1,8 @@
 // `ncclpool bench scope`: what one use of a pool by a communication group costs, for S segments
 // shared by G groups, under three strategies:
-//   ncclpool   - one pool; every segment registered once per group; a use is a scope (enter +
-//                commit with nothing pending: one enqueued agreement all-gather per symmetric group)
+//   ncclpool   - one pool; every segment registered once per group; a use is a scope (enter + end;
+//                a scheduled scope end, the first 16 then every 16th, commits with nothing pending:
+//                one enqueued agreement all-gather per symmetric group). Also: an explicit commit.
 //   megatron   - one pool; each use registers the whole pool with the group and deregisters it at
 //                the end (Megatron-LM's nccl_allocator pattern)
 //   per-group  - one pool per group (SGLang's approach): uses are cheap, memory is G times larger
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 namespace ncclpool::tool {
 namespace {
@@ -34,6 +36,8 @@ struct Outcome {
   double host_per_use_s = 0;  // the calling thread's cost when the device is not behind (bursts)
   double registrations_per_use = 0;
   std::size_t reserved = 0;
+  double agreements_per_use = 0;  // over the timed uses (after the first scope_period: steady state)
+  double commit_host_s = 0;       // an explicit commit with nothing pending (bursts, as host_per_use_s)
 };
 
 PoolConfig pool_config(std::size_t chunk) {
@@ -80,34 +84,47 @@ Outcome run_registered(Team& team, const Config& c, bool pool_per_group) {
     auto t = BenchClock::now();
     for (int g = 0; g < c.groups; ++g) registry_of_group(g).attach(team.comm(rank, g), c.kind);
     const double setup = seconds_since(t);
-    t = BenchClock::now();
-    for (int i = 0; i < c.uses; ++i) {
+    auto agreements = [&] {
+      std::uint64_t n = 0;
+      for (int g = 0; g < c.groups; ++g) n += registry_of_group(g).stats(*team.comm(rank, g)).agreements;
+      return n;
+    };
+    auto use = [&](int i) {
       Scope scope(registry_of_group(i % c.groups));
-      scope.close();  // commit: nothing pending; one agreement all-gather per symmetric group, enqueued, not waited for
-    }
+      scope.close();  // at scheduled scope ends: one agreement all-gather per symmetric group, enqueued, not waited for
+    };
+    // The first scope ends of a registry all agree (a pool grows in its first uses): past them, the steady state.
+    for (int i = 0; i < static_cast<int>(RegistryOptions::kDefaultScopePeriod) * c.groups; ++i) use(i);
+    const std::uint64_t agreements_before = agreements();
+    t = BenchClock::now();
+    for (int i = 0; i < c.uses; ++i) use(i);
     const double per_use = seconds_since(t) / c.uses;
+    const double agreements_per_use = static_cast<double>(agreements() - agreements_before) / c.uses;
     // Host cost: bursts of a few uses, then (not timed) until their agreements completed, so that no
     // use waits for the device: what a use costs a thread whose GPU keeps up (the usual case: uses
     // sit between kernels). Back-to-back uses above are paced by the device instead.
     constexpr int kBurst = 4;
-    double host = 0;
-    int timed = 0;
-    for (int b = 0; b < std::max(1, c.uses / 10 / kBurst); ++b) {
-      const auto burst = BenchClock::now();
-      for (int i = 0; i < kBurst; ++i) {
-        Scope scope(registry_of_group((timed + i) % c.groups));
-        scope.close();
+    auto bursts = [&](const std::function<void(int)>& body) {
+      double host = 0;
+      int timed = 0;
+      for (int b = 0; b < std::max(1, c.uses / 10 / kBurst); ++b) {
+        const auto burst = BenchClock::now();
+        for (int i = 0; i < kBurst; ++i) body(timed + i);
+        host += seconds_since(burst);
+        timed += kBurst;
+        for (int g = 0; g < c.groups; ++g) {
+          Registry& r = registry_of_group(g);
+          while (r.stats(*team.comm(rank, g)).agreements_in_flight != 0) r.poll();
+        }
       }
-      host += seconds_since(burst);
-      timed += kBurst;
-      for (int g = 0; g < c.groups; ++g) {
-        Registry& r = registry_of_group(g);
-        while (r.stats(*team.comm(rank, g)).agreements_in_flight != 0) r.poll();
-      }
-    }
+      return host / timed;
+    };
+    const double host = bursts(use);
+    // What every use cost when each scope end agreed (before the schedule): an explicit commit.
+    const double commit_host = bursts([&](int i) { registry_of_group(i % c.groups).commit(); });
     std::size_t reserved = 0;
     for (const auto& f : filled) reserved += f->pool->stats().reserved_bytes;
-    if (rank == 0) out = Outcome{setup, per_use, host / timed, 0, reserved};
+    if (rank == 0) out = Outcome{setup, per_use, host, 0, reserved, agreements_per_use, commit_host};
     sync.wait();
     for (int g = 0; g < c.groups; ++g) registry_of_group(g).detach(*team.comm(rank, g));
   });
@@ -174,8 +191,8 @@ int cmd_bench_scope(const Args& a) {
 
   Table table;
   table.title = "one use of the pool by one group (uses rotate over the groups); rank 0";
-  table.headers = {"S", "G", "strategy", "setup ms", "per use us", "host us/use", "registrations/use", "reserved", "per use vs ncclpool"};
-  table.keys = {"segments", "groups", "strategy", "setup_ms", "per_use_us", "host_per_use_us", "registrations_per_use", "reserved_bytes", "ratio"};
+  table.headers = {"S", "G", "strategy", "setup ms", "per use us", "host us/use", "agreements/use", "commit host us", "registrations/use", "reserved", "per use vs ncclpool"};
+  table.keys = {"segments", "groups", "strategy", "setup_ms", "per_use_us", "host_per_use_us", "agreements_per_use", "commit_host_us", "registrations_per_use", "reserved_bytes", "ratio"};
   Progress progress("bench scope", segment_counts.size() * group_counts.size() * 3);
   double target_ratio = 0;
   for (int s : segment_counts) {
@@ -192,7 +209,8 @@ int cmd_bench_scope(const Args& a) {
       const Outcome per_group = run_registered(*team, c, /*pool_per_group=*/true);
       auto add = [&](const char* name, const Outcome& o) {
         table.add({integer_cell(s), integer_cell(g), text_cell(name), number_cell(o.setup_s * 1e3, 2), number_cell(o.per_use_s * 1e6, 3),
-                   number_cell(o.host_per_use_s * 1e6, 3), number_cell(o.registrations_per_use, 0), bytes_cell(o.reserved), number_cell(o.per_use_s / mine.per_use_s, 1)});
+                   number_cell(o.host_per_use_s * 1e6, 3), number_cell(o.agreements_per_use, 3), number_cell(o.commit_host_s * 1e6, 3),
+                   number_cell(o.registrations_per_use, 0), bytes_cell(o.reserved), number_cell(o.per_use_s / mine.per_use_s, 1)});
       };
       add("ncclpool", mine);
       add("megatron", megatron);
@@ -208,9 +226,11 @@ int cmd_bench_scope(const Args& a) {
     report.notes.push_back(buf);
   }
   report.notes.push_back("per-group uses cost what ncclpool's do, but reserve G times the memory");
-  report.notes.push_back("per use: uses back to back; with symmetric groups each use is one agreement all-gather per group, so this is "
-                         "the device's pace of those. host us/use: bursts of 4 uses with the device caught up in between: the "
-                         "calling thread's cost");
+  report.notes.push_back("per use: uses back to back, after the registry's first 16 scope ends (each of which agrees); every 16th "
+                         "scope end then agrees (one all-gather per symmetric group: agreements/use). host us/use: bursts of 4 uses "
+                         "with the device caught up in between: the calling thread's cost. commit host us: the same for an explicit "
+                         "commit with nothing pending (one agreement per symmetric group), what every use cost when each scope "
+                         "end agreed");
   print(report, a.json);
   return 0;
 }

@@ -239,8 +239,9 @@ def _install_destroy_hook() -> None:
 class _PoolContext:
     """Registers groups (first use only), then enters the pool's scope (ncclpool.Pool.scope) and a torch
     context that routes allocations to the MemPool (torch.cuda.use_mem_pool unless a subclass says
-    otherwise). At exit pending windows are committed (collective, skipped under graph capture) unless
-    commit is False or an exception is on its way out."""
+    otherwise). At exit the pool's scope ends (ncclpool.Pool.scope): at its scheduled scope ends (the
+    first 16, then every 16th) pending windows are committed (collective, skipped under graph capture),
+    unless commit is False or an exception is on its way out."""
 
     def __init__(self, pool, groups, symmetric: bool | None, enabled: bool = True, device=None, commit: bool = True,
                  register: bool = True):
@@ -306,15 +307,15 @@ class MultiGroupMemPoolAllocator(_PoolContext):
 class MemPoolAllocatorWithoutRegistration(_PoolContext):
     """Allocations from `pool` without registering any group and without a collective at exit
     (segments of groups registered earlier are still registered: locally at once, windows at the next
-    commit, e.g. the next nccl_mem exit)."""
+    commit, e.g. a later nccl_mem exit that is a scheduled scope end)."""
 
     def __init__(self, pool):
         super().__init__(pool, [], None, commit=False, register=False)
 
 
 def use_mem_pool(pool, device=None):
-    """Like torch.cuda.use_mem_pool, attributing new segments to the ncclpool pool, and committing
-    pending windows at exit (collective when there are any)."""
+    """Like torch.cuda.use_mem_pool, attributing new segments to the ncclpool pool; its exit is a scope
+    end of the pool (pending windows committed at the scheduled ones, collective)."""
     return _PoolContext(pool, [], None, device=device, register=False)
 
 
@@ -328,7 +329,7 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     kernels) for the graph's lifetime. ``reserve=BYTES`` grows the pool before the capture, unless a
     fresh block of that size (no stream owns it: a capturing stream cannot wait on others) is already
     there; pending windows are committed before every capture (collective, like the capture
-    itself), so the capture's tensors land in registered memory. When the capture still made
+    itself), so the capture's tensors land in registered memory, and after it. When the capture still made
     segments, a ``PerformanceWarning`` says so, and the communicators' stats count them
     (``segments_created_in_capture``).
 
@@ -337,7 +338,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     """
 
     def __init__(self, cuda_graph, pool, groups=(), symmetric: bool | None = None, *, reserve: int = 0, **kwargs):
-        super().__init__(pool, list(groups), symmetric)
+        # The scope ends without its scheduled commit: graph() commits before and after the capture.
+        super().__init__(pool, list(groups), symmetric, commit=False)
         if reserve < 0:
             raise ValueError(f"ncclpool.torch.graph: reserve must be >= 0 bytes, not {reserve}")
         self.reserve = reserve
@@ -364,6 +366,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     def __exit__(self, exc_type, exc, tb):
         result = super().__exit__(exc_type, exc, tb)
         npool = _binding(self.pool).pool
+        if exc is None:
+            npool.commit()  # the windows of what the capture made, now rather than at a later scope end
         made = self._created_in_capture(npool) - self._in_capture_before
         if exc is None and made > 0 and npool.communicators:
             warnings.warn(
