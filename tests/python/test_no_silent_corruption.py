@@ -153,3 +153,24 @@ def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch,
     assert kinds == [expected, expected], kinds
     for c in list(pool.communicators):
         c.forget()
+
+
+def test_a_context_use_finds_registered_groups_without_asking_torch(torch_layer, monkeypatch):
+    # Every use of nccl_mem / MultiGroupMemPoolAllocator registers its groups; a group already
+    # registered is found by identity, without the torch calls behind _comm_ptr.
+    layer = torch_layer
+    mempool = layer.create_nccl_mem_pool(symmetric=False, source="sim")
+    pool = layer.ncclpool_pool(mempool)
+    group = ncclpool.SimGroup("dp", 1)
+    monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
+    world = layer.dist.ProcessGroup()
+    asked = []
+    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: asked.append(g) or 1)
+    for _ in range(5):
+        with layer.nccl_mem(mempool, group=world):
+            pass
+    assert asked == [world], "the communicator of a registered group was looked up again"
+    with pytest.raises(errors.InvalidState, match="deregister_mem_pool first"):
+        layer.register_mem_pool(mempool, world, symmetric=True)  # the other kind: still refused
+    for c in list(pool.communicators):
+        c.forget()

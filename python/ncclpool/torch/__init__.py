@@ -178,7 +178,9 @@ def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
     binding = _binding(pool)
     kind = _kind_for(binding, symmetric)
     group = group if group is not None else dist.group.WORLD
-    ptr = _comm_ptr(group, binding.pool.device)
+    # Every context use comes here: find the group among the attachments first (no torch call).
+    existing = next((a for a in list(binding.attachments.values()) if a.group is group), None)
+    ptr = existing.comm_ptr if existing is not None else _comm_ptr(group, binding.pool.device)
     with _lock:
         existing = binding.attachments.get(ptr)
         if existing is not None:
