@@ -258,12 +258,20 @@ class Pool:
         (unless ``commit=False``): the first 16 of the pool, then every 16th, commit pending windows
         (collective, the same schedule on every rank; every one in check mode; skipped under CUDA
         graph capture). ``commit()`` commits at once."""
-        call("ncclpool_scope_begin", self.handle)
+        self._scope_begin()
         try:
             yield self
         except BaseException:
-            call("ncclpool_scope_leave", self.handle)  # no collective on an error path
+            self._scope_finish(commit=False)  # no collective on an error path
             raise
+        self._scope_finish(commit)
+
+    # scope() in two calls, for ncclpool.torch's contexts (a use of one costs microseconds).
+    def _scope_begin(self) -> None:
+        call("ncclpool_scope_begin", self.handle)
+
+    def _scope_finish(self, commit: bool) -> None:
+        """commit: a scope end (committing at the scheduled ones); else the scope is only left."""
         call("ncclpool_scope_end" if commit else "ncclpool_scope_leave", self.handle)
 
     # -- statistics --

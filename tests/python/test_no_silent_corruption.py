@@ -174,3 +174,27 @@ def test_a_context_use_finds_registered_groups_without_asking_torch(torch_layer,
         layer.register_mem_pool(mempool, world, symmetric=True)  # the other kind: still refused
     for c in list(pool.communicators):
         c.forget()
+
+
+@pytest.mark.parametrize("fails_in", ["enter", "exit"])
+def test_a_torch_context_that_fails_leaves_no_scope_open(torch_layer, monkeypatch, fails_in):
+    layer = torch_layer
+
+    class Failing:
+        def __enter__(self):
+            if fails_in == "enter":
+                raise RuntimeError("torch refused to route allocations")
+            return self
+
+        def __exit__(self, *exc):
+            if fails_in == "exit":
+                raise RuntimeError("torch refused to stop routing allocations")
+            return False
+
+    monkeypatch.setattr(layer.torch.cuda, "use_mem_pool", lambda pool, device=None: Failing())
+    mempool = layer.create_nccl_mem_pool(symmetric=False, source="sim")
+    with pytest.raises(RuntimeError, match="torch refused"):
+        with layer.use_mem_pool(mempool):
+            pass
+    assert ncclpool.library().ncclpool_current_pool() is None, "the pool's scope stayed open"
+    layer.release_mem_pool(mempool)  # refused while a scope of the pool is open

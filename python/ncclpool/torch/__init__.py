@@ -20,7 +20,6 @@ the calling thread (graph capture included); outside any scope, to the single po
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import warnings
@@ -254,7 +253,7 @@ class _PoolContext:
         self.device = device
         self.commit = commit
         self.register = register
-        self._stack = None
+        self._open = None  # (ncclpool pool, torch context) while entered
         self._failures = 0
 
     def _torch_context(self):
@@ -263,26 +262,41 @@ class _PoolContext:
     def _before_scope(self, npool) -> None:
         """Runs after the groups are registered, before the scope and the torch context open."""
 
+    # Every use of a context comes through __enter__ and __exit__: plain calls, no ExitStack or
+    # generator, and registered groups found by identity without a call.
     def __enter__(self):
         if not self.enabled:
             return self
         binding = _binding(self.pool)
         if self.register:
+            kind = _kind_for(binding, self.symmetric)
+            attached = tuple(binding.attachments.values())
             for group in self.groups:
-                register_mem_pool(self.pool, group, self.symmetric)
-        self._before_scope(binding.pool)
+                if not any(a.group is group and a.kind == kind for a in attached):
+                    register_mem_pool(self.pool, group, self.symmetric)
+        npool = binding.pool
+        self._before_scope(npool)
         self._failures = library().ncclpool_torch_failures()
-        with contextlib.ExitStack() as stack:  # unwinds the scope if the torch context fails to enter
-            stack.enter_context(binding.pool.scope(commit=self.commit))
-            stack.enter_context(self._torch_context())
-            self._stack = stack.pop_all()
+        npool._scope_begin()
+        try:
+            context = self._torch_context()
+            context.__enter__()
+        except BaseException:
+            npool._scope_finish(commit=False)  # the scope does not outlive a torch context that failed to enter
+            raise
+        self._open = (npool, context)
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if not self.enabled:
             return False
-        stack, self._stack = self._stack, None
-        stack.__exit__(exc_type, exc, tb)
+        (npool, context), self._open = self._open, None
+        try:
+            context.__exit__(exc_type, exc, tb)
+        except BaseException:
+            npool._scope_finish(commit=False)  # no collective on an error path
+            raise
+        npool._scope_finish(commit=self.commit and exc is None)
         if exc is not None and library().ncclpool_torch_failures() > self._failures and hasattr(exc, "add_note"):
             exc.add_note(f"ncclpool: {_np.last_error()}")
         return False
