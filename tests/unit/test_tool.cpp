@@ -190,3 +190,20 @@ TEST(RecordedTraces, ReplayThroughSharedAndPerGroupPools) {
     EXPECT_EQ(r.shared.peak_live, r.per_group_peak_live);  // same blocks, split differently
   }
 }
+
+// A tensor-parallel decode loop with CUDA graphs (scripts/record-torch-trace.py --layout decode, 2x
+// H200): small (352 MiB live at the peak), one stream per captured graph besides the default one.
+TEST(RecordedTraces, DecodeWithGraphsReplays) {
+  TraceOptions by_stream;
+  by_stream.group_by = GroupBy::stream;
+  const Trace t = load_trace(kData + "/traces/decode_2gpu.json", by_stream);
+  EXPECT_GT(t.events.size(), 400u);
+  EXPECT_EQ(t.groups.size(), 6u);
+  ReplayOptions o;
+  o.growth_chunk = 64 * MiB;
+  const ReplayResult r = replay(t, o);
+  EXPECT_GT(r.shared.peak_live, 300 * MiB);
+  EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
+  for (std::size_t regs : r.shared_registrations_per_group) EXPECT_EQ(regs, r.shared.segments);
+  EXPECT_EQ(r.shared.peak_live, r.per_group_peak_live);
+}
