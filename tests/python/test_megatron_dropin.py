@@ -109,3 +109,40 @@ def test_a_pool_made_before_install_is_reported(torch_layer, packages):
     with pytest.warns(UserWarning, match="NCCL_MEMORY_POOL already exists"):
         dropin.install()
     dropin.uninstall()
+
+
+def test_with_the_dropin_every_context_exit_commits(torch_layer, packages, monkeypatch):
+    # Megatron enters nccl_mem only to allocate a new buffer: on the pool's schedule alone (the first
+    # 16 exits, then every 16th) the windows of the last buffers could wait for a use that never comes.
+    import ncclpool
+    packages()
+    layer = torch_layer
+    mempool = layer.create_nccl_mem_pool(symmetric=True, source="sim", growth_chunk=4 << 20)
+    pool = layer.ncclpool_pool(mempool)
+    group = ncclpool.SimGroup("dp", 1)
+    monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
+    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    world = layer.dist.group.WORLD
+    lib = ncclpool.library()
+    buffers = []
+
+    def new_buffer():
+        with layer.nccl_mem(mempool, group=world):
+            buffers.append(lib.ncclpool_torch_alloc(6 << 20, 0, None))  # a segment of its own
+        return pool.pending
+
+    dropin, _ = install(layer)
+    assert [new_buffer() for _ in range(20)] == [0] * 20, "an exit left a window pending"
+    dropin.uninstall()
+    assert layer._commit_at_every_exit is False
+    # The drop-in's exits committed themselves and are not the pool's scope ends: its schedule starts now.
+    assert [new_buffer() for _ in range(17)] == [0] * 17  # scope ends 0..16: each scheduled
+    for _ in range(15):  # scope ends 17..31: not scheduled
+        new_buffer()
+    assert pool.pending == 15
+    new_buffer()  # scope end 32: scheduled
+    assert pool.pending == 0
+    for ptr in buffers:
+        lib.ncclpool_torch_free(ptr, 0, 0, None)
+    for c in list(pool.communicators):
+        c.forget()

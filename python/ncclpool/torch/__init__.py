@@ -59,6 +59,13 @@ class _Binding:
 
 
 _bindings: dict = {}  # torch MemPool id -> _Binding
+
+# Megatron-Core's allocator registers at every context exit, and Megatron enters nccl_mem only to
+# allocate a new buffer (mostly in the first steps), then never again: at the pool's scheduled scope
+# ends alone, the last buffers' windows would wait for a use that never comes. ncclpool.torch.megatron
+# .install() sets this: every context exit then commits (one agreement per group, ~10 us, against the
+# milliseconds Megatron-Core's allocator spends re-registering there).
+_commit_at_every_exit = False
 _pools_created = 0     # names pools in creation order (the same on every rank)
 
 
@@ -296,7 +303,10 @@ class _PoolContext:
         except BaseException:
             npool._scope_finish(commit=False)  # no collective on an error path
             raise
-        npool._scope_finish(commit=self.commit and exc is None)
+        every = _commit_at_every_exit and self.commit and exc is None
+        npool._scope_finish(commit=self.commit and exc is None and not every)
+        if every:
+            npool.commit()
         if exc is not None and library().ncclpool_torch_failures() > self._failures and hasattr(exc, "add_note"):
             exc.add_note(f"ncclpool: {_np.last_error()}")
         return False

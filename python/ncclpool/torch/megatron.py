@@ -15,6 +15,9 @@ use). What it does:
   (megatron-fsdp's ``NCCL_ALLOCATOR``) are switched to the Megatron-Core flavour;
 * where Megatron-Core is not installed (megatron-fsdp alone), empty ``megatron`` / ``megatron.core``
   packages are registered so that megatron-fsdp's import finds ncclpool.torch;
+* every ncclpool.torch context exit commits pending windows at once, as Megatron-Core's allocator
+  registers at every exit (Megatron enters ``nccl_mem`` only to allocate a new buffer): without the
+  drop-in, exits commit on the pool's schedule (its first 16, then every 16th);
 * unlike Megatron's ``init()``, ncclpool never sets ``NCCL_NVLS_ENABLE``.
 
 ``uninstall()`` puts back everything ``install()`` changed.
@@ -82,6 +85,7 @@ def install() -> list[str]:
         _set_attr_new(sys.modules["megatron"], "core", sys.modules["megatron.core"])
         replaced.append("megatron, megatron.core (not installed: empty parent packages)")
     _set_module(TARGET, layer)
+    _set_attr(layer, "_commit_at_every_exit", True)
     replaced.append(f"sys.modules['{TARGET}']" + (f" (was {getattr(original, '__file__', original)})" if original else ""))
     core = sys.modules.get("megatron.core")
     if core is not None:
