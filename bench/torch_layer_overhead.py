@@ -9,39 +9,22 @@ own use_mem_pool and the allocation are not in it: bench/torch_bench.py on GPUs 
 Median of 5 runs of --uses uses each; --profile prints cProfile's top entries for G = 2.
 """
 import argparse
-import contextlib
 import os
 import statistics
 import sys
 import time
-import types
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
 def stand_in_torch():
-    torch = types.ModuleType("torch")
-    torch.Tensor = type("Tensor", (), {})
-    torch.device = lambda *a: types.SimpleNamespace(index=a[-1] if len(a) > 1 else None)
-    cuda = types.ModuleType("torch.cuda")
-    cuda.is_available = lambda: True
-    cuda.current_device = lambda: 0
-    cuda.nccl = types.SimpleNamespace(version=lambda: 0)
-    cuda.is_current_stream_capturing = lambda: False
-    ids = iter(range(1, 1 << 30))
-    cuda.MemPool = lambda allocator: types.SimpleNamespace(id=(next(ids), 0))
-    cuda.memory = types.SimpleNamespace(CUDAPluggableAllocator=lambda *a: types.SimpleNamespace(allocator=lambda: None))
-    cuda.use_mem_pool = lambda pool, device=None: contextlib.nullcontext()
-    torch.cuda = cuda
-    dist = types.ModuleType("torch.distributed")
-    dist.ProcessGroup = type("ProcessGroup", (), {})
-    dist.group = types.SimpleNamespace(WORLD=dist.ProcessGroup())
-    dist.destroy_process_group = lambda group=None: None
-    dist.distributed_c10d = types.SimpleNamespace(destroy_process_group=dist.destroy_process_group)
-    dist.all_reduce = lambda *a, **k: None
-    torch.distributed = dist
-    sys.modules.update({"torch": torch, "torch.cuda": cuda, "torch.distributed": dist})
-    return dist
+    """The tests' stand-in for torch (tests/python/torch_stand_in.py) in sys.modules."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+    import torch_stand_in
+    modules = torch_stand_in.make_modules()
+    sys.modules.update(modules)
+    return modules["torch.distributed"]
 
 
 def main():
