@@ -145,6 +145,11 @@ class NCCLPOOL_API Registry {
   [[nodiscard]] std::size_t pending() const;
   [[nodiscard]] std::size_t attached() const;
   [[nodiscard]] CheckLevel check_level() const noexcept;
+  /// Scope ends so far (Scope::close calls), and the number of the next scope end that commits (a
+  /// scope end numbered n commits when n < scope_period or n is a multiple of it).
+  [[nodiscard]] std::uint64_t scope_ends() const noexcept;
+  [[nodiscard]] std::uint64_t next_committing_scope_end() const noexcept;
+  [[nodiscard]] unsigned scope_period() const noexcept;
   /// Open Scopes on this registry (all threads). Destroying a registry with open scopes is a bug.
   [[nodiscard]] int open_scopes() const noexcept;
   /// Each live segment registered exactly once with each attached communicator (or pending), no

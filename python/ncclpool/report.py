@@ -45,6 +45,11 @@ def _pool_lines(pool) -> list[str]:
     ]
     comms = j["communicators"]
     lines.append(f"  communicators {len(comms)}, pending registrations {j['pending_registrations']}")
+    if "scope_ends" in j and any(c["kind"] == "symmetric" for c in comms):
+        waiting = " (pending windows wait for it, or for commit())" if j["pending_registrations"] else ""
+        period = j["scope_period"]
+        rule = "every one commits" if period == 1 else f"the first {period} commit, then every {period}th"
+        lines.append(f"  scope ends {j['scope_ends']} ({rule}); the next that commits: #{j['next_committing_scope_end']}{waiting}")
     if comms:
         lines.append(f"    {'communicator':44}{'kind':>10}{'segments':>10}{'registered':>13}{'time':>11}{'pending':>9}")
         for c in comms:

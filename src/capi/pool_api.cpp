@@ -107,7 +107,9 @@ std::string full_json(ncclpool_pool_s& p) {
   out << ",\"breakdown\":{\"reserved\":" << m.reserved << ",\"requested\":" << m.requested << ",\"rounding\":" << m.rounding
       << ",\"free_in_used_segments\":" << m.free_in_used_segments << ",\"never_used\":" << m.never_used
       << ",\"other_streams_only\":" << m.other_streams_only << ",\"empty_segments\":" << m.empty_segments << "}";
-  out << ",\"pending_registrations\":" << p.registry->pending() << ",\"communicators\":[";
+  out << ",\"pending_registrations\":" << p.registry->pending() << ",\"scope_ends\":" << p.registry->scope_ends()
+      << ",\"scope_period\":" << p.registry->scope_period() << ",\"next_committing_scope_end\":" << p.registry->next_committing_scope_end()
+      << ",\"communicators\":[";
   std::lock_guard lock(p.comms_mutex);
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
     const auto& c = *p.comms[i];

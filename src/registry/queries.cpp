@@ -87,6 +87,13 @@ void Registry::forget(const Communicator& comm) { impl_->forget(comm); }
 void Registry::commit() { impl_->commit(); }
 void Registry::poll() { impl_->poll(); }
 CheckLevel Registry::check_level() const noexcept { return impl_->check_level(); }
+std::uint64_t Registry::scope_ends() const noexcept { return impl_->scope_ends(); }
+unsigned Registry::scope_period() const noexcept { return impl_->scope_period(); }
+std::uint64_t Registry::next_committing_scope_end() const noexcept {
+  const std::uint64_t n = impl_->scope_ends();
+  const unsigned p = impl_->scope_period();
+  return detail::RegistryImpl::scope_end_commits(n, p) ? n : n + (p - n % p);
+}
 int Registry::open_scopes() const noexcept { return impl_->open_scopes_.load(); }
 std::size_t Registry::trim() { return impl_->trim(); }
 std::optional<SegmentRegistrations> Registry::lookup(const void* ptr) const { return impl_->lookup(ptr); }

@@ -354,7 +354,7 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
 // since ranks capture at the same places); what is pending waits.
 void RegistryImpl::end_scope() {
   const std::uint64_t n = scope_ends_.fetch_add(1, std::memory_order_relaxed);
-  const bool agree = n < scope_period_ || n % scope_period_ == 0;
+  const bool agree = scope_end_commits(n, scope_period_);
   if (!agree && pending_total_.load() == 0) return;  // the steady path
   if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return;
   commit(agree);

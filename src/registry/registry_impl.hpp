@@ -122,6 +122,9 @@ class RegistryImpl final : public PoolObserver {
   std::size_t attached() const;
   void check_invariants() const;
   CheckLevel check_level() const noexcept { return check_; }
+  std::uint64_t scope_ends() const noexcept { return scope_ends_.load(std::memory_order_relaxed); }
+  unsigned scope_period() const noexcept { return scope_period_; }
+  static bool scope_end_commits(std::uint64_t n, unsigned period) noexcept { return n < period || n % period == 0; }
 
   // PoolObserver (called with the pool lock held)
   void on_segment_created(const SegmentInfo& segment) override;

@@ -283,6 +283,9 @@ def test_scope_ends_commit_on_a_schedule_and_commit_is_immediate():
     with p.scope():  # scope end 17: not scheduled, the window waits and nothing collective runs
         y = lib.ncclpool_torch_alloc(6 * MiB, 0, None)
     assert p.pending == 1 and c.stats()["agreements"] == agreements + 1
+    j = p.stats_json()
+    assert (j["scope_ends"], j["scope_period"], j["next_committing_scope_end"]) == (18, 16, 32)
+    assert "scope ends 18 (the first 16 commit, then every 16th); the next that commits: #32 (pending windows wait" in p.memory_summary()
     p.commit()  # at once
     assert p.pending == 0 and c.stats()["registered_segments"] == 2
     for ptr in (x, y):

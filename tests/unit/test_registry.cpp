@@ -95,8 +95,12 @@ TEST(Registry, ScopeEndsAgreeOnASchedule) {
   use(0);
   use(0);  // scope ends 6, 7
   EXPECT_EQ(r.registry->pending(), 1u);
+  EXPECT_EQ(r.registry->scope_ends(), 8u);
+  EXPECT_EQ(r.registry->next_committing_scope_end(), 8u);
   use(0);  // scope end 8: scheduled
   EXPECT_EQ(r.registry->pending(), 0u);
+  EXPECT_EQ(r.registry->next_committing_scope_end(), 12u);
+  EXPECT_EQ(r.registry->scope_period(), 4u);
   EXPECT_EQ(group->collective_calls(), calls + 6 + 2) << "scope end 8: agreement + window";
   r.registry->check_invariants();
   r.pool->deallocate(grown);
