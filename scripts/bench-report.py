@@ -48,7 +48,11 @@ def summary(report):
                 parts.append(f'1 MiB {r["pattern"]}: ' + ", ".join(f'{n} {r[n]:.0f} ns' for n in names))
         return "; ".join(parts)
     if suite == "scope":
-        return "; ".join(n for n in report["notes"] if n.startswith("S = 64")) or "no S = 64, G = 2 row"
+        rows = [r for r in report["tables"][0]["rows"] if r["strategy"] == "ncclpool"]
+        most = max((r["segments"] for r in rows), default=0)
+        hosts = ", ".join(f'G={r["groups"]} {r["host_per_use_us"]:.2f}' for r in rows if r["segments"] == most)
+        ratio = "; ".join(n for n in report["notes"] if n.startswith("S = 64")) or "no S = 64, G = 2 row"
+        return f"ncclpool host us/use at S={most}: {hosts}; {ratio}"
     if suite == "coll":
         s = table(report, "summary")[0]["rows"]
         parts = [f'{r["op"]} {r["kind"]} peak {r["peak_busbw"]:.1f}' for r in s]
