@@ -394,7 +394,10 @@ TEST_P(RandomRegistry, InvariantsHoldAndRegistrationsCountBackToZero) {
   auto dp = make_groups("dp", 2, 2);
   auto ep = make_groups("ep", 2, 2);
   std::vector<Rank> ranks;
-  for (int i = 0; i < kRanks; ++i) ranks.push_back(make_rank(true, (std::get<0>(GetParam()) % 2) ? 2 * MiB : 8 * MiB));
+  // A short scope period, so that the sequence passes scheduled and unscheduled scope ends alike.
+  for (int i = 0; i < kRanks; ++i)
+    ranks.push_back(make_rank(true, (std::get<0>(GetParam()) % 2) ? 2 * MiB : 8 * MiB, 0, "ncclpool",
+                              RegistryOptions{.check = CheckLevel::off, .scope_period = 3}));
 
   std::array<int, 2> final_dp_generation{};
   const auto errors = on_ranks(kRanks, [&](int rank) {
@@ -430,8 +433,12 @@ TEST_P(RandomRegistry, InvariantsHoldAndRegistrationsCountBackToZero) {
         const std::size_t k = pick % live.size();
         r.pool->deallocate(live[k]);
         live.erase(live.begin() + static_cast<long>(k));
-      } else if (op < 78) {
+      } else if (op < 70) {
         r.registry->commit();
+      } else if (op < 78) {
+        Scope scope(*r.registry);  // a use: allocate inside, then a scope end (commits on the schedule)
+        if (pick % 2) live.push_back(r.pool->allocate(1 + pick % (3 * MiB), pick % 3));
+        scope.close();
       } else if (op < 84) {
         r.registry->trim();
       } else if (op < 87) {
