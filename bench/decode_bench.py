@@ -15,6 +15,11 @@ CUDA events; the time per all-reduce is reported. Modes, interleaved in every ro
 Rank 0 prints a table (median over rounds, min-max) and the ratio of each mode to plain, and writes
 every sample as JSON with --json. NVLink multicast stays off. The symmetric kernels' CTA count is
 NCCL's (NCCL_SYM_CTAS in the environment changes it).
+
+    python3 bench/decode_bench.py --sym-ctas default,16,32 [--nproc 2] [--rounds 3] [--json FILE] ...
+
+runs the above once per round and CTA count (NCCL_SYM_CTAS is read once per process), the counts
+interleaved in every round, and prints plain against symmetric at each count and the best of them.
 """
 import argparse
 import faulthandler
@@ -23,7 +28,9 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import warnings
 
 os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -81,6 +88,49 @@ def time_graph(graph, replays, per_graph):
     return start.elapsed_time(end) * 1e3 / (replays * per_graph)  # us per all-reduce
 
 
+def drive_ctas(args):
+    """One torchrun per (round, CTA count), counts interleaved in every round; a table over them."""
+    counts = args.sym_ctas.split(",")
+    samples, failures = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(args.rounds):
+            for count in counts:
+                env = {k: v for k, v in os.environ.items() if k != "NCCL_SYM_CTAS"}
+                if count != "default":
+                    env["NCCL_SYM_CTAS"] = count
+                out = os.path.join(tmp, f"{rnd}-{count}.json")
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc), os.path.abspath(__file__),
+                       "--sizes", args.sizes, "--rounds", "1", "--per-graph", str(args.per_graph), "--replays", str(args.replays),
+                       "--json", out]
+                print(f"decode_bench: round {rnd + 1}/{args.rounds}, NCCL_SYM_CTAS={count}", file=sys.stderr, flush=True)
+                run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+                if run.returncode != 0 or not os.path.exists(out):
+                    failures.append(f"round {rnd + 1} ctas {count}: rc={run.returncode}")
+                    print(run.stdout[-3000:] + run.stderr[-3000:], file=sys.stderr)
+                    continue
+                with open(out) as f:
+                    for sample in json.load(f)["samples"]:
+                        samples.append(dict(sample, round=rnd, ctas=count))
+    sizes = sorted({s["size"] for s in samples})
+    med = lambda mode, size, count=None: statistics.median(  # noqa: E731
+        [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (count is None or s["ctas"] == count)] or [math.nan])
+    print(f"decode all-reduce in a CUDA graph, {args.nproc} GPUs, symmetric kernels' CTA count (NCCL_SYM_CTAS), "
+          f"{args.rounds} rounds interleaved (us per all-reduce, medians; plain over every run)")
+    print(f"{'size':>8} {'plain':>9} " + " ".join(f"{'symm ' + c:>12}" for c in counts) + f" {'best':>14} {'plain/best':>11}")
+    for size in sizes:
+        symm = {c: med("symmetric", size, c) for c in counts}
+        best = min(counts, key=lambda c: symm[c])
+        plain = med("plain", size)
+        print(f"{size >> 10:>6}Ki {plain:9.2f} " + " ".join(f"{symm[c]:12.2f}" for c in counts) +
+              f" {symm[best]:9.2f} ({best:>3}) {plain / symm[best]:10.2f}x")
+    if failures:
+        print("FAILED runs: " + "; ".join(failures))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(nproc=args.nproc, per_graph=args.per_graph, replays=args.replays, sym_ctas=counts, samples=samples), f, indent=1)
+    sys.exit(1 if failures else 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="16K,64K,256K,1M,4M,16M")
@@ -88,7 +138,11 @@ def main():
     ap.add_argument("--per-graph", type=int, default=32)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--json", default="")
+    ap.add_argument("--sym-ctas", default="", help="driver: CTA counts to compare, e.g. default,16,32")
+    ap.add_argument("--nproc", type=int, default=2, help="driver: processes (GPUs) per run")
     args = ap.parse_args()
+    if args.sym_ctas:
+        return drive_ctas(args)
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)

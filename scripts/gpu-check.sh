@@ -250,6 +250,14 @@ if want decode; then
     cat "$OUT/decode.txt" >>"$LOG"
     tables+=("$(sed -n '/^decode all-reduce/,/^ratio/p' "$OUT/decode.txt")" "(decode rc=$rc)")
     row "decode: symmetric/plain per size" "rc=$rc; $(awk '/Ki  / {printf "%s %s, ", $1, $(NF-1)}' "$OUT/decode.txt")"
+    if [ -n "${DECODE_SYM_CTAS:-}" ]; then  # the symmetric kernels' CTA count, one run per value and round
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 900 python3 bench/decode_bench.py --sym-ctas "$DECODE_SYM_CTAS" \
+        --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-ctas.json" >"$OUT/decode-ctas.txt" 2>&1
+      rc=$?
+      cat "$OUT/decode-ctas.txt" >>"$LOG"
+      tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-ctas.txt")" "(decode CTA sweep rc=$rc)")
+      row "decode: plain/best symmetric per size" "rc=$rc; $(awk '/Ki / {printf "%s %s, ", $1, $NF}' "$OUT/decode-ctas.txt")"
+    fi
   else
     row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
   fi
