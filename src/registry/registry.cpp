@@ -337,29 +337,35 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
   ordinal.held = false;
 }
 
+// A scope end is an agreement point on a schedule that depends only on how many scope ends the
+// registry saw, so every rank that makes the same uses agrees at the same ones: the first
+// scope_period_ (a pool grows in its first uses: their windows come at once), then every
+// scope_period_-th. In between, a scope end costs an atomic increment (and registers local
+// registrations a capture left pending, if any): the steady path's agreement all-gather, ~8 us of
+// NCCL host time per symmetric communicator, is paid once per period. A pending window waits for
+// the next scheduled one; its memory works meanwhile, without the window.
+// Under graph capture a scope end registers nothing and agrees on nothing (skipped on every rank,
+// since ranks capture at the same places); what is pending waits.
+void RegistryImpl::end_scope() {
+  const std::uint64_t n = scope_ends_.fetch_add(1, std::memory_order_relaxed);
+  const bool agree = scope_end_commits(n, scope_period_);
+  // The steady path: nothing to do, or only windows, which wait for a scheduled scope end.
+  if (!agree && (pending_total_.load() == 0 || !local_pending())) return;
+  if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return;
+  commit(agree);
+}
+
+bool RegistryImpl::local_pending() const {
+  std::lock_guard lock(mutex_);
+  return std::any_of(comms_.begin(), comms_.end(), [](const auto& cs) { return cs->kind == RegistrationKind::local && !cs->pending.empty(); });
+}
+
 // Every symmetric communicator joins the agreement, whether or not this rank has pending windows:
 // a rank that skipped it would leave the others' all-gather to pair with its next collective. A rank
 // with nothing to register (and no check mode) does not wait; it checks the result later (settle).
 // Communicators go in attach order, each decided on its own records (identical on its ranks), and a
 // rank that failed on an earlier one tells the later ones (the `aborting` word), so that no rank
 // registers windows that another rank of the same communicator will not.
-// A scope end is an agreement point on a schedule that depends only on how many scope ends the
-// registry saw, so every rank that makes the same uses agrees at the same ones: the first
-// scope_period_ (a pool grows in its first uses: their windows come at once), then every
-// scope_period_-th. In between, a scope end costs an atomic increment (and registers local
-// registrations a capture left pending): the steady path's agreement all-gather, ~8 us of NCCL host
-// time per symmetric communicator, is paid once per period. A pending window waits for the next
-// scheduled one; its memory works meanwhile, without the window.
-// Under graph capture a scope end registers nothing and agrees on nothing (skipped on every rank,
-// since ranks capture at the same places); what is pending waits.
-void RegistryImpl::end_scope() {
-  const std::uint64_t n = scope_ends_.fetch_add(1, std::memory_order_relaxed);
-  const bool agree = scope_end_commits(n, scope_period_);
-  if (!agree && pending_total_.load() == 0) return;  // the steady path
-  if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return;
-  commit(agree);
-}
-
 void RegistryImpl::commit(bool agree) {
   if (symmetric_count_.load() == 0 && pending_total_.load() == 0) return;  // no symmetric communicator: O(1)
   if (capturing()) {

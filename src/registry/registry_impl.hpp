@@ -157,6 +157,7 @@ class RegistryImpl final : public PoolObserver {
   // agree: the symmetric communicators' agreement too (every explicit commit, scheduled scope ends);
   // else only local registrations left pending by a capture.
   void commit(bool agree);
+  bool local_pending() const;  // takes mutex_: a local communicator has registrations left by a capture
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<CommState>> comms_;     // attach order

@@ -108,6 +108,40 @@ TEST(Registry, ScopeEndsAgreeOnASchedule) {
   r.registry->detach(*comm);
 }
 
+// Local registrations need no agreement: one that a capture left pending is made at the next scope
+// end, scheduled or not, while windows made beside it wait for a scheduled one.
+TEST(Registry, UnscheduledScopeEndsRegisterWhatACaptureLeftLocal) {
+  auto world = std::make_shared<LoopbackGroup>("world", 1);
+  auto dp = std::make_shared<LoopbackGroup>("dp", 1);
+  auto symmetric = std::make_shared<LoopbackCommunicator>(world, 0);
+  auto local = std::make_shared<LoopbackCommunicator>(dp, 0);
+  Rank r = make_rank(true, 2 * MiB, 0, "ncclpool", RegistryOptions{.check = CheckLevel::off, .scope_period = 4});
+  r.registry->attach(symmetric, RegistrationKind::symmetric);
+  r.registry->attach(local, RegistrationKind::local);
+  for (int i = 0; i < 5; ++i) Scope(*r.registry).close();  // scope ends 0..4; the next (5) is not scheduled
+  r.source->sim_ordering().set_capturing(true);
+  void* p = nullptr;
+  {
+    Scope scope(*r.registry);
+    p = r.pool->allocate(MiB);
+    scope.close();  // scope end 5, under capture: nothing
+  }
+  EXPECT_EQ(r.registry->stats(*local).pending, 1u);
+  EXPECT_EQ(r.registry->stats(*symmetric).pending, 1u);
+  r.source->sim_ordering().set_capturing(false);
+  Scope(*r.registry).close();  // scope end 6: not scheduled
+  EXPECT_EQ(r.registry->stats(*local).pending, 0u) << "a local registration needs no agreement";
+  EXPECT_EQ(dp->live_registrations(), 1);
+  EXPECT_EQ(r.registry->stats(*symmetric).pending, 1u) << "the window waits for scope end 8";
+  Scope(*r.registry).close();  // 7
+  Scope(*r.registry).close();  // 8: scheduled
+  EXPECT_EQ(r.registry->pending(), 0u);
+  r.registry->check_invariants();
+  r.pool->deallocate(p);
+  r.registry->detach(*local);
+  r.registry->detach(*symmetric);
+}
+
 TEST(Registry, ScopePeriodOneAndCheckModeAgreeAtEveryScopeEnd) {
   for (const RegistryOptions options : {RegistryOptions{.check = CheckLevel::off, .scope_period = 1}, RegistryOptions{.check = CheckLevel::layout}}) {
     auto group = std::make_shared<LoopbackGroup>("world", 1);
