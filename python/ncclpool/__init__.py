@@ -3,7 +3,8 @@
 Pure Python over the C ABI (ctypes). The pieces:
 
 * :class:`Pool` - a pool on one device (or the simulator): allocate/free, reserve, trim, statistics,
-  :meth:`Pool.scope` (routes this thread's PyTorch allocations to the pool, commits windows at its scheduled exits).
+  :meth:`Pool.scope` (routes this thread's PyTorch allocations to the pool, commits windows at its
+  scheduled exits).
 * :class:`Communicator` - a communicator attached to a pool (``Pool.attach_nccl`` / ``attach_sim``).
 * :class:`SimGroup` - simulated ranks (threads of this process) for tests without GPUs.
 * :func:`features` - what this machine supports (CUDA, NCCL version, symmetric windows).

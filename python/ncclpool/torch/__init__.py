@@ -355,8 +355,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     kernels) for the graph's lifetime. ``reserve=BYTES`` grows the pool before the capture, unless a
     fresh block of that size (no stream owns it: a capturing stream cannot wait on others) is already
     there; pending windows are committed before every capture (collective, like the capture
-    itself), so the capture's tensors land in registered memory, and after it. When the capture still made
-    segments, a ``PerformanceWarning`` says so, and the communicators' stats count them
+    itself), so the capture's tensors land in registered memory, and after it. When the capture still
+    made segments, a ``PerformanceWarning`` says so, and the communicators' stats count them
     (``segments_created_in_capture``).
 
         with ncclpool.torch.graph(g, pool, groups=[dp_group], reserve=256 << 20):
