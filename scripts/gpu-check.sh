@@ -53,9 +53,21 @@ fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,wheel,tool,toolbench,nccltests,demo},"
-want() { [[ "$SECTIONS" == *",$1,"* ]]; }
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
+# NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every
+# command's timeout is cut to what is left, and a section that would start with under 30 s left is
+# skipped, so that the summary is always printed.
+DEADLINE=$(( $(date +%s) + ${NCCLPOOL_GPU_CHECK_BUDGET_S:-86400} ))
+left() { echo $(( DEADLINE - $(date +%s) )); }
+within() { local l=$(( $(left) - 15 )); (( l < 10 )) && l=10; echo $(( $1 < l ? $1 : l )); }
+want() {
+  [[ "$SECTIONS" == *",$1,"* ]] || return 1
+  if [ "$(left)" -lt 30 ]; then
+    row "$1" "not run: NCCLPOOL_GPU_CHECK_BUDGET_S spent"
+    return 1
+  fi
+}
 
 {
   echo "=== machine"
@@ -110,7 +122,7 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
     NCCLPOOL_TEST_GPUS=$n NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,TUNING,COLL NCCL_DEBUG_FILE="$BUILD/nccl-debug-$n.%h.%p.log" \
-      timeout 300 "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$OUT/nccl-tests-$n.log" 2>&1
+      timeout "$(within 300)" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$OUT/nccl-tests-$n.log" 2>&1
     rc=$?
     cat "$OUT/nccl-tests-$n.log" >>"$LOG"
     summarize_gtest "nccl registry tests, $n GPUs" "$OUT/nccl-tests-$n.log" $rc
@@ -124,7 +136,7 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
     # CUDA API errors, not ours: API-error reports are off here, so the count is memory errors only.
     # The dead-rank test (a kernel left stuck until ncclCommAbort) is left out: under the sanitizer a
     # run of it with three other new tests did not finish in 300 s (2026-11-22, not investigated).
-    NCCLPOOL_TEST_GPUS=2 timeout 420 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 1000 \
+    NCCLPOOL_TEST_GPUS=2 timeout "$(within 420)" compute-sanitizer --tool memcheck --report-api-errors no --print-limit 1000 \
       --error-exitcode 99 "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no --gtest_filter='-*DeadRank*' >"$BUILD/nccl-sanitizer.log" 2>&1
     rc=$?
     cat "$BUILD/nccl-sanitizer.log" >>"$LOG"
@@ -139,7 +151,7 @@ declare -a tables=()
 if want bench && [ -x "$BUILD/bench/ncclpool_nccl_registration_bench" ] && [ "$gpus" -ge 2 ]; then
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
-    timeout 300 "$BUILD/bench/ncclpool_nccl_registration_bench" --gpus "$n" --segments 1,8,64 --chunk-mib 64 >"$BUILD/registration-$n.txt" 2>&1
+    timeout "$(within 300)" "$BUILD/bench/ncclpool_nccl_registration_bench" --gpus "$n" --segments 1,8,64 --chunk-mib 64 >"$BUILD/registration-$n.txt" 2>&1
     rc=$?
     cat "$BUILD/registration-$n.txt" >>"$LOG"
     tables+=("$(cat "$BUILD/registration-$n.txt")" "(rc=$rc)")
@@ -160,7 +172,7 @@ want bench && for src in sim cuda vmm; do
 done
 
 if want bench && [ -x "$BUILD/bench/ncclpool_stream_handoff_bench" ]; then
-  timeout 120 "$BUILD/bench/ncclpool_stream_handoff_bench" >"$OUT/stream-handoff.txt" 2>&1
+  timeout "$(within 120)" "$BUILD/bench/ncclpool_stream_handoff_bench" >"$OUT/stream-handoff.txt" 2>&1
   rc=$?
   cat "$OUT/stream-handoff.txt" >>"$LOG"
   row "stream hand-over, B's latency (us)" "rc=$rc; $(tail -n +2 "$OUT/stream-handoff.txt" | awk '{printf "%s ", $0}' | tr -s ' ' | cut -c1-200)"
@@ -178,18 +190,18 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
     [ "$n" -gt "$gpus" ] && continue
     rm -f "$BUILD"/torch-nccl-$n.*.log
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG,TUNING NCCL_DEBUG_FILE="$BUILD/torch-nccl-$n.%h.%p.log" \
-      NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout 420 python3 -m torch.distributed.run --nproc-per-node "$n" \
+      NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$n" \
       tests/gpu/torch/check_torch_layer.py >"$BUILD/torch-$n.log" 2>&1
     rc=$?
     { echo "=== torch layer, $n GPUs (rc=$rc)"; cat "$BUILD/torch-$n.log"; } >>"$TORCH_LOG"
     row "torch layer checks, $n GPUs" "$(grep -c '^CHECK .*: ok' "$BUILD/torch-$n.log") ok, $(grep -c '^CHECK .*: FAILED' "$BUILD/torch-$n.log") failed, $(grep -c '^CHECK .*: skipped' "$BUILD/torch-$n.log") skipped (rc=$rc)"
     row "  NCCL log: [Symmetric] kernel lines" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -c '\[Symmetric\]')"
   done
-  timeout 300 python3 tests/gpu/torch/probe_alloc_failures.py "$PWD/$BUILD/tests/libncclpool_torch_probe.so" >"$BUILD/torch-probe.log" 2>&1
+  timeout "$(within 300)" python3 tests/gpu/torch/probe_alloc_failures.py "$PWD/$BUILD/tests/libncclpool_torch_probe.so" >"$BUILD/torch-probe.log" 2>&1
   { echo "=== torch pluggable allocator failure probe (rc=$?)"; cat "$BUILD/torch-probe.log"; } >>"$TORCH_LOG"
   while read -r line; do row "probe ${line%%:*}" "${line#*: }"; done < <(grep '^PROBE' "$BUILD/torch-probe.log" | sed 's/^PROBE //' | cut -c1-220)
   if [ "$gpus" -ge 2 ]; then
-    timeout 420 python3 -m torch.distributed.run --nproc-per-node "$(( gpus < 4 ? gpus : 4 ))" bench/torch_bench.py >"$BUILD/torch-bench.log" 2>&1
+    timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$(( gpus < 4 ? gpus : 4 ))" bench/torch_bench.py >"$BUILD/torch-bench.log" 2>&1
     rc=$?
     { echo "=== torch benchmark (rc=$rc)"; cat "$BUILD/torch-bench.log"; } >>"$TORCH_LOG"
     tables+=("$(sed -n '/^ncclpool.torch benchmark/,$p' "$BUILD/torch-bench.log" | head -8)" "(torch bench rc=$rc)")
@@ -206,7 +218,7 @@ if want megatron; then
   if [ "$gpus" -ge 2 ] && PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
     configs="none ncclpool:1 ncclpool:0"
     [ -f "${MEGATRON_CORE_PATH:-$PWD/.whl/mcore}/megatron/core/nccl_allocator.py" ] && configs="none megatron:1 ncclpool:1 megatron:0 ncclpool:0"
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" MEGATRON_FSDP_PATH="$fsdp_path" CONFIGS="$configs" ROUNDS="${MEGATRON_ROUNDS:-1}"       timeout 900 scripts/megatron-fsdp.sh "$OUT/megatron-fsdp" >"$OUT/megatron-fsdp.txt" 2>&1
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" MEGATRON_FSDP_PATH="$fsdp_path" CONFIGS="$configs" ROUNDS="${MEGATRON_ROUNDS:-1}"       timeout "$(within 900)" scripts/megatron-fsdp.sh "$OUT/megatron-fsdp" >"$OUT/megatron-fsdp.txt" 2>&1
     rc=$?
     cat "$OUT/megatron-fsdp.txt" >>"$LOG"
     tables+=("$(sed -n '/^Megatron-FSDP,/,$p' "$OUT/megatron-fsdp.txt")" "(megatron-fsdp rc=$rc)")
@@ -220,7 +232,7 @@ fi
 #     step time and device memory (the "never bigger" target: symmetric <= plain + 2%).
 if want fsdp2; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 900 python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
       --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
     rc=$?
     cat "$OUT/fsdp2.txt" >>"$LOG"
@@ -244,14 +256,14 @@ fi
 #     a capture that grows the pool (no window in the graph).
 if want decode; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2 \
       bench/decode_bench.py --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1
     rc=$?
     cat "$OUT/decode.txt" >>"$LOG"
     tables+=("$(sed -n '/^decode all-reduce/,/^ratio/p' "$OUT/decode.txt")" "(decode rc=$rc)")
     row "decode: symmetric/plain per size" "rc=$rc; $(awk '/Ki  / {printf "%s %s, ", $1, $(NF-1)}' "$OUT/decode.txt")"
     if [ -n "${DECODE_SYM_CTAS:-}" ]; then  # the symmetric kernels' CTA count, one run per value and round
-      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout 900 python3 bench/decode_bench.py --sym-ctas "$DECODE_SYM_CTAS" \
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py --sym-ctas "$DECODE_SYM_CTAS" \
         --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-ctas.json" >"$OUT/decode-ctas.txt" 2>&1
       rc=$?
       cat "$OUT/decode-ctas.txt" >>"$LOG"
@@ -271,7 +283,7 @@ if want wheel; then
     site=$(mktemp -d) && work=$(mktemp -d)
     python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel" >>"$LOG" 2>&1
     cp tests/gpu/torch/check_torch_layer.py "$work/"
-    (cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2       check_torch_layer.py) >"$OUT/wheel.log" 2>&1
+    (cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2       check_torch_layer.py) >"$OUT/wheel.log" 2>&1
     rc=$?
     lib=$(cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" python3 -c 'import ncclpool._capi as c; print(c.library_path())' 2>&1)
     cat "$OUT/wheel.log" >>"$LOG"
@@ -293,7 +305,7 @@ if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
     for spec in "fsdp2 2" "fsdp-ep $(( gpus >= 4 ? 4 : 2 ))" "decode 2"; do
       set -- $spec
       trace="$OUT/traces/${1//-/_}_${2}gpu.json"
-      timeout 300 python3 -m torch.distributed.run --nproc-per-node "$2" scripts/record-torch-trace.py --layout "$1" --out "$trace" >>"$LOG" 2>&1
+      timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$2" scripts/record-torch-trace.py --layout "$1" --out "$trace" >>"$LOG" 2>&1
       rc=$?
       { echo "=== replay $trace"; "$BUILD/tools/ncclpool" replay "$trace" --group-by stream; } >>"$LOG" 2>&1
       row "trace $1 ($2 GPUs)" "record rc=$rc; $(du -h "$trace" 2>/dev/null | cut -f1); $("$BUILD/tools/ncclpool" replay "$trace" --group-by stream | grep -E '^shared pool ' | tr -s ' ' | cut -c1-90)"
@@ -310,7 +322,7 @@ if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --iters 100 --warmup 10"; do
     set -- $suite
     name=$1
-    timeout 420 $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
+    timeout "$(within 420)" $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
     rc=$?
     { echo "=== ncclpool bench $suite (rc=$rc)"; python3 -c '
 import json, sys
@@ -324,7 +336,7 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   done
   # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
-    timeout 300 python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
+    timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
     python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
     cat "$OUT/coll-compare.txt" >>"$LOG"
     row "bench coll vs torch reference (>= 1 MiB)" "$(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
@@ -335,7 +347,7 @@ fi
 if want nccltests; then
   src=${NCCL_TESTS_SRC:-.whl/nccl-tests}
   if [ -f "$src/src/Makefile" ] && [ "$gpus" -ge 2 ]; then
-    NCCLPOOL_TOOL="$BUILD/tools/ncclpool" timeout 900 scripts/nccl-tests.sh "$src" "$OUT/nccl-tests" >"$OUT/nccl-tests.txt" 2>&1
+    NCCLPOOL_TOOL="$BUILD/tools/ncclpool" timeout "$(within 900)" scripts/nccl-tests.sh "$src" "$OUT/nccl-tests" >"$OUT/nccl-tests.txt" 2>&1
     rc=$?
     cat "$OUT/nccl-tests.txt" >>"$LOG"
     for kind in none local symmetric; do
