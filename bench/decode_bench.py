@@ -103,7 +103,11 @@ def drive_ctas(args):
                        "--sizes", args.sizes, "--rounds", "1", "--per-graph", str(args.per_graph), "--replays", str(args.replays),
                        "--json", out]
                 print(f"decode_bench: round {rnd + 1}/{args.rounds}, NCCL_SYM_CTAS={count}", file=sys.stderr, flush=True)
-                run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+                try:
+                    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+                except subprocess.TimeoutExpired:
+                    failures.append(f"round {rnd + 1} ctas {count}: no result within 600 s")
+                    continue
                 if run.returncode != 0 or not os.path.exists(out):
                     failures.append(f"round {rnd + 1} ctas {count}: rc={run.returncode}")
                     print(run.stdout[-3000:] + run.stderr[-3000:], file=sys.stderr)
