@@ -16,9 +16,10 @@
 ///    `deterministic = true` they never depend on timing either (no event polling).
 ///  * Before growing, a run of adjacent free blocks of different streams that holds the request is
 ///    merged behind waits on those streams (a walk over the blocks, on the growth path only).
-///  * Growth takes a segment of round_up(request, growth_chunk) from the source, or one of the
-///    request's own size (rounded to the source granularity) for a request of at least
-///    max(growth_chunk / 16, reserved / 64) (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the
+///  * Growth takes a segment of round_up(request, growth_chunk) from the source (with
+///    ramp_up_chunks, a smaller chunk while the pool is small), or one of the request's own size
+///    (rounded to the source granularity) for a request of at least max(growth_chunk / 16,
+///    reserved / 64) (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the
 ///    pool releases its empty segments and retries once before throwing OutOfMemory.
 ///  * Observers hear of every segment created (with its creation sequence number) and of every
 ///    segment about to be released, before its memory goes back to the source.
@@ -45,6 +46,11 @@ struct PoolConfig {
   std::size_t growth_chunk = 2ull << 20;  ///< segments for requests below growth_chunk / 16 are multiples of it
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
+  /// Chunks start at growth_chunk / 16 and grow with the pool (each new chunk as large as what is
+  /// reserved already) up to growth_chunk: a small process does not pay a whole chunk. For pools
+  /// whose requests are coarse and cached by the caller (torch's segments: ncclpool.torch sets it);
+  /// with many small short-lived requests fixed chunks fragment less (docs/benchmarks/memory.md).
+  bool ramp_up_chunks = false;
 };
 
 /// A segment as observers and callers see it.

@@ -113,11 +113,13 @@ class Pool:
             ranks by name and attach order: give a pool the same name on every rank.
         sim_capacity: simulated device memory for 'sim' (0: 64 GiB).
         check: check mode (docs/registry.md): None ($NCCLPOOL_CHECK), 'off', 'layout', 'collectives'.
+        ramp_up_chunks: chunks start at growth_chunk / 16 and grow with the pool up to growth_chunk
+            (for coarse requests the caller caches, such as torch's segments: ncclpool.torch sets it).
     """
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
                  alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
-                 name: str = "ncclpool", sim_capacity: int = 0, check=None):
+                 name: str = "ncclpool", sim_capacity: int = 0, check=None, ramp_up_chunks: bool = False):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
         if registration not in ("local", "symmetric"):
@@ -135,6 +137,7 @@ class Pool:
         options.deterministic = -1 if deterministic is None else int(bool(deterministic))
         options.sim_capacity = _size(sim_capacity, "sim_capacity")
         options.check = _check_level(check)
+        options.ramp_up_chunks = int(bool(ramp_up_chunks))
         handle = c_void_p()
         call("ncclpool_pool_create", byref(options), byref(handle))
         self._handle = handle
@@ -149,6 +152,7 @@ class Pool:
         self.alignment = resolved.alignment
         self.deterministic = bool(resolved.deterministic)
         self.check_level = _CHECK_NAMES[resolved.check]
+        self.ramp_up_chunks = bool(resolved.ramp_up_chunks)
         self.source_description = lib.ncclpool_pool_source_description(handle).decode()
 
     # -- lifetime --

@@ -32,7 +32,9 @@ def _pool_lines(pool) -> list[str]:
     frag = 0.0 if reserved == 0 else 1.0 - live / reserved
     lines = [
         f"pool '{j['name']}'  device {j['device']}  source: {j['source']}",
-        f"  growth chunk {format_bytes(j['growth_chunk'])}, {'deterministic' if j['deterministic'] else 'adaptive'} placement",
+        f"  growth chunk {format_bytes(j['growth_chunk'])}"
+        f"{' (chunks grow to it from 1/16 with the pool)' if j.get('ramp_up_chunks') else ''}, "
+        f"{'deterministic' if j['deterministic'] else 'adaptive'} placement",
         f"  {'':22}{'now':>14}{'peak':>14}",
         f"  {'allocated':22}{format_bytes(live):>14}{format_bytes(s['peak_allocated_bytes']):>14}",
         f"  {'reserved':22}{format_bytes(reserved):>14}{format_bytes(s['peak_reserved_bytes']):>14}",

@@ -100,7 +100,8 @@ std::string full_json(ncclpool_pool_s& p) {
   std::ostringstream out;
   out << "{\"name\":" << json_string(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_string(p.pool->source_properties().description)
-      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
+      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"ramp_up_chunks\":" << (p.options.ramp_up_chunks ? "true" : "false")
+      << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(p.registry->check_level()) << "\""
       << ",\"stats\":" << p.pool->stats_json();
   const MemoryBreakdown m = p.pool->memory_breakdown();
@@ -165,6 +166,7 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
     config.growth_chunk = handle->options.growth_chunk;
     config.max_reserved = handle->options.max_reserved;
     config.deterministic = handle->options.deterministic == 1;
+    config.ramp_up_chunks = handle->options.ramp_up_chunks != 0;
     handle->pool = std::make_shared<Pool>(capi::make_source(handle->options), config);
     handle->registry = std::make_unique<Registry>(handle->pool, RegistryOptions{static_cast<CheckLevel>(handle->options.check)});
     capi::register_pool(handle.get());

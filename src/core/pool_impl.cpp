@@ -396,7 +396,17 @@ std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   const std::size_t own_segment_from = std::max(growth_chunk_ / 16, stats_.reserved_bytes / 64);
   const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
   if (size >= own_segment_from && stats_.segment_count < segment_budget) return round_up_multiple(size, granularity_);
-  return round_up_multiple(size, growth_chunk_);
+  return round_up_multiple(size, chunk_now());
+}
+
+// With ramp_up_chunks: growth_chunk / 16, then as large as what is reserved (the pool doubles), up to
+// growth_chunk. A process that needs 350 MiB then reserves ~512 MiB instead of a 1 GiB chunk, in a
+// few more segments (windows) while the pool is small; under torch's caching allocator (segment
+// requests) the recorded FSDP traces replay the same (docs/benchmarks/memory.md).
+std::size_t PoolImpl::chunk_now() const {
+  if (!config_.ramp_up_chunks) return growth_chunk_;
+  const std::size_t first = std::min(growth_chunk_, round_up_multiple(growth_chunk_ / 16, granularity_));
+  return std::clamp(round_up_multiple(stats_.reserved_bytes, granularity_), first, growth_chunk_);
 }
 
 Block* PoolImpl::grow(std::size_t size) {

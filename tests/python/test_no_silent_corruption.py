@@ -198,3 +198,12 @@ def test_a_torch_context_that_fails_leaves_no_scope_open(torch_layer, monkeypatc
             pass
     assert ncclpool.library().ncclpool_current_pool() is None, "the pool's scope stayed open"
     layer.release_mem_pool(mempool)  # refused while a scope of the pool is open
+
+
+def test_torch_layer_pools_ramp_their_chunks_up(torch_layer):
+    # torch asks for coarse segments and caches them: the layer's pools start with small chunks.
+    layer = torch_layer
+    pool = layer.ncclpool_pool(layer.create_nccl_mem_pool(symmetric=True, source="sim"))
+    assert pool.ramp_up_chunks and pool.stats_json()["ramp_up_chunks"] is True
+    assert "chunks grow to it from 1/16 with the pool" in pool.memory_summary()
+    assert ncclpool.Pool(source="sim").ramp_up_chunks is False  # plain pools keep fixed chunks

@@ -391,6 +391,28 @@ TEST(Growth, SegmentsOfTheirOwnStopAtABudgetThatGrowsWithTheReserve) {
   pool.check_invariants();
 }
 
+// With ramp_up_chunks, small requests' chunks start at growth_chunk / 16 and are as large as what
+// is reserved already, up to growth_chunk: a small pool reserves about what it uses.
+TEST(Growth, RampedChunksStartSmallAndDoubleUpToTheGrowthChunk) {
+  auto source = sim();
+  Pool ramped(source, PoolConfig{.growth_chunk = 64 * MiB, .ramp_up_chunks = true});
+  Pool fixed(source, PoolConfig{.growth_chunk = 64 * MiB});
+  std::vector<void*> a, b;
+  for (int i = 0; i < 200; ++i) {  // 1 MiB each: below growth_chunk / 16, never a segment of its own
+    a.push_back(ramped.allocate(MiB));
+    b.push_back(fixed.allocate(MiB));
+  }
+  EXPECT_EQ(segment_sizes(ramped), (std::vector<std::size_t>{4 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}));
+  EXPECT_EQ(segment_sizes(fixed), (std::vector<std::size_t>{64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}));
+  for (void* p : a) ramped.deallocate(p);
+  for (void* p : b) fixed.deallocate(p);
+  Pool small(source, PoolConfig{.growth_chunk = 1024 * MiB, .ramp_up_chunks = true});
+  void* p = small.allocate(20 * MiB);  // a torch segment of a small process: not a 1 GiB chunk
+  EXPECT_EQ(segment_sizes(small), (std::vector<std::size_t>{64 * MiB}));
+  small.deallocate(p);
+  for (Pool* pool : {&ramped, &fixed, &small}) pool->check_invariants();
+}
+
 // ---------------------------------------------------------------- OOM
 
 TEST(OutOfMemory, ReleasesCachedSegmentsAndRetriesOnce) {

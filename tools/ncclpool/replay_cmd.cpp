@@ -25,7 +25,8 @@ constexpr const char* kReplayHelp =
     "15, measured on 4x H200) per window or 7 us per local registration. --timeline writes memory over\n"
     "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
     "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
-    "allocator (the torch layer); then 'recording allocator' is what torch reserved without ncclpool.\n";
+    "allocator (the torch layer, whose pools ramp their chunks up from growth_chunk/16); then 'recording\n"
+    "allocator' is what torch reserved without ncclpool.\n";
 
 ReplayOptions replay_options(const Args& a) {
   ReplayOptions o;
@@ -91,8 +92,10 @@ int cmd_replay(const Args& a) {
     return 0;
   }
   if (a.positional.size() != 1) throw UsageError("replay needs exactly one TRACE file");
-  const ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
-  const Trace trace = load_trace(a.positional[0], trace_options(a));
+  ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
+  const TraceOptions to = trace_options(a);
+  options.ramp_up_chunks = to.level == TraceLevel::segments;  // torch's segments: what the torch layer's pools serve
+  const Trace trace = load_trace(a.positional[0], to);
   return run(trace, a, options, "replay of " + a.positional[0] + " (" + trace.format + ")");
 }
 
@@ -104,9 +107,11 @@ int cmd_bench_memory(const Args& a) {
                stdout);
     return 0;
   }
-  const ReplayOptions options = replay_options(a);
+  ReplayOptions options = replay_options(a);
   if (a.has("trace")) {
-    const Trace trace = load_trace(a.get("trace", ""), trace_options(a));
+    const TraceOptions to = trace_options(a);
+    options.ramp_up_chunks = to.level == TraceLevel::segments;
+    const Trace trace = load_trace(a.get("trace", ""), to);
     return run(trace, a, options, "bench memory: " + a.get("trace", "") + " (" + trace.format + ")");
   }
   FsdpEpShape shape;

@@ -276,7 +276,7 @@ def main():
         skip = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="skip")
         keep = []
         with nccl_allocator.nccl_mem(skip, group=world):
-            # a 2 MiB torch segment: one 64 MiB chunk on every rank, with room left
+            # a 2 MiB torch segment with 1 MiB left, in the pool's first chunk, on every rank
             keep.append(torch.empty(MiB, dtype=torch.uint8, device="cuda"))
         now = None
         try:
