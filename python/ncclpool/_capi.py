@@ -172,6 +172,8 @@ def prefer_torchs_nccl() -> str | None:
 def library() -> ctypes.CDLL:
     """The loaded library (loaded on first use, once per process)."""
     global _lib, _path
+    if _lib is not None:  # every C call comes here: no lock once loaded (it is never unloaded)
+        return _lib
     with _lock:
         if _lib is not None:
             return _lib
