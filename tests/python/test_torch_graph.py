@@ -86,3 +86,20 @@ def test_reserve_must_not_be_negative(graph_rig):
     layer, mempool, _, tp = graph_rig
     with pytest.raises(ValueError, match="reserve must be >= 0"):
         layer.graph(object(), mempool, groups=[tp], reserve=-1)
+
+
+def test_graph_commits_after_the_capture_whatever_the_scope_schedule(graph_rig):
+    # Past a pool's first 16 scope ends most exits do not commit; graph() commits before and after
+    # its capture anyway, so what the capture made gets its window at once.
+    layer, mempool, pool, tp = graph_rig
+    for _ in range(20):
+        with layer.nccl_mem(mempool, group=tp):
+            pass
+    before = pool.stats_json()["scope_ends"]
+    with pytest.warns(layer.PerformanceWarning):
+        with layer.graph(object(), mempool, groups=[tp]):
+            ptr = captured_alloc(80 * MiB)
+    (comm,) = pool.communicators
+    assert pool.pending == 0 and comm.handle_of(ptr), "the capture's segment waited for a scheduled scope end"
+    assert pool.stats_json()["scope_ends"] == before, "graph() commits itself: its exit is not a scope end"
+    ncclpool.library().ncclpool_torch_free(ptr, 80 * MiB, 0, None)
