@@ -372,3 +372,9 @@ if [ ${#tables[@]} -gt 0 ]; then
   echo "=== tables: registration cost, the torch benchmark, Megatron-FSDP"
   printf '%s\n' "${tables[@]}"
 fi
+# NCCLPOOL_GPU_CHECK_TAR=FILE: every log and JSON under $OUT in one archive (a device call that
+# returns a few files brings the whole run back), the summary included.
+if [ -n "${NCCLPOOL_GPU_CHECK_TAR:-}" ]; then
+  { echo "=== ncclpool gpu-check summary"; printf '%s\n' "${rows[@]}"; printf '%s\n' "${tables[@]}"; } >"$OUT/summary.txt"
+  tar czf "$NCCLPOOL_GPU_CHECK_TAR" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "gpu-check: logs in $NCCLPOOL_GPU_CHECK_TAR"
+fi
