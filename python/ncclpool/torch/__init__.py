@@ -178,6 +178,15 @@ def _kind_for(binding, symmetric) -> str:
     return "symmetric" if symmetric else "local"
 
 
+def _attachment_of(binding, group):
+    """The attachment of `group` (a process group, not None) to the binding's pool, found by
+    identity, without a torch call: every context use asks."""
+    for a in tuple(binding.attachments.values()):
+        if a.group is group:
+            return a
+    return None
+
+
 def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
     """Registers every segment of the pool with the group's communicator, now and as segments appear.
 
@@ -186,8 +195,7 @@ def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
     binding = _binding(pool)
     kind = _kind_for(binding, symmetric)
     group = group if group is not None else dist.group.WORLD
-    # Every context use comes here: find the group among the attachments first (no torch call).
-    existing = next((a for a in list(binding.attachments.values()) if a.group is group), None)
+    existing = _attachment_of(binding, group)
     ptr = existing.comm_ptr if existing is not None else _comm_ptr(group, binding.pool.device)
     with _lock:
         existing = binding.attachments.get(ptr)
@@ -272,16 +280,16 @@ class _PoolContext:
         """Runs after the groups are registered, before the scope and the torch context open."""
 
     # Every use of a context comes through __enter__ and __exit__: plain calls, no ExitStack or
-    # generator, and registered groups found by identity without a call.
+    # generator, and registered groups found by identity (_attachment_of).
     def __enter__(self):
         if not self.enabled:
             return self
         binding = _binding(self.pool)
         if self.register:
             kind = _kind_for(binding, self.symmetric)
-            attached = tuple(binding.attachments.values())
             for group in self.groups:
-                if not any(a.group is group and a.kind == kind for a in attached):
+                attachment = _attachment_of(binding, group)
+                if attachment is None or attachment.kind != kind:  # register_mem_pool attaches, or says why not
                     register_mem_pool(self.pool, group, self.symmetric)
         npool = binding.pool
         self._before_scope(npool)
