@@ -14,12 +14,15 @@ CUDA events; the time per all-reduce is reported. Modes, interleaved in every ro
               PerformanceWarning is expected
 Rank 0 prints a table (median over rounds, min-max) and the ratio of each mode to plain, and writes
 every sample as JSON with --json. NVLink multicast stays off. The symmetric kernels' CTA count is
-NCCL's (NCCL_SYM_CTAS in the environment changes it).
+the process's: ncclpool's default unless NCCL_SYM_CTAS or NCCLPOOL_SYM_CTAS says otherwise (see
+python.md, "The symmetric kernels' CTA count").
 
-    python3 bench/decode_bench.py --sym-ctas default,16,32 [--nproc 2] [--rounds 3] [--json FILE] ...
+    python3 bench/decode_bench.py --sym-ctas nccl,ncclpool,16 [--nproc 2] [--rounds 3] [--json FILE] ...
 
-runs the above once per round and CTA count (NCCL_SYM_CTAS is read once per process), the counts
-interleaved in every round, and prints plain against symmetric at each count and the best of them.
+runs the above once per round and CTA count (NCCL reads it once per process), the counts interleaved
+in every round, and prints plain against symmetric at each count and the best of them. A count is
+``nccl`` (NCCL's own choice: NCCLPOOL_SYM_CTAS=nccl; ``default`` is the same), ``ncclpool``
+(ncclpool's default: neither variable set) or a number (NCCL_SYM_CTAS).
 """
 import argparse
 import faulthandler
@@ -95,8 +98,10 @@ def drive_ctas(args):
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):
             for count in counts:
-                env = {k: v for k, v in os.environ.items() if k != "NCCL_SYM_CTAS"}
-                if count != "default":
+                env = {k: v for k, v in os.environ.items() if k not in ("NCCL_SYM_CTAS", "NCCLPOOL_SYM_CTAS")}
+                if count in ("nccl", "default"):
+                    env["NCCLPOOL_SYM_CTAS"] = "nccl"
+                elif count != "ncclpool":
                     env["NCCL_SYM_CTAS"] = count
                 out = os.path.join(tmp, f"{rnd}-{count}.json")
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc), os.path.abspath(__file__),
@@ -120,13 +125,13 @@ def drive_ctas(args):
         [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (count is None or s["ctas"] == count)] or [math.nan])
     print(f"decode all-reduce in a CUDA graph, {args.nproc} GPUs, symmetric kernels' CTA count (NCCL_SYM_CTAS), "
           f"{args.rounds} rounds interleaved (us per all-reduce, medians; plain over every run)")
-    print(f"{'size':>8} {'plain':>9} " + " ".join(f"{'symm ' + c:>12}" for c in counts) + f" {'best':>14} {'plain/best':>11}")
+    print(f"{'size':>8} {'plain':>9} " + " ".join(f"{'symm ' + c:>12}" for c in counts) + f" {'best':>20} {'plain/best':>11}")
     for size in sizes:
         symm = {c: med("symmetric", size, c) for c in counts}
         best = min(counts, key=lambda c: symm[c])
         plain = med("plain", size)
         print(f"{size >> 10:>6}Ki {plain:9.2f} " + " ".join(f"{symm[c]:12.2f}" for c in counts) +
-              f" {symm[best]:9.2f} ({best:>3}) {plain / symm[best]:10.2f}x")
+              f" {symm[best]:9.2f} ({best:>8}) {plain / symm[best]:10.2f}x")
     if failures:
         print("FAILED runs: " + "; ".join(failures))
     if args.json:
@@ -142,7 +147,7 @@ def main():
     ap.add_argument("--per-graph", type=int, default=32)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--json", default="")
-    ap.add_argument("--sym-ctas", default="", help="driver: CTA counts to compare, e.g. default,16,32")
+    ap.add_argument("--sym-ctas", default="", help="driver: CTA counts to compare, e.g. nccl,ncclpool,16 (nccl: NCCL's own; ncclpool: ncclpool's default)")
     ap.add_argument("--nproc", type=int, default=2, help="driver: processes (GPUs) per run")
     args = ap.parse_args()
     if args.sym_ctas:

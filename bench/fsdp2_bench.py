@@ -10,7 +10,9 @@ Modes:
   ncclpool-local      ncclpool.torch.fsdp.enable(model, create_nccl_mem_pool(symmetric=False))
   ncclpool-symmetric  the same with a symmetric pool (windows, NCCL's symmetric kernels)
 A mode may name another ncclpool library to load, ``MODE@/path/libncclpool.so`` (NCCLPOOL_LIBRARY):
-two builds side by side in one run.
+two builds side by side in one run; and environment variables for its runs, ``MODE+VAR=VALUE`` (after
+any ``@LIB``, repeatable), e.g. ``ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl`` beside
+``ncclpool-symmetric``: NCCL's own symmetric CTA count against ncclpool's default.
 
 Each run launches torchrun on every GPU of the host (2, or 4 where there are 4) with ``--worker``; rank 0
 prints one line 'BENCH {...}': steady step (median, min, max over the steps after the second), device
@@ -25,6 +27,7 @@ fp32 gradient reduction), batch x seq tokens per rank. NVLink multicast stays of
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -116,6 +119,11 @@ def worker(args):
             windows_per_group=[c["registered_segments"] for c in s["communicators"]],
             registration_ms=sum(c["registration_seconds"] for c in s["communicators"]) * 1e3,
         )
+        import ncclpool
+
+        f = ncclpool.features()
+        result["ncclpool"]["symmetric_ctas"] = f["symmetric_ctas"] if f["symmetric_ctas_decided"] else None
+        result["ncclpool"]["symmetric_ctas_source"] = f["symmetric_ctas_source"]
     if rank == 0:
         print("BENCH " + json.dumps(result), flush=True)
     dist.destroy_process_group()
@@ -129,11 +137,19 @@ def gpu_count():
     return len([line for line in out.splitlines() if line.startswith("GPU ")])
 
 
+def parse_spec(spec):
+    """'MODE[@LIB][+VAR=VALUE...]' -> (mode, lib, {VAR: VALUE}, ['VAR=VALUE', ...])."""
+    head, *env_vars = spec.split("+")
+    mode, _, lib = head.partition("@")
+    return mode, lib, dict(v.split("=", 1) for v in env_vars if "=" in v), env_vars
+
+
 def drive(args, passthrough):
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
-        if m.split("@", 1)[0] not in MODES:
-            sys.exit(f"fsdp2_bench: unknown mode '{m}' (one of {', '.join(MODES)}, optionally MODE@LIBRARY)")
+        mode, _, _, env_vars = parse_spec(m)
+        if mode not in MODES or any("=" not in v for v in env_vars):
+            sys.exit(f"fsdp2_bench: unknown mode '{m}' (one of {', '.join(MODES)}, optionally MODE@LIBRARY and +VAR=VALUE)")
     gpus = gpu_count()
     if gpus < 2:
         sys.exit(f"fsdp2_bench: needs 2 GPUs, found {gpus}")
@@ -145,9 +161,11 @@ def drive(args, passthrough):
     rows, failed = [], False
     for rnd in range(1, args.rounds + 1):
         for spec in modes:
-            mode, _, lib = spec.partition("@")
-            run_env = dict(env, NCCLPOOL_LIBRARY=os.path.abspath(lib)) if lib else env
-            log = os.path.join(args.out, f"run-{rnd}-{spec.replace('/', '_')}.log")
+            mode, lib, extra, _ = parse_spec(spec)
+            run_env = dict(env, **extra)
+            if lib:
+                run_env["NCCLPOOL_LIBRARY"] = os.path.abspath(lib)
+            log = os.path.join(args.out, f"run-{rnd}-{re.sub(r'[^A-Za-z0-9._-]', '_', spec)}.log")
             print(f"fsdp2_bench: round {rnd}/{args.rounds}, {spec}", file=sys.stderr, flush=True)
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
                    os.path.abspath(__file__), "--worker", mode] + passthrough
@@ -199,6 +217,11 @@ def summarize(rows):
         if any(r["losses"] != rs[0]["losses"] for r in rs):
             print(f"  {spec}: losses differ between rounds")
             ok = False
+    for spec, rs in by_spec.items():
+        ctas = {(r["ncclpool"].get("symmetric_ctas"), r["ncclpool"].get("symmetric_ctas_source")) for r in rs if "ncclpool" in r}
+        for count, source in sorted(ctas, key=str):
+            if source is not None:
+                print(f"  {spec}: symmetric kernels' CTAs {count if count else 'NCCL choice'}: {source}")
     print(f"losses: step 1 {first['losses'][0]:.6f}, last {first['losses'][-1]:.6f}")
     return ok
 

@@ -189,13 +189,14 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
     rm -f "$BUILD"/torch-nccl-$n.*.log
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG,TUNING NCCL_DEBUG_FILE="$BUILD/torch-nccl-$n.%h.%p.log" \
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG,TUNING,ENV NCCL_DEBUG_FILE="$BUILD/torch-nccl-$n.%h.%p.log" \
       NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$n" \
       tests/gpu/torch/check_torch_layer.py >"$BUILD/torch-$n.log" 2>&1
     rc=$?
     { echo "=== torch layer, $n GPUs (rc=$rc)"; cat "$BUILD/torch-$n.log"; } >>"$TORCH_LOG"
     row "torch layer checks, $n GPUs" "$(grep -c '^CHECK .*: ok' "$BUILD/torch-$n.log") ok, $(grep -c '^CHECK .*: FAILED' "$BUILD/torch-$n.log") failed, $(grep -c '^CHECK .*: skipped' "$BUILD/torch-$n.log") skipped (rc=$rc)"
-    row "  NCCL log: [Symmetric] kernel lines" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -c '\[Symmetric\]')"
+    row "  NCCL log: [Symmetric] kernel lines" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -c '\[Symmetric\]'); CTAs (nchannels) used: $(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep '\[Symmetric\]' | grep -o 'nchannels [0-9]*' | sort | uniq -c | awk '{printf "%s x%s ", $3, $1}')"
+    row "  NCCL log: NCCL_SYM_CTAS" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -m1 -o 'NCCL_SYM_CTAS set by environment to [0-9]*' || echo 'not read from the environment')"
   done
   timeout "$(within 300)" python3 tests/gpu/torch/probe_alloc_failures.py "$PWD/$BUILD/tests/libncclpool_torch_probe.so" >"$BUILD/torch-probe.log" 2>&1
   { echo "=== torch pluggable allocator failure probe (rc=$?)"; cat "$BUILD/torch-probe.log"; } >>"$TORCH_LOG"
@@ -228,12 +229,13 @@ if want megatron; then
   fi
 fi
 
-# 6d. FSDP2 (fully_shard): plain vs torch's own registered route vs ncclpool local and symmetric,
-#     step time and device memory (the "never bigger" target: symmetric <= plain + 2%).
+# 6d. FSDP2 (fully_shard): plain vs torch's own registered route vs ncclpool local and symmetric
+#     (with ncclpool's symmetric CTA count and with NCCL's), step time and device memory (the "never
+#     bigger" target: symmetric <= plain + 2%). FSDP2_MODES replaces the list.
 if want fsdp2; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
-      --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
+      --modes "${FSDP2_MODES:-plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl}" --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
     rc=$?
     cat "$OUT/fsdp2.txt" >>"$LOG"
     tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/fsdp2.txt")" "(fsdp2 rc=$rc)")

@@ -37,6 +37,40 @@ struct NcclCommunicatorOptions {
 /// @throws InvalidArgument on anything but a positive number (it used to become 0 ms).
 NCCLPOOL_API std::chrono::milliseconds agreement_timeout_from_env(std::chrono::milliseconds fallback);
 
+/// The CTA (thread block) count of NCCL's symmetric kernels, the ones that run on windows.
+/// NCCL >= 2.27 picks the fewest blocks its model puts near peak; on H200 that is too few: a
+/// symmetric window then loses to plain memory at some sizes (decode all-reduce on 2x H200: 0.91x
+/// at 1 MiB), while 32 CTAs make it faster at every size (1.06-1.46x; docs/benchmarks/decode.md).
+/// NCCL reads the count once per process, from NCCL_SYM_CTAS, at its first symmetric collective.
+/// ncclpool therefore decides it once per process, just before it registers its first window:
+///   * NCCL_SYM_CTAS set by the user: left alone (source "NCCL_SYM_CTAS");
+///   * else NCCLPOOL_SYM_CTAS: "nccl" leaves NCCL's choice, 1-64 sets NCCL_SYM_CTAS to that count;
+///   * else ncclpool's measured default for the GPU (compute capability 9.x: 32); none for a GPU it
+///     has no measurement of (NCCL's choice, and the source says so).
+/// It affects only symmetric kernels, in this whole process (torch's own symmetric memory too), and
+/// nothing if a symmetric collective ran before the first window (NCCL has read its value then).
+struct SymmetricCtas {
+  int ctas = 0;               ///< the count asked of NCCL; 0 = NCCL's own choice
+  bool decided = false;       ///< false until the process's first window registration
+  bool set_by_ncclpool = false; ///< ncclpool put NCCL_SYM_CTAS in the environment
+  bool ignored_setting = false; ///< NCCLPOOL_SYM_CTAS held a value that is not "nccl" or 1-64
+  std::string source;         ///< where the count comes from, for `ncclpool info`, stats and logs
+};
+
+/// @brief The decision for a GPU of compute capability `cc_major`.`cc_minor` given the values of
+/// NCCL_SYM_CTAS and NCCLPOOL_SYM_CTAS (nullptr: unset). Pure: reads and changes nothing. A value of
+/// NCCLPOOL_SYM_CTAS that is neither "nccl" nor 1-64 yields NCCL's choice with a source saying why
+/// (never an exception: the decision is made inside a collective registration, where one rank
+/// throwing would leave the others waiting).
+NCCLPOOL_API SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor);
+
+/// @brief Decides (the first call in the process) and applies it: sets NCCL_SYM_CTAS when the
+/// decision is ncclpool's and the variable is unset. Later calls return the first decision.
+NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor);
+
+/// @brief What apply_symmetric_ctas decided in this process (decided = false before any window).
+NCCLPOOL_API SymmetricCtas symmetric_ctas();
+
 /// @brief Wraps a caller-owned ncclComm_t (passed as void*). ncclpool never creates or destroys it.
 /// Blocking and non-blocking (ncclInProgress) communicators both work. Destroying the wrapper never
 /// waits for the device.

@@ -76,8 +76,14 @@ typedef struct ncclpool_features {
   int nccl_reused_loaded;      /* the process had NCCL loaded already and ncclpool uses that copy */
   char nccl_library[512];      /* path of the NCCL library in use ("" if none) */
   char why_not[512];           /* why CUDA or NCCL is unavailable ("" when both are) */
+  /* Added in 0.1 after the fields above; a caller built before passes the smaller struct_size and
+     gets the fields above only. */
+  int symmetric_ctas_decided;  /* 1 once this process registered a window (the count is then fixed) */
+  int symmetric_ctas;          /* CTAs of NCCL's symmetric kernels asked through NCCL_SYM_CTAS; 0 = NCCL's choice */
+  char symmetric_ctas_source[256]; /* where the count comes from (see SymmetricCtas in nccl.hpp) */
 } ncclpool_features_t;
-/* Fills *features (struct_size must be set). Loads the CUDA driver and NCCL if needed. */
+/* Fills *features (struct_size must be set; at least up to why_not). Loads the CUDA driver and NCCL
+   if needed. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features);
 
 /* ---- Pools ---- */

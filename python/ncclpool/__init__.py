@@ -47,16 +47,19 @@ def last_error() -> str:
 
 
 def features() -> dict:
-    """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support."""
+    """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support, and
+    the CTA count of NCCL's symmetric kernels (``symmetric_ctas``, 0 = NCCL's choice; fixed at the
+    process's first window registration: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why)."""
     f = Features()
     f.struct_size = ctypes.sizeof(Features)
     call("ncclpool_get_features", byref(f))
     out = _struct_to_dict(f)
     del out["struct_size"]
-    for key in ("built_with_cuda", "cuda_available", "nccl_available", "nccl_windows", "nccl_reused_loaded"):
+    for key in ("built_with_cuda", "cuda_available", "nccl_available", "nccl_windows", "nccl_reused_loaded", "symmetric_ctas_decided"):
         out[key] = bool(out[key])
     out["nccl_library"] = f.nccl_library.decode(errors="replace")
     out["why_not"] = f.why_not.decode(errors="replace")
+    out["symmetric_ctas_source"] = f.symmetric_ctas_source.decode(errors="replace")
     out["library"] = library_path()
     return out
 

@@ -49,6 +49,9 @@ class Features(ctypes.Structure):
         ("nccl_reused_loaded", c_int),
         ("nccl_library", c_char * 512),
         ("why_not", c_char * 512),
+        ("symmetric_ctas_decided", c_int),
+        ("symmetric_ctas", c_int),
+        ("symmetric_ctas_source", c_char * 256),
     ]
 
 

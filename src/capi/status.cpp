@@ -6,6 +6,7 @@
 #include <ncclpool/nccl.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 namespace ncclpool::capi {
@@ -62,9 +63,11 @@ const char* ncclpool_version_string(void) {
 ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
   return guarded("ncclpool_get_features", [&] {
     require(features, "features");
-    if (features->struct_size < sizeof(ncclpool_features_t))
-      throw ncclpool::InvalidArgument("features->struct_size is " + std::to_string(features->struct_size) + ", expected at least " +
-                                      std::to_string(sizeof(ncclpool_features_t)) + " (set it to sizeof(ncclpool_features_t))");
+    constexpr std::size_t kFirstSize = offsetof(ncclpool_features_t, symmetric_ctas_decided);  // the struct before the CTA fields
+    const std::size_t size = features->struct_size;
+    if (size < kFirstSize)
+      throw ncclpool::InvalidArgument("features->struct_size is " + std::to_string(size) + ", expected at least " + std::to_string(kFirstSize) +
+                                      " (set it to sizeof(ncclpool_features_t))");
     ncclpool_features_t out{};
     out.struct_size = sizeof(ncclpool_features_t);
 #if defined(NCCLPOOL_HAVE_CUDA)
@@ -88,7 +91,12 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
     if (!out.cuda_available) why = "CUDA: " + cuda_why;
     if (!nccl.available) why += (why.empty() ? "" : "; ") + std::string("NCCL: ") + nccl.why_not;
     copy(out.why_not, sizeof out.why_not, why);
-    *features = out;
+    const ncclpool::SymmetricCtas ctas = ncclpool::symmetric_ctas();
+    out.symmetric_ctas_decided = ctas.decided ? 1 : 0;
+    out.symmetric_ctas = ctas.ctas;
+    copy(out.symmetric_ctas_source, sizeof out.symmetric_ctas_source, ctas.source);
+    out.struct_size = std::min(size, sizeof out);
+    std::memcpy(features, &out, out.struct_size);  // a caller's older, smaller struct gets its fields only
   });
 }
 

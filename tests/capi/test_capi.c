@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 static int checks = 0;
@@ -50,6 +51,21 @@ static void test_status_and_version(void) {
   features.struct_size = sizeof features;
   OK(ncclpool_get_features(&features));
   EXPECT(features.cuda_available || features.why_not[0] != '\0');
+  /* No window was registered in this process: the symmetric kernels' CTA count is not decided yet. */
+  EXPECT(features.symmetric_ctas_decided == 0 && features.symmetric_ctas == 0);
+  EXPECT(strstr(features.symmetric_ctas_source, "not decided") != NULL);
+  {
+    /* A caller built before the CTA fields passes the older size: it gets those fields, and nothing
+       is written past them. */
+    const size_t old_size = offsetof(ncclpool_features_t, symmetric_ctas_decided);
+    memset(&features, 0x5a, sizeof features);
+    features.struct_size = old_size;
+    OK(ncclpool_get_features(&features));
+    EXPECT(features.struct_size == old_size);
+    EXPECT(features.symmetric_ctas_decided == 0x5a5a5a5a && features.symmetric_ctas_source[0] == 0x5a);
+    features.struct_size = old_size - 1;
+    EXPECT(ncclpool_get_features(&features) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  }
 }
 
 static void test_alloc_free_errors(void) {

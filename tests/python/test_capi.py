@@ -21,6 +21,9 @@ def test_version_and_features():
     assert f["library"].endswith((".so", ".so.0", ".so.0.1.0")) or "libncclpool" in f["library"]
     if not f["cuda_available"]:
         assert "CUDA" in f["why_not"]
+    # Decided at the process's first window registration (an NCCL communicator's): not here.
+    assert f["symmetric_ctas_decided"] is False and f["symmetric_ctas"] == 0
+    assert "not decided" in f["symmetric_ctas_source"]
 
 
 def test_pool_resolves_defaults():

@@ -415,6 +415,60 @@ TEST(Agreement, TimeoutVariableIsParsedStrictly) {
   ::unsetenv("NCCLPOOL_AGREEMENT_TIMEOUT_S");
 }
 
+TEST(SymmetricCtas, UserSettingWinsThenNcclpoolsThenTheMeasuredDefault) {
+  // NCCL_SYM_CTAS set by the user: left alone, whatever NCCLPOOL_SYM_CTAS says.
+  SymmetricCtas c = choose_symmetric_ctas("24", "nccl", 9, 0);
+  EXPECT_TRUE(c.decided);
+  EXPECT_EQ(c.ctas, 24);
+  EXPECT_FALSE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "NCCL_SYM_CTAS=24")) << c.source;
+  EXPECT_EQ(choose_symmetric_ctas("999", nullptr, 9, 0).ctas, 64);  // NCCL caps it at 64
+  EXPECT_EQ(choose_symmetric_ctas("abc", nullptr, 9, 0).ctas, 0);   // NCCL ignores it
+  // NCCLPOOL_SYM_CTAS: "nccl" keeps NCCL's choice; a count is put into NCCL_SYM_CTAS.
+  c = choose_symmetric_ctas(nullptr, "nccl", 9, 0);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_FALSE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "NCCLPOOL_SYM_CTAS=nccl")) << c.source;
+  c = choose_symmetric_ctas("", "16", 9, 0);  // an empty NCCL_SYM_CTAS is unset, as NCCL reads it
+  EXPECT_EQ(c.ctas, 16);
+  EXPECT_TRUE(c.set_by_ncclpool);
+  for (const char* bad : {"0", "65", "-4", "32x", "many", " 8"}) {
+    c = choose_symmetric_ctas(nullptr, bad, 9, 0);
+    EXPECT_EQ(c.ctas, 0) << bad;
+    EXPECT_FALSE(c.set_by_ncclpool) << bad;
+    EXPECT_TRUE(c.ignored_setting) << bad;
+    EXPECT_TRUE(contains(c.source, "ignored")) << c.source;
+  }
+  // Nothing set: the measured default where there is one (Hopper), NCCL's choice elsewhere.
+  c = choose_symmetric_ctas(nullptr, nullptr, 9, 0);
+  EXPECT_EQ(c.ctas, 32);
+  EXPECT_TRUE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "compute capability 9.0")) << c.source;
+  c = choose_symmetric_ctas(nullptr, nullptr, 8, 0);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_FALSE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "no measured count for compute capability 8.0")) << c.source;
+}
+
+TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
+  // The first decision of the process holds: NCCL reads NCCL_SYM_CTAS once.
+  ::unsetenv("NCCL_SYM_CTAS");
+  ::unsetenv("NCCLPOOL_SYM_CTAS");
+  EXPECT_FALSE(symmetric_ctas().decided);
+  const SymmetricCtas first = apply_symmetric_ctas(9, 0);
+  EXPECT_TRUE(first.decided);
+  EXPECT_EQ(first.ctas, 32);
+  ASSERT_NE(std::getenv("NCCL_SYM_CTAS"), nullptr);
+  EXPECT_STREQ(std::getenv("NCCL_SYM_CTAS"), "32");
+  ::setenv("NCCLPOOL_SYM_CTAS", "nccl", 1);
+  const SymmetricCtas again = apply_symmetric_ctas(8, 0);
+  EXPECT_EQ(again.ctas, 32);
+  EXPECT_EQ(again.source, first.source);
+  EXPECT_EQ(symmetric_ctas().ctas, 32);
+  ::unsetenv("NCCLPOOL_SYM_CTAS");
+  ::unsetenv("NCCL_SYM_CTAS");
+}
+
 TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);

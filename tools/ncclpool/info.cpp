@@ -11,6 +11,7 @@
 #include <ncclpool/nccl.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,6 +69,10 @@ int cmd_info(const Args& args) {
   const bool symmetric_ok = local_ok && nccl.windows;
   const std::string local_why = !cuda ? "no CUDA device" : !nccl.available ? nccl.why_not : "";
   const std::string symm_why = !local_ok ? local_why : !nccl.windows ? "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)" : "";
+  // What a process here would decide at its first window registration (on the first GPU).
+  const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
+                                          : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor);
+  const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
 
   if (args.json) {
     std::ostringstream o;
@@ -93,7 +98,7 @@ int cmd_info(const Args& args) {
         << ",\"detail\":" << json_quote(probes[i].detail) << "}";
     o << "],\"registration\":{\"local\":" << (local_ok ? "true" : "false") << ",\"local_why_not\":" << json_quote(local_why)
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
-      << "},\"simulator\":true}";
+      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source) << "},\"simulator\":true}";
     std::puts(o.str().c_str());
     return 0;
   }
@@ -137,6 +142,7 @@ int cmd_info(const Args& args) {
   std::printf("  %-24s %-4s %s\n", "local (ncclCommRegister)", local_ok ? "ok" : "no", local_ok ? "any device source" : local_why.c_str());
   std::printf("  %-24s %-4s %s\n", "symmetric (windows)", symmetric_ok ? "ok" : "no",
               symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
+  std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
   std::printf("\nsimulator  always available: host-memory segments (streams are ids) and loopback communicators\n"
               "           (ranks are threads) run the whole pool and registration logic; `ncclpool replay` and\n"
               "           `ncclpool bench memory` use it.%s\n",

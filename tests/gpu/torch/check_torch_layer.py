@@ -12,6 +12,7 @@ nothing pending joins the agreement; check mode stops a collective on misplaced 
 process groups forgets their registrations. Prints one 'CHECK name: ok|FAILED' line per check (rank 0)
 and exits non-zero on any failure.
 """
+import ctypes
 import os
 import sys
 import time
@@ -118,6 +119,21 @@ def main():
         log(f"      {chunks} chunk(s) of {npool.growth_chunk // MiB} MiB for {len(state)} tensors "
             f"({npool.stats()['allocation_count']} torch segments); {len(npool.communicators)} groups")
         npool.check()
+
+    @check("the symmetric kernels' CTA count is decided at the first window, once")
+    def _():
+        assert not f["symmetric_ctas_decided"], f  # features() was read before any window
+        now = ncclpool.features()
+        assert now["symmetric_ctas_decided"], now
+        major, minor = torch.cuda.get_device_capability(device)
+        user = os.environ.get("NCCL_SYM_CTAS") or os.environ.get("NCCLPOOL_SYM_CTAS")
+        if not user:  # ncclpool's measured default where it has one, NCCL's choice elsewhere
+            assert now["symmetric_ctas"] == (32 if major == 9 else 0), now
+            libc = ctypes.CDLL(None)
+            libc.getenv.restype = ctypes.c_char_p
+            in_env = libc.getenv(b"NCCL_SYM_CTAS")
+            assert (in_env == b"32") if major == 9 else in_env is None, in_env
+        log(f"      {now['symmetric_ctas'] or 'NCCL choice'} ({now['symmetric_ctas_source']}); compute {major}.{minor}")
 
     @check("collectives on pool tensors are right (world all-gather, edp reduce-scatter, ep all-reduce)")
     def _():

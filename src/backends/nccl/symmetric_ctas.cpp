@@ -1,0 +1,93 @@
+// The symmetric kernels' CTA count (see SymmetricCtas in nccl.hpp). No NCCL or CUDA needed: built in
+// every configuration, so that the policy is tested on machines without GPUs; the NCCL communicator
+// calls apply_symmetric_ctas with its device's compute capability before registering a window.
+
+#include <ncclpool/nccl.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+namespace ncclpool {
+namespace {
+
+// NCCL caps NCCL_SYM_CTAS at its largest symmetric launch (ncclSymkMaxBlocks, 64 in 2.27-2.28).
+constexpr int kMaxSymmetricCtas = 64;
+
+// Measured defaults, by compute capability major. Hopper (H100/H200): 32, from the decode
+// all-reduce and `bench coll` on 2x H200 (docs/benchmarks/decode.md, coll.md) and training steps
+// measured with and without it (fsdp2.md, megatron-fsdp.md). A GPU not listed keeps NCCL's choice.
+int measured_default(int cc_major) { return cc_major == 9 ? 32 : 0; }
+
+std::mutex g_mutex;
+SymmetricCtas g_decided;  // guarded by g_mutex; decided once per process
+
+}  // namespace
+
+SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor) {
+  SymmetricCtas out;
+  out.decided = true;
+  if (nccl_sym_ctas != nullptr && *nccl_sym_ctas != '\0') {
+    errno = 0;
+    char* end = nullptr;
+    const long v = std::strtol(nccl_sym_ctas, &end, 0);
+    out.ctas = (errno == 0 && end != nccl_sym_ctas && v > 0) ? static_cast<int>(v < kMaxSymmetricCtas ? v : kMaxSymmetricCtas) : 0;
+    out.source = std::string("NCCL_SYM_CTAS=") + nccl_sym_ctas + " from the environment (left as it is)";
+    return out;
+  }
+  if (ncclpool_sym_ctas != nullptr && *ncclpool_sym_ctas != '\0') {
+    const std::string v = ncclpool_sym_ctas;
+    if (v == "nccl") {
+      out.source = "NCCL's own choice (NCCLPOOL_SYM_CTAS=nccl)";
+      return out;
+    }
+    errno = 0;
+    char* end = nullptr;
+    const long n = std::strtol(ncclpool_sym_ctas, &end, 10);
+    const bool digits_only = v.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits_only || errno != 0 || end == ncclpool_sym_ctas || *end != '\0' || n < 1 || n > kMaxSymmetricCtas) {
+      out.ignored_setting = true;
+      out.source = "NCCL's own choice: NCCLPOOL_SYM_CTAS='" + v + "' is neither 'nccl' nor a count from 1 to " + std::to_string(kMaxSymmetricCtas) + ", ignored";
+      return out;
+    }
+    out.ctas = static_cast<int>(n);
+    out.set_by_ncclpool = true;
+    out.source = "NCCLPOOL_SYM_CTAS=" + v;
+    return out;
+  }
+  const std::string gpu = "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
+  if (const int n = measured_default(cc_major); n > 0) {
+    out.ctas = n;
+    out.set_by_ncclpool = true;
+    out.source = "ncclpool's default for " + gpu + " (measured on H200; NCCLPOOL_SYM_CTAS=nccl keeps NCCL's choice)";
+    return out;
+  }
+  out.source = "NCCL's own choice: ncclpool has no measured count for " + gpu;
+  return out;
+}
+
+SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor) {
+  std::lock_guard lock(g_mutex);
+  if (g_decided.decided) return g_decided;
+  SymmetricCtas d = choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), cc_major, cc_minor);
+  if (d.set_by_ncclpool && setenv("NCCL_SYM_CTAS", std::to_string(d.ctas).c_str(), /*overwrite=*/0) != 0) {
+    d.ctas = 0;
+    d.set_by_ncclpool = false;
+    d.source = "NCCL's own choice: setting NCCL_SYM_CTAS failed (errno " + std::to_string(errno) + ")";
+  }
+  if (d.ignored_setting) std::fprintf(stderr, "ncclpool: symmetric kernels' CTAs: %s\n", d.source.c_str());
+  g_decided = d;
+  return d;
+}
+
+SymmetricCtas symmetric_ctas() {
+  std::lock_guard lock(g_mutex);
+  if (g_decided.decided) return g_decided;
+  SymmetricCtas undecided;
+  undecided.source = "not decided yet: decided at the process's first window registration";
+  return undecided;
+}
+
+}  // namespace ncclpool
