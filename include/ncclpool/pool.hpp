@@ -46,8 +46,9 @@ struct PoolConfig {
   std::size_t growth_chunk = 2ull << 20;  ///< segments for requests below growth_chunk / 16 are multiples of it
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
-  /// Chunks start at growth_chunk / 16 and grow with the pool (each new chunk as large as what is
-  /// reserved already) up to growth_chunk: a small process does not pay a whole chunk. For pools
+  /// Chunks start at growth_chunk / 16 and grow with the pool (each new chunk an eighth of what is
+  /// reserved already) up to growth_chunk: a small process does not pay a whole chunk, and a chunk
+  /// adds at most max(growth_chunk / 16, reserved / 8) past the need. For pools
   /// whose requests are coarse and cached by the caller (torch's segments: ncclpool.torch sets it);
   /// with many small short-lived requests fixed chunks fragment less (docs/benchmarks/memory.md).
   bool ramp_up_chunks = false;

@@ -391,9 +391,10 @@ TEST(Growth, SegmentsOfTheirOwnStopAtABudgetThatGrowsWithTheReserve) {
   pool.check_invariants();
 }
 
-// With ramp_up_chunks, small requests' chunks start at growth_chunk / 16 and are as large as what
-// is reserved already, up to growth_chunk: a small pool reserves about what it uses.
-TEST(Growth, RampedChunksStartSmallAndDoubleUpToTheGrowthChunk) {
+// With ramp_up_chunks, small requests' chunks start at growth_chunk / 16 and are an eighth of what
+// is reserved already, up to growth_chunk: a small pool reserves about what it uses, at most
+// max(growth_chunk / 16, reserved / 8) more.
+TEST(Growth, RampedChunksStartSmallAndGrowByAnEighthUpToTheGrowthChunk) {
   auto source = sim();
   Pool ramped(source, PoolConfig{.growth_chunk = 64 * MiB, .ramp_up_chunks = true});
   Pool fixed(source, PoolConfig{.growth_chunk = 64 * MiB});
@@ -402,7 +403,13 @@ TEST(Growth, RampedChunksStartSmallAndDoubleUpToTheGrowthChunk) {
     a.push_back(ramped.allocate(MiB));
     b.push_back(fixed.allocate(MiB));
   }
-  EXPECT_EQ(segment_sizes(ramped), (std::vector<std::size_t>{4 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}));
+  // 4 MiB until 32 MiB are reserved, then reserved / 8 rounded up to the 2 MiB granularity.
+  EXPECT_EQ(segment_sizes(ramped), (std::vector<std::size_t>{4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB,
+                                                             6 * MiB, 6 * MiB, 6 * MiB, 8 * MiB, 8 * MiB, 10 * MiB, 10 * MiB, 12 * MiB,
+                                                             14 * MiB, 16 * MiB, 18 * MiB, 20 * MiB, 22 * MiB, 24 * MiB}));
+  EXPECT_LE(ramped.stats().reserved_bytes - 200 * MiB, ramped.stats().reserved_bytes / 8);
+  for (int i = 0; i < 400; ++i) a.push_back(ramped.allocate(MiB));  // past 512 MiB: whole 64 MiB chunks
+  EXPECT_EQ(segment_sizes(ramped).back(), 64 * MiB);
   EXPECT_EQ(segment_sizes(fixed), (std::vector<std::size_t>{64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}));
   for (void* p : a) ramped.deallocate(p);
   for (void* p : b) fixed.deallocate(p);
