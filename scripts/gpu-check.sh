@@ -315,7 +315,8 @@ if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
   fi
 fi
 
-# 8. The tool's GPU benches: allocation latency, scope cost, collectives per registration kind.
+# 8. The tool's GPU benches: allocation latency, scope cost, collectives per registration kind, and
+#    `ncclpool tune` (the profile it writes lands in $OUT/profile.json, not in the host's cache).
 #    JSON for plots lands in $OUT/bench-*.json (scripts/bench-report.py plots them).
 if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   T="$BUILD/tools/ncclpool"
@@ -336,6 +337,11 @@ for t in j["tables"]:
 for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
   done
+  # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds.
+  NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
+  rc=$?
+  cat "$OUT/tune.txt" >>"$LOG"
+  row "ncclpool tune" "rc=$rc; $(grep -m1 'symmetric CTAs:' "$OUT/tune.txt" | cut -c1-120)"
   # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
     timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1

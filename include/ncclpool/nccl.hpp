@@ -6,6 +6,7 @@
 
 #include <ncclpool/communicator.hpp>
 #include <ncclpool/export.hpp>
+#include <ncclpool/profile.hpp>
 #include <ncclpool/segment_source.hpp>
 
 #include <chrono>
@@ -45,8 +46,11 @@ NCCLPOOL_API std::chrono::milliseconds agreement_timeout_from_env(std::chrono::m
 /// ncclpool therefore decides it once per process, just before it registers its first window:
 ///   * NCCL_SYM_CTAS set by the user: left alone (source "NCCL_SYM_CTAS");
 ///   * else NCCLPOOL_SYM_CTAS: "nccl" leaves NCCL's choice, 1-64 sets NCCL_SYM_CTAS to that count;
+///   * else the count of this machine's profile (profile.hpp, `ncclpool tune`), when it was measured
+///     on this GPU model, NCCL version and rank count (the first window's communicator);
 ///   * else ncclpool's measured default for the GPU (compute capability 9.x: 32); none for a GPU it
-///     has no measurement of (NCCL's choice, and the source says so).
+///     has no measurement of (NCCL's choice, and the source says so). A profile that exists but does
+///     not apply is named in the source, with why.
 /// It affects only symmetric kernels, in this whole process (torch's own symmetric memory too), and
 /// nothing if a symmetric collective ran before the first window (NCCL has read its value then).
 struct SymmetricCtas {
@@ -62,11 +66,14 @@ struct SymmetricCtas {
 /// NCCLPOOL_SYM_CTAS that is neither "nccl" nor 1-64 yields NCCL's choice with a source saying why
 /// (never an exception: the decision is made inside a collective registration, where one rank
 /// throwing would leave the others waiting).
-NCCLPOOL_API SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor);
+/// `profile`: the lookup for this machine (nullptr: none looked at).
+NCCLPOOL_API SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor,
+                                                 const ProfileLookup* profile = nullptr);
 
-/// @brief Decides (the first call in the process) and applies it: sets NCCL_SYM_CTAS when the
-/// decision is ncclpool's and the variable is unset. Later calls return the first decision.
-NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor);
+/// @brief Decides (the first call in the process) and applies it: looks up the profile for `gpu`,
+/// `nccl_version` and `ranks`, sets NCCL_SYM_CTAS when the decision is ncclpool's and the variable
+/// is unset. Later calls return the first decision.
+NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const std::string& gpu = "", int nccl_version = 0, int ranks = 0);
 
 /// @brief What apply_symmetric_ctas decided in this process (decided = false before any window).
 NCCLPOOL_API SymmetricCtas symmetric_ctas();

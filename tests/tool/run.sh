@@ -48,4 +48,16 @@ expect_rc 0 "$tool" bench coll --help
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" bench coll; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll without GPUs"
 fi
+# tune: a profile from recorded bench coll runs (no GPU needed), bad arguments, no GPU.
+runs="$data/../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c"
+expect_rc 0 "$tool" tune --help
+expect_rc 2 "$tool" tune --ctas 99;            grep -q "neither 'nccl' nor a count" "$tmp/err" || fail "bad ctas"
+expect_rc 2 "$tool" tune --from "$runs/coll-nccl-1.json"; grep -q "is not CTAS=FILE" "$tmp/err" || fail "bad --from"
+expect_rc 1 "$tool" tune --from "nccl=$runs/coll-nccl-1.json" --out "$tmp/p.json"; grep -q "give --gpu" "$tmp/err" || fail "tune without facts"
+expect_rc 0 "$tool" tune --from "nccl=$runs/coll-nccl-1.json,32=$runs/coll-ncclpool-1.json" --gpu "NVIDIA H200" --nccl-version 22809 --ranks 2 --out "$tmp/p.json"
+grep -q "profile written to $tmp/p.json" "$tmp/out" && json_ok "$tmp/p.json" || fail "tune --from"
+grep -q '"symmetric_ctas": 32' "$tmp/p.json" || fail "tune picked $(grep symmetric_ctas "$tmp/p.json")"
+if "$tool" info --json | grep -q '"cuda":{"available":false'; then
+  expect_rc 1 "$tool" tune --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune without GPUs"
+fi
 echo "tool_cli: all checks passed"

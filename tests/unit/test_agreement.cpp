@@ -454,6 +454,7 @@ TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
   // The first decision of the process holds: NCCL reads NCCL_SYM_CTAS once.
   ::unsetenv("NCCL_SYM_CTAS");
   ::unsetenv("NCCLPOOL_SYM_CTAS");
+  ::setenv("NCCLPOOL_PROFILE", "/nonexistent/ncclpool-profile.json", 1);  // this machine's profile stays out
   EXPECT_FALSE(symmetric_ctas().decided);
   const SymmetricCtas first = apply_symmetric_ctas(9, 0);
   EXPECT_TRUE(first.decided);
@@ -467,6 +468,7 @@ TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
   EXPECT_EQ(symmetric_ctas().ctas, 32);
   ::unsetenv("NCCLPOOL_SYM_CTAS");
   ::unsetenv("NCCL_SYM_CTAS");
+  ::unsetenv("NCCLPOOL_PROFILE");
 }
 
 TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {

@@ -5,6 +5,7 @@
 #include "commands.hpp"
 #include "json.hpp"
 #include "report.hpp"
+#include "tune.hpp"
 
 #include <ncclpool/errors.hpp>
 #include <ncclpool/pool.hpp>
@@ -13,6 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -157,3 +161,57 @@ TEST(BenchGpu, WithoutGpusTheGpuPartsSayWhy) {
   EXPECT_THROW(run_coll(CollOptions{}, r), ncclpool::Error);
   EXPECT_THROW(make_nccl_team(2, 1), ncclpool::Error);
 }
+
+// `ncclpool tune` from the bench coll runs recorded on 2x H200 (docs/benchmarks/coll.md: seven runs
+// with NCCL's symmetric CTA count, five with 32, alternating).
+namespace {
+std::vector<CollRun> recorded_coll_runs() {
+  const std::filesystem::path dir = std::filesystem::path(NCCLPOOL_TEST_DATA) / "../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c";
+  std::vector<CollRun> runs;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string name = entry.path().filename().string();
+    runs.push_back({name.find("ncclpool") != std::string::npos ? "32" : "nccl", parse_json(text.str())});
+  }
+  return runs;
+}
+}  // namespace
+
+TEST(Tune, ProfileFromRecordedRuns) {
+  const std::vector<CollRun> runs = recorded_coll_runs();
+  ASSERT_EQ(runs.size(), 12u);
+  Report report;
+  // These runs predate the gpu / nccl_version / rank_count facts: without them the tune refuses.
+  EXPECT_THROW((void)build_profile(runs, {}, report), ncclpool::InvalidArgument);
+  const ncclpool::Profile p = build_profile(runs, {"NVIDIA H200", 22809, 2}, report);
+  EXPECT_EQ(p.symmetric_ctas, 32);  // NCCL's count is 1.26x slower over the sweep
+  ASSERT_EQ(p.classes.size(), 9u);  // 16 KiB .. 1 GiB, factor 4
+  EXPECT_EQ(p.classes.front().min_bytes, 16u * 1024);
+  for (const auto& c : p.classes) {
+    EXPECT_EQ(c.kind.size(), 3u);
+    if (c.min_bytes < 256 * 1024) continue;  // below, every kind is within the runs' noise
+    for (const auto& [op, kind] : c.kind) {
+      EXPECT_EQ(kind, "symmetric") << op << " " << c.min_bytes;
+    }
+  }
+  EXPECT_EQ(report.tables.size(), 3u);
+  EXPECT_NE(report.text().find("symmetric CTAs: 32"), std::string::npos) << report.text();
+  // The profile reads back as the library will read it.
+  EXPECT_EQ(ncclpool::parse_profile(ncclpool::profile_to_json(p), "t").classes.size(), 9u);
+}
+
+TEST(Tune, RunsFromTwoMachinesAreRefused) {
+  std::vector<CollRun> runs = recorded_coll_runs();
+  runs.resize(2);
+  runs[1].doc.object["facts"].object["gpu"] = ncclpool::parse_json("\"NVIDIA H100\"");
+  Report report;
+  try {
+    (void)build_profile(runs, {"", 22809, 2}, report);
+    FAIL() << "two machines accepted";
+  } catch (const ncclpool::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("different machines"), std::string::npos) << e.what();
+  }
+}
+

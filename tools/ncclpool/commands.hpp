@@ -35,5 +35,6 @@ int cmd_bench_memory(const Args& args);
 int cmd_bench_alloc(const Args& args);
 int cmd_bench_scope(const Args& args);
 int cmd_bench_coll(const Args& args);
+int cmd_tune(const Args& args);
 
 }  // namespace ncclpool::tool

@@ -252,6 +252,15 @@ void run_coll(const CollOptions& o, Report& report) {
   report.facts.push_back({"memory", "one ncclpool pool per GPU (cuMem, deterministic); none = communicator without registration, local = "
                                     "ncclCommRegister, symmetric = ncclCommWindowRegister"});
   report.facts.push_back({"environment", "NCCL_NVLS_ENABLE=" + env_or("NCCL_NVLS_ENABLE", "(unset)")});
+  // What `ncclpool tune` needs to tell a profile's machine (GPU model, NCCL version, rank count).
+  {
+    std::vector<GpuDescription> gpu_list;
+    std::vector<PeerLink> links;
+    describe_gpus(gpu_list, links);
+    report.facts.push_back({"gpu", gpu_list.empty() ? "" : gpu_list.front().name});
+    report.facts.push_back({"nccl_version", std::to_string(nccl_info().version)});
+    report.facts.push_back({"rank_count", std::to_string(ranks)});
+  }
 
   Shared shared;
   Progress progress("bench coll", o.ops.size() * sizes.size() * (kinds.size() + (o.auto_kind ? 1 : 0)));
@@ -404,6 +413,9 @@ void run_coll(const CollOptions& o, Report& report) {
     report.notes.push_back("auto = per size class, the cheapest kind to hold (none < local < symmetric) unless a costlier one was >= 2% "
                            "faster (out-of-place + in-place time), measured again");
   }
+  const SymmetricCtas ctas = symmetric_ctas();  // decided at the first window this run registered
+  report.facts.push_back({"symmetric_ctas", ctas.decided ? std::to_string(ctas.ctas) : "-"});
+  report.facts.push_back({"symmetric_ctas_source", ctas.source});
   if (ranks == 1) report.notes.push_back("1 rank: bus bandwidth is 0 by definition (factor (n-1)/n); times are still meaningful");
   report.notes.push_back(wrong_total == 0 ? "check: every sampled result was right" : "check: " + std::to_string(wrong_total) + " sampled results were WRONG");
   if (wrong_total != 0) throw BackendError("bench coll: " + std::to_string(wrong_total) + " wrong results\n" + report.text());

@@ -9,9 +9,11 @@
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
+#include <ncclpool/profile.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -69,9 +71,27 @@ int cmd_info(const Args& args) {
   const bool symmetric_ok = local_ok && nccl.windows;
   const std::string local_why = !cuda ? "no CUDA device" : !nccl.available ? nccl.why_not : "";
   const std::string symm_why = !local_ok ? local_why : !nccl.windows ? "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)" : "";
-  // What a process here would decide at its first window registration (on the first GPU).
+  // This machine's profile (`ncclpool tune`), and what a process here would decide at its first
+  // window registration on the first GPU (for communicators of the profile's rank count).
+  const std::string path = profile_path();
+  std::string profile_text;
+  int profile_ranks = 0;
+  if (std::ifstream in(path, std::ios::binary); path.empty() || !in) {
+    profile_text = "none at " + (path.empty() ? std::string("(no path: HOME unset)") : path) + " (`ncclpool tune` writes one): built-in defaults";
+  } else {
+    std::ostringstream text;
+    text << in.rdbuf();
+    try {
+      const Profile p = parse_profile(text.str(), path);
+      profile_ranks = p.ranks;
+      profile_text = path + ": " + p.gpu + ", NCCL " + std::to_string(p.nccl_version) + ", " + std::to_string(p.ranks) + " ranks, measured " + p.measured;
+    } catch (const std::exception& e) {
+      profile_text = std::string(e.what()) + ": not used";
+    }
+  }
+  const ProfileLookup lookup = gpus.empty() ? ProfileLookup{} : find_profile(gpus[0].name, nccl.version, profile_ranks);
   const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
-                                          : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor);
+                                          : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
 
   if (args.json) {
@@ -98,7 +118,8 @@ int cmd_info(const Args& args) {
         << ",\"detail\":" << json_quote(probes[i].detail) << "}";
     o << "],\"registration\":{\"local\":" << (local_ok ? "true" : "false") << ",\"local_why_not\":" << json_quote(local_why)
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
-      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source) << "},\"simulator\":true}";
+      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source) << "},\"profile\":" << json_quote(profile_text)
+      << ",\"simulator\":true}";
     std::puts(o.str().c_str());
     return 0;
   }
@@ -143,6 +164,7 @@ int cmd_info(const Args& args) {
   std::printf("  %-24s %-4s %s\n", "symmetric (windows)", symmetric_ok ? "ok" : "no",
               symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
+  std::printf("\nprofile    %s\n", profile_text.c_str());
   std::printf("\nsimulator  always available: host-memory segments (streams are ids) and loopback communicators\n"
               "           (ranks are threads) run the whole pool and registration logic; `ncclpool replay` and\n"
               "           `ncclpool bench memory` use it.%s\n",

@@ -1,42 +1,12 @@
 #pragma once
-// A small JSON reader (RFC 8259 subset enough for PyTorch memory snapshots): objects, arrays,
-// strings with escapes, numbers, true/false/null. Errors name the byte offset.
+// The library's JSON reader (src/core/json.hpp), compiled into the tool too (the library keeps its
+// copy hidden), under the tool's names.
 
-#include <cstdint>
-#include <map>
-#include <memory>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <vector>
+#include "core/json.hpp"
 
 namespace ncclpool::tool {
-
-class JsonError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-struct Json {
-  enum class Type { null, boolean, number, string, array, object };
-  Type type = Type::null;
-  bool boolean = false;
-  double number = 0;
-  std::int64_t integer = 0;  // exact value when the number is an integer
-  bool is_integer = false;
-  std::string string;
-  std::vector<Json> array;
-  std::map<std::string, Json, std::less<>> object;
-
-  /// The member `key` of an object, or nullptr.
-  [[nodiscard]] const Json* find(std::string_view key) const;
-  [[nodiscard]] std::int64_t as_int(std::string_view what) const;
-};
-
-/// Parses a whole document. @throws JsonError.
-Json parse_json(std::string_view text);
-
-/// Escapes a string for JSON output (with the quotes).
-std::string json_quote(std::string_view s);
-
+using ncclpool::Json;
+using ncclpool::json_quote;
+using ncclpool::JsonError;
+using ncclpool::parse_json;
 }  // namespace ncclpool::tool

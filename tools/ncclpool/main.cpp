@@ -3,6 +3,7 @@
 //   ncclpool info [--json]
 //   ncclpool replay TRACE [options]          (ncclpool replay --help)
 //   ncclpool bench alloc|scope|coll|memory [options]   (ncclpool bench SUITE --help)
+//   ncclpool tune [options]                  (ncclpool tune --help)
 
 #include "commands.hpp"
 #include "trace.hpp"
@@ -27,6 +28,7 @@ constexpr const char* kUsage =
     "  bench scope            cost of a pool use by a group: ncclpool vs re-registering (Megatron) vs one pool per group\n"
     "  bench coll             collective bandwidth on pool memory per registration kind, nccl-tests conventions (GPU)\n"
     "  bench memory           peak reserved vs live for a multi-group workload, shared vs per-group pools\n"
+    "  tune                   measure this machine's profile (kinds per size, symmetric CTA count) for the library (GPU)\n"
     "  version\n"
     "\n"
     "Every command takes --json for machine-readable output; `ncclpool <command> --help` for its options.\n";
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
     }
     if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
     if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
+    if (command == "tune")
+      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version"}, {"help"}));
     if (command == "bench") {
       if (rest.empty()) throw UsageError("bench needs a suite: alloc, scope, coll or memory");
       const std::string suite = rest[0];

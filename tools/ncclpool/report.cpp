@@ -97,7 +97,7 @@ std::string Table::json() const {
 
 std::string Report::text() const {
   std::ostringstream o;
-  o << "ncclpool bench " << suite << "\n";
+  o << (suite == "tune" ? "ncclpool tune" : "ncclpool bench " + suite) << "\n";
   std::size_t w = 0;
   for (const auto& [k, v] : facts) w = std::max(w, k.size());
   for (const auto& [k, v] : facts) o << "  " << k << std::string(w - k.size(), ' ') << "  " << v << "\n";

@@ -139,10 +139,12 @@ class NcclCommunicator final : public Communicator {
     const cuda::Driver& d = cuda::driver();
     CUdevice dev = 0;
     int major = 0, minor = 0;
+    char name[256] = {};
     if (d.cuDeviceGet(&dev, device_) != CUDA_SUCCESS || d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
-        d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+        d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS ||
+        d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS)
       major = minor = 0;  // unknown GPU: no measured default, NCCL's choice
-    apply_symmetric_ctas(major, minor);
+    apply_symmetric_ctas(major, minor, name, lib_.info.version, size_);
   }
 
   std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override {

@@ -1,6 +1,6 @@
 // The symmetric kernels' CTA count (see SymmetricCtas in nccl.hpp). No NCCL or CUDA needed: built in
 // every configuration, so that the policy is tested on machines without GPUs; the NCCL communicator
-// calls apply_symmetric_ctas with its device's compute capability before registering a window.
+// calls apply_symmetric_ctas with its device, NCCL version and size before registering a window.
 
 #include <ncclpool/nccl.hpp>
 
@@ -26,7 +26,7 @@ SymmetricCtas g_decided;  // guarded by g_mutex; decided once per process
 
 }  // namespace
 
-SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor) {
+SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor, const ProfileLookup* profile) {
   SymmetricCtas out;
   out.decided = true;
   if (nccl_sym_ctas != nullptr && *nccl_sym_ctas != '\0') {
@@ -57,21 +57,32 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
     out.source = "NCCLPOOL_SYM_CTAS=" + v;
     return out;
   }
+  if (profile != nullptr && profile->profile) {
+    const Profile& p = *profile->profile;
+    out.ctas = p.symmetric_ctas;
+    out.set_by_ncclpool = p.symmetric_ctas > 0;
+    out.source = (p.symmetric_ctas > 0 ? std::string("the profile ") : std::string("NCCL's own choice, as the profile ")) + profile->path +
+                 " (measured " + p.measured + " on " + p.gpu + ", NCCL " + std::to_string(p.nccl_version) + ", " + std::to_string(p.ranks) + " ranks)";
+    return out;
+  }
+  // A profile that exists but does not apply is named; a missing one is the normal case.
+  const std::string rejected = profile != nullptr && !profile->why_not.empty() && profile->why_not.rfind("no profile", 0) != 0 ? "; " + profile->why_not : "";
   const std::string gpu = "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
   if (const int n = measured_default(cc_major); n > 0) {
     out.ctas = n;
     out.set_by_ncclpool = true;
-    out.source = "ncclpool's default for " + gpu + " (measured on H200; NCCLPOOL_SYM_CTAS=nccl keeps NCCL's choice)";
+    out.source = "ncclpool's default for " + gpu + " (measured on H200; NCCLPOOL_SYM_CTAS=nccl keeps NCCL's choice)" + rejected;
     return out;
   }
-  out.source = "NCCL's own choice: ncclpool has no measured count for " + gpu;
+  out.source = "NCCL's own choice: ncclpool has no measured count for " + gpu + rejected;
   return out;
 }
 
-SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor) {
+SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const std::string& gpu, int nccl_version, int ranks) {
   std::lock_guard lock(g_mutex);
   if (g_decided.decided) return g_decided;
-  SymmetricCtas d = choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), cc_major, cc_minor);
+  const ProfileLookup profile = find_profile(gpu, nccl_version, ranks);
+  SymmetricCtas d = choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), cc_major, cc_minor, &profile);
   if (d.set_by_ncclpool && setenv("NCCL_SYM_CTAS", std::to_string(d.ctas).c_str(), /*overwrite=*/0) != 0) {
     d.ctas = 0;
     d.set_by_ncclpool = false;

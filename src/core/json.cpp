@@ -1,4 +1,4 @@
-// The tool's JSON reader: recursive descent, no allocation beyond the result tree.
+// The JSON reader (json.hpp): recursive descent, no allocation beyond the result tree.
 
 #include "json.hpp"
 
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace ncclpool::tool {
+namespace ncclpool {
 namespace {
 
 class Parser {
@@ -184,4 +184,4 @@ std::string json_quote(std::string_view s) {
   return out + "\"";
 }
 
-}  // namespace ncclpool::tool
+}  // namespace ncclpool

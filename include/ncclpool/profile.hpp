@@ -1,0 +1,62 @@
+#pragma once
+/// @file profile.hpp
+/// @brief A measured performance profile of one machine: which registration kind is fastest for
+/// each collective and size class, and the CTA count of NCCL's symmetric kernels. `ncclpool tune`
+/// measures it and writes it as JSON (docs/tool.md, "tune"); the library reads it to decide the
+/// symmetric kernels' CTA count (SymmetricCtas in nccl.hpp). A profile holds for one GPU model, one
+/// NCCL version and one rank count: for anything else it is not used, and the decision says why.
+///
+/// Where: $NCCLPOOL_PROFILE, else $XDG_CACHE_HOME/ncclpool/profile.json, else
+/// $HOME/.cache/ncclpool/profile.json.
+
+#include <ncclpool/export.hpp>
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ncclpool {
+
+/// One size class: messages of at least `min_bytes` (up to the next class's), per collective
+/// ("all_gather", "reduce_scatter", "all_reduce") the kind to use ("none", "local", "symmetric").
+struct ProfileClass {
+  std::size_t min_bytes = 0;
+  std::map<std::string, std::string, std::less<>> kind;
+};
+
+struct Profile {
+  static constexpr int kFormat = 1;
+  std::string gpu;           ///< the device name, e.g. "NVIDIA H200"
+  int nccl_version = 0;      ///< ncclGetVersion, e.g. 22809
+  int ranks = 0;             ///< ranks of the communicators measured
+  int symmetric_ctas = 0;    ///< the CTA count that measured fastest; 0 = NCCL's own choice
+  std::string measured;      ///< when, ISO 8601
+  std::vector<ProfileClass> classes;  ///< ascending min_bytes
+};
+
+/// @brief $NCCLPOOL_PROFILE, else the cache path above ("" when neither HOME nor XDG_CACHE_HOME is set).
+NCCLPOOL_API std::string profile_path();
+
+/// @brief Parses a profile document; `name` is used in messages.
+/// @throws InvalidArgument naming `name` and what is wrong (not JSON, another format, a missing or
+/// mistyped field, an unknown kind or collective, classes out of order).
+NCCLPOOL_API Profile parse_profile(std::string_view json, const std::string& name);
+
+/// @brief Writes a profile as JSON (what parse_profile reads back).
+NCCLPOOL_API std::string profile_to_json(const Profile& profile);
+
+/// The profile for this machine, if there is one that applies.
+struct ProfileLookup {
+  std::optional<Profile> profile;  ///< set when the file exists, parses and matches
+  std::string path;                ///< the file looked at
+  std::string why_not;             ///< when not set: "no profile at PATH", a parse error, or the mismatch
+};
+
+/// @brief Reads profile_path() and checks it against this GPU, NCCL version and rank count.
+/// Never throws: every failure is in why_not.
+NCCLPOOL_API ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks);
+
+}  // namespace ncclpool

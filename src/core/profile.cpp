@@ -1,0 +1,135 @@
+// Profiles (profile.hpp): JSON in and out, and the lookup that refuses a profile measured elsewhere.
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/profile.hpp>
+
+#include "json.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace ncclpool {
+namespace {
+
+constexpr std::string_view kOps[] = {"all_gather", "reduce_scatter", "all_reduce"};
+constexpr std::string_view kKinds[] = {"none", "local", "symmetric"};
+
+bool one_of(std::string_view v, const auto& list) {
+  for (std::string_view x : list)
+    if (v == x) return true;
+  return false;
+}
+
+const Json& member(const Json& object, std::string_view key, Json::Type type, const std::string& where) {
+  const Json* v = object.find(key);
+  if (v == nullptr) throw InvalidArgument(where + ": no \"" + std::string(key) + "\"");
+  if (v->type != type) throw InvalidArgument(where + ": \"" + std::string(key) + "\" has the wrong type");
+  return *v;
+}
+
+int int_member(const Json& object, std::string_view key, const std::string& where, long long min) {
+  const Json& v = member(object, key, Json::Type::number, where);
+  if (!v.is_integer || v.integer < min || v.integer > (1LL << 31))
+    throw InvalidArgument(where + ": \"" + std::string(key) + "\" must be an integer >= " + std::to_string(min));
+  return static_cast<int>(v.integer);
+}
+
+}  // namespace
+
+std::string profile_path() {
+  if (const char* p = std::getenv("NCCLPOOL_PROFILE"); p != nullptr && *p != '\0') return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/ncclpool/profile.json";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/ncclpool/profile.json";
+  return "";
+}
+
+Profile parse_profile(std::string_view text, const std::string& name) {
+  Json doc;
+  try {
+    doc = parse_json(text);
+  } catch (const JsonError& e) {
+    throw InvalidArgument("profile " + name + ": " + e.what());
+  }
+  const std::string where = "profile " + name;
+  if (doc.type != Json::Type::object) throw InvalidArgument(where + ": not a JSON object");
+  const int format = int_member(doc, "ncclpool_profile", where, 0);
+  if (format != Profile::kFormat)
+    throw InvalidArgument(where + ": format " + std::to_string(format) + ", this ncclpool reads format " + std::to_string(Profile::kFormat) +
+                          " (run `ncclpool tune` again)");
+  Profile p;
+  p.gpu = member(doc, "gpu", Json::Type::string, where).string;
+  p.nccl_version = int_member(doc, "nccl_version", where, 1);
+  p.ranks = int_member(doc, "ranks", where, 1);
+  p.symmetric_ctas = int_member(doc, "symmetric_ctas", where, 0);
+  if (p.symmetric_ctas > 64) throw InvalidArgument(where + ": \"symmetric_ctas\" above 64, NCCL's largest symmetric launch");
+  if (const Json* m = doc.find("measured"); m != nullptr && m->type == Json::Type::string) p.measured = m->string;
+  for (const Json& c : member(doc, "classes", Json::Type::array, where).array) {
+    const std::string at = where + ", class " + std::to_string(p.classes.size());
+    if (c.type != Json::Type::object) throw InvalidArgument(at + ": not an object");
+    ProfileClass pc;
+    const Json& min = member(c, "min_bytes", Json::Type::number, at);
+    if (!min.is_integer || min.integer < 0) throw InvalidArgument(at + ": \"min_bytes\" must be an integer >= 0");
+    pc.min_bytes = static_cast<std::size_t>(min.integer);
+    if (!p.classes.empty() && pc.min_bytes <= p.classes.back().min_bytes) throw InvalidArgument(at + ": classes must ascend by min_bytes");
+    for (const auto& [op, kind] : member(c, "kind", Json::Type::object, at).object) {
+      if (!one_of(op, kOps)) throw InvalidArgument(at + ": unknown collective \"" + op + "\"");
+      if (kind.type != Json::Type::string || !one_of(kind.string, kKinds))
+        throw InvalidArgument(at + ": the kind for " + op + " must be \"none\", \"local\" or \"symmetric\"");
+      pc.kind.emplace(op, kind.string);
+    }
+    p.classes.push_back(std::move(pc));
+  }
+  return p;
+}
+
+std::string profile_to_json(const Profile& p) {
+  std::ostringstream o;
+  o << "{\n \"ncclpool_profile\": " << Profile::kFormat << ",\n \"gpu\": " << json_quote(p.gpu) << ",\n \"nccl_version\": " << p.nccl_version
+    << ",\n \"ranks\": " << p.ranks << ",\n \"symmetric_ctas\": " << p.symmetric_ctas << ",\n \"measured\": " << json_quote(p.measured)
+    << ",\n \"classes\": [";
+  for (std::size_t i = 0; i < p.classes.size(); ++i) {
+    o << (i ? "," : "") << "\n  {\"min_bytes\": " << p.classes[i].min_bytes << ", \"kind\": {";
+    bool first = true;
+    for (const auto& [op, kind] : p.classes[i].kind) {
+      o << (first ? "" : ", ") << json_quote(op) << ": " << json_quote(kind);
+      first = false;
+    }
+    o << "}}";
+  }
+  o << "\n ]\n}\n";
+  return o.str();
+}
+
+ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks) {
+  ProfileLookup out;
+  out.path = profile_path();
+  if (out.path.empty()) {
+    out.why_not = "no profile path (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME unset)";
+    return out;
+  }
+  std::ifstream in(out.path, std::ios::binary);
+  if (!in) {
+    out.why_not = "no profile at " + out.path + " (`ncclpool tune` writes one)";
+    return out;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    Profile p = parse_profile(text.str(), out.path);
+    std::string differs;
+    if (p.gpu != gpu) differs = "GPU " + p.gpu + ", this is " + gpu;
+    else if (p.nccl_version != nccl_version) differs = "NCCL " + std::to_string(p.nccl_version) + ", this is " + std::to_string(nccl_version);
+    else if (p.ranks != ranks) differs = std::to_string(p.ranks) + " ranks, this communicator has " + std::to_string(ranks);
+    if (!differs.empty()) {
+      out.why_not = "profile " + out.path + " not used: measured for " + differs;
+      return out;
+    }
+    out.profile = std::move(p);
+  } catch (const std::exception& e) {
+    out.why_not = std::string(e.what()) + ": not used";
+  }
+  return out;
+}
+
+}  // namespace ncclpool

@@ -1,0 +1,129 @@
+// Profiles (profile.hpp): JSON round trip, strict parsing, the lookup that refuses a profile
+// measured on another GPU, NCCL or rank count, and how the symmetric CTA decision uses it.
+
+#include <gtest/gtest.h>
+#include <ncclpool/errors.hpp>
+#include <ncclpool/nccl.hpp>
+#include <ncclpool/profile.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+namespace ncclpool {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+Profile h200() {
+  Profile p;
+  p.gpu = "NVIDIA H200";
+  p.nccl_version = 22809;
+  p.ranks = 2;
+  p.symmetric_ctas = 32;
+  p.measured = "2026-11-23T06:00:00Z";
+  p.classes.push_back({16384, {{"all_gather", "none"}, {"all_reduce", "none"}, {"reduce_scatter", "symmetric"}}});
+  p.classes.push_back({262144, {{"all_gather", "symmetric"}, {"all_reduce", "symmetric"}, {"reduce_scatter", "symmetric"}}});
+  return p;
+}
+
+// A profile file in a temporary folder, NCCLPOOL_PROFILE pointing at it for the test's life.
+struct ProfileFile {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("ncclpool-profile-" + std::to_string(::getpid()));
+  std::filesystem::path path = dir / "profile.json";
+  explicit ProfileFile(const std::string& text) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(path) << text;
+    ::setenv("NCCLPOOL_PROFILE", path.c_str(), 1);
+  }
+  ~ProfileFile() {
+    ::unsetenv("NCCLPOOL_PROFILE");
+    std::filesystem::remove_all(dir);
+  }
+};
+
+TEST(Profile, JsonRoundTrip) {
+  const Profile p = h200();
+  const Profile back = parse_profile(profile_to_json(p), "test");
+  EXPECT_EQ(back.gpu, p.gpu);
+  EXPECT_EQ(back.nccl_version, p.nccl_version);
+  EXPECT_EQ(back.ranks, p.ranks);
+  EXPECT_EQ(back.symmetric_ctas, p.symmetric_ctas);
+  EXPECT_EQ(back.measured, p.measured);
+  ASSERT_EQ(back.classes.size(), 2u);
+  EXPECT_EQ(back.classes[1].min_bytes, 262144u);
+  EXPECT_EQ(back.classes[0].kind.at("reduce_scatter"), "symmetric");
+}
+
+TEST(Profile, BadDocumentsAreRefusedWithTheirReason) {
+  const std::string good = profile_to_json(h200());
+  const std::pair<std::string, std::string> cases[] = {
+      {"not json", "JSON"},
+      {"[]", "not a JSON object"},
+      {std::string(good).replace(good.find("\"ncclpool_profile\": 1"), 21, "\"ncclpool_profile\": 2"), "format 2"},
+      {std::string(good).replace(good.find("\"ranks\": 2"), 10, "\"ranks\": \"2\""), "\"ranks\" has the wrong type"},
+      {std::string(good).replace(good.find("\"symmetric_ctas\": 32"), 20, "\"symmetric_ctas\": 99"), "above 64"},
+      {std::string(good).replace(good.find("\"none\""), 6, "\"fast\""), "must be \"none\", \"local\" or \"symmetric\""},
+      {std::string(good).replace(good.find("\"all_gather\""), 12, "\"broadcast\""), "unknown collective \"broadcast\""},
+      {std::string(good).replace(good.find("262144"), 6, "100"), "ascend"},
+  };
+  for (const auto& [text, why] : cases) {
+    try {
+      (void)parse_profile(text, "bad.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), why)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "bad.json")) << e.what();
+    }
+  }
+}
+
+TEST(Profile, LookupUsesOnlyAProfileOfThisMachine) {
+  ::unsetenv("NCCLPOOL_PROFILE");
+  ProfileFile file(profile_to_json(h200()));
+  EXPECT_EQ(profile_path(), file.path.string());
+  ProfileLookup hit = find_profile("NVIDIA H200", 22809, 2);
+  ASSERT_TRUE(hit.profile.has_value()) << hit.why_not;
+  EXPECT_EQ(hit.profile->symmetric_ctas, 32);
+  EXPECT_TRUE(contains(find_profile("NVIDIA H100 80GB HBM3", 22809, 2).why_not, "measured for GPU NVIDIA H200, this is NVIDIA H100"));
+  EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22703, 2).why_not, "NCCL 22809, this is 22703"));
+  EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22809, 4).why_not, "2 ranks, this communicator has 4"));
+  std::ofstream(file.path) << "{";
+  const ProfileLookup broken = find_profile("NVIDIA H200", 22809, 2);
+  EXPECT_FALSE(broken.profile.has_value());
+  EXPECT_TRUE(contains(broken.why_not, "not used")) << broken.why_not;
+  std::filesystem::remove(file.path);
+  EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22809, 2).why_not, "no profile at")) << find_profile("NVIDIA H200", 22809, 2).why_not;
+}
+
+TEST(Profile, TheSymmetricCtaDecisionTakesAMatchingProfileAndNamesAForeignOne) {
+  Profile p = h200();
+  p.symmetric_ctas = 16;
+  ProfileFile file(profile_to_json(p));
+  const ProfileLookup hit = find_profile("NVIDIA H200", 22809, 2);
+  SymmetricCtas c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &hit);
+  EXPECT_EQ(c.ctas, 16);
+  EXPECT_TRUE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "the profile " + file.path.string())) << c.source;
+  // The user's variables still win over a profile.
+  EXPECT_EQ(choose_symmetric_ctas(nullptr, "nccl", 9, 0, &hit).ctas, 0);
+  EXPECT_EQ(choose_symmetric_ctas("8", nullptr, 9, 0, &hit).ctas, 8);
+  // A profile of NCCL's own count: nothing is set.
+  p.symmetric_ctas = 0;
+  std::ofstream(file.path) << profile_to_json(p);
+  const ProfileLookup own = find_profile("NVIDIA H200", 22809, 2);
+  c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &own);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_FALSE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "NCCL's own choice, as the profile")) << c.source;
+  // Another machine's profile: the built-in default, and the source says why the profile was not used.
+  const ProfileLookup foreign = find_profile("NVIDIA H200", 22809, 8);
+  c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &foreign);
+  EXPECT_EQ(c.ctas, 32);
+  EXPECT_TRUE(contains(c.source, "not used: measured for 2 ranks")) << c.source;
+}
+
+}  // namespace
+}  // namespace ncclpool

@@ -1,0 +1,258 @@
+// `ncclpool tune`: measures this machine's profile with `bench coll` child processes (one per round
+// and symmetric CTA count, alternating, so that drift hits every setting alike) and writes it where
+// the library looks for it (profile.hpp). `--from` builds one from runs made before.
+
+#include "bench.hpp"
+#include "commands.hpp"
+#include "tune.hpp"
+
+#include <ncclpool/errors.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <unistd.h>
+
+namespace ncclpool::tool {
+namespace {
+
+constexpr const char* kHelp =
+    "usage: ncclpool tune [--rounds 3] [--ctas nccl,16,32] [--min 16K] [--max 1G] [--factor 4] [--iters 30]\n"
+    "                     [--warmup 5] [--ranks N] [--out PATH] [--json]\n"
+    "       ncclpool tune --from CTAS=FILE[,CTAS=FILE...] [--gpu NAME --nccl-version V --ranks N] [--out PATH]\n"
+    "\n"
+    "Measures this machine's profile: `bench coll` (none, local and symmetric registration; all-gather,\n"
+    "reduce-scatter, all-reduce) once per round and symmetric CTA count (nccl = NCCL's own choice), in\n"
+    "alternating rounds, then picks the CTA count with the fastest symmetric kernels and, per op and\n"
+    "size, the cheapest kind to hold unless a costlier one is >= 2% faster (medians over rounds). Writes\n"
+    "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
+    "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
+    "and rank count). --from builds it from `bench coll --json` files instead (no GPU needed). Progress\n"
+    "on stderr. Not measured: the collectives with compute running beside them.\n";
+
+// samples[op][bytes][kind or "symmetric@CTAS"] = times in us (out-of-place)
+using Samples = std::map<std::string, std::map<std::size_t, std::map<std::string, std::vector<double>>>>;
+
+std::string fact(const Json& doc, std::string_view key) {
+  const Json* facts = doc.find("facts");
+  const Json* v = facts != nullptr ? facts->find(key) : nullptr;
+  return v != nullptr && v->type == Json::Type::string ? v->string : "";
+}
+
+// The machine of one run, its facts over `given`'s where it has them.
+MachineFacts machine_of(const Json& doc, const MachineFacts& given) {
+  MachineFacts m = given;
+  if (const std::string g = fact(doc, "gpu"); !g.empty() && given.gpu.empty()) m.gpu = g;
+  if (const std::string v = fact(doc, "nccl_version"); !v.empty() && given.nccl_version == 0) m.nccl_version = std::stoi(v);
+  if (const std::string r = fact(doc, "rank_count"); !r.empty() && given.ranks == 0) m.ranks = std::stoi(r);
+  return m;
+}
+
+Cell spread_cell(const std::vector<double>& v) {
+  if (v.empty()) return text_cell("-");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f [%.1f-%.1f]", median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+  return text_cell(buf);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// Runs `bench coll --json` in a child with the CTA setting and returns its output.
+std::string run_child(const std::string& self, const std::string& ctas, const std::vector<std::string>& coll_args) {
+  std::string cmd = "env -u NCCL_SYM_CTAS NCCLPOOL_SYM_CTAS=" + ctas + " '" + self + "' bench coll --json";
+  for (const auto& a : coll_args) cmd += " " + a;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) throw BackendError("tune: could not start `" + cmd + "`");
+  std::string out;
+  char buf[65536];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int status = pclose(pipe);
+  if (status != 0) throw BackendError("tune: `" + cmd + "` failed (status " + std::to_string(status) + "); its error is above");
+  return out;
+}
+
+}  // namespace
+
+Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report) {
+  if (runs.empty()) throw InvalidArgument("tune: no bench coll runs");
+  const MachineFacts machine = machine_of(runs.front().doc, given);
+  Samples samples;
+  std::vector<std::string> ctas_values;
+  for (const CollRun& run : runs) {
+    const MachineFacts m = machine_of(run.doc, given);
+    if (m.gpu != machine.gpu || m.nccl_version != machine.nccl_version || m.ranks != machine.ranks)
+      throw InvalidArgument("tune: the runs are from different machines (" + machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " +
+                            std::to_string(machine.ranks) + " ranks vs " + m.gpu + ", NCCL " + std::to_string(m.nccl_version) + ", " + std::to_string(m.ranks) + ")");
+    if (std::find(ctas_values.begin(), ctas_values.end(), run.ctas) == ctas_values.end()) ctas_values.push_back(run.ctas);
+    const Json* tables = run.doc.find("tables");
+    if (tables == nullptr || tables->type != Json::Type::array) throw InvalidArgument("tune: a run has no tables (not `bench coll --json` output?)");
+    for (const Json& table : tables->array) {
+      const Json* title = table.find("title");
+      const Json* rows = table.find("rows");
+      if (title == nullptr || rows == nullptr || rows->type != Json::Type::array) continue;
+      const std::string op = title->string.substr(0, title->string.find(' '));
+      if (op != "all_gather" && op != "reduce_scatter" && op != "all_reduce") continue;
+      for (const Json& row : rows->array) {
+        const Json* placement = row.find("placement");
+        const Json* bytes = row.find("bytes");
+        if (placement == nullptr || bytes == nullptr || placement->string != "out") continue;
+        if (const Json* wrong = row.find("wrong"); wrong != nullptr && wrong->number != 0)
+          throw InvalidArgument("tune: a run has wrong results at " + op + " " + std::to_string(bytes->integer) + " bytes: not used");
+        auto& at = samples[op][static_cast<std::size_t>(bytes->integer)];
+        for (const char* kind : {"none", "local", "symmetric"}) {
+          const Json* us = row.find(std::string(kind) + "_us");
+          if (us == nullptr || us->type != Json::Type::number) continue;
+          at[kind == std::string("symmetric") ? "symmetric@" + run.ctas : kind].push_back(us->number);
+        }
+      }
+    }
+  }
+  if (machine.gpu.empty() || machine.nccl_version == 0 || machine.ranks == 0)
+    throw InvalidArgument("tune: the runs do not say their GPU, NCCL version and rank count (older bench coll): give --gpu, --nccl-version and --ranks");
+  if (samples.empty()) throw InvalidArgument("tune: the runs hold no all-gather, reduce-scatter or all-reduce times");
+
+  // The CTA count: the smallest geometric mean of symmetric medians over every op and size.
+  std::map<std::string, double> log_sum;
+  std::size_t points = 0;
+  for (const auto& [op, sizes] : samples)
+    for (const auto& [bytes, kinds] : sizes) {
+      ++points;
+      for (const auto& c : ctas_values) {
+        auto it = kinds.find("symmetric@" + c);
+        log_sum[c] += it == kinds.end() ? INFINITY : std::log(median(it->second));
+      }
+    }
+  std::string best = ctas_values.front();
+  for (const auto& c : ctas_values)
+    if (log_sum[c] < log_sum[best]) best = c;
+  if (log_sum.count("nccl") && std::exp((log_sum["nccl"] - log_sum[best]) / static_cast<double>(points)) <= 1.01) best = "nccl";
+  std::ostringstream scores;
+  for (const auto& c : ctas_values)
+    scores << (scores.tellp() > 0 ? ", " : "") << c << " " << std::exp((log_sum[c] - log_sum[best]) / static_cast<double>(points));
+  report.notes.push_back("symmetric CTAs: " + best + " (geometric mean of symmetric times relative to it: " + scores.str() + ")");
+
+  Profile profile;
+  profile.gpu = machine.gpu;
+  profile.nccl_version = machine.nccl_version;
+  profile.ranks = machine.ranks;
+  profile.symmetric_ctas = best == "nccl" ? 0 : std::stoi(best);
+  profile.measured = utc_now();
+  std::map<std::size_t, ProfileClass> classes;
+  for (const auto& [op, sizes] : samples) {
+    Table t;
+    t.title = op + " (" + std::to_string(machine.ranks) + " ranks): time us, median [min-max] over runs";
+    t.headers = {"size", "none", "local"};
+    t.keys = {"bytes", "none_us", "local_us"};
+    for (const auto& c : ctas_values) {
+      t.headers.push_back("symmetric " + c);
+      t.keys.push_back("symmetric_" + c + "_us");
+    }
+    t.headers.push_back("kind");
+    t.keys.push_back("kind");
+    for (const auto& [bytes, kinds] : sizes) {
+      // Cheapest to hold first; a costlier kind only when >= 2% faster than the choice so far.
+      std::string chosen;
+      double chosen_us = INFINITY;
+      for (const std::string kind : {"none", "local", "symmetric"}) {
+        auto it = kinds.find(kind == "symmetric" ? "symmetric@" + best : kind);
+        if (it == kinds.end()) continue;
+        const double us = median(it->second);
+        if (chosen.empty() || us <= 0.98 * chosen_us) {
+          chosen = kind;
+          chosen_us = us;
+        }
+      }
+      classes[bytes].min_bytes = bytes;
+      classes[bytes].kind[op] = chosen;
+      std::vector<Cell> row{bytes_cell(bytes)};
+      for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}));
+      for (const auto& c : ctas_values) row.push_back(spread_cell(kinds.count("symmetric@" + c) ? kinds.at("symmetric@" + c) : std::vector<double>{}));
+      row.push_back(text_cell(chosen));
+      t.add(std::move(row));
+    }
+    report.tables.push_back(std::move(t));
+  }
+  for (auto& [bytes, c] : classes) profile.classes.push_back(std::move(c));
+  report.facts.push_back({"machine", machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " + std::to_string(machine.ranks) + " ranks"});
+  report.facts.push_back({"runs", std::to_string(runs.size()) + " bench coll runs, CTA settings " + std::to_string(ctas_values.size())});
+  report.notes.push_back("kind per op and size: the cheapest to hold (none < local < symmetric) unless a costlier one's median is >= 2% faster");
+  return profile;
+}
+
+int cmd_tune(const Args& a) {
+  if (a.has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  std::vector<CollRun> runs;
+  MachineFacts given;
+  given.gpu = a.get("gpu", "");
+  given.nccl_version = static_cast<int>(a.get_int("nccl-version", 0, 0, 1 << 30));
+  given.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
+  if (a.has("from")) {
+    std::stringstream list(a.get("from", ""));
+    for (std::string item; std::getline(list, item, ',');) {
+      const auto eq = item.find('=');
+      if (eq == std::string::npos) throw UsageError("--from: '" + item + "' is not CTAS=FILE (CTAS: nccl or a count)");
+      std::ifstream in(item.substr(eq + 1), std::ios::binary);
+      if (!in) throw UsageError("--from: cannot read " + item.substr(eq + 1));
+      std::ostringstream text;
+      text << in.rdbuf();
+      runs.push_back({item.substr(0, eq), parse_json(text.str())});
+    }
+  } else {
+    std::vector<std::string> ctas;
+    std::stringstream list(a.get("ctas", "nccl,16,32"));
+    for (std::string c; std::getline(list, c, ',');) {
+      if (c != "nccl" && (c.empty() || c.find_first_not_of("0123456789") != std::string::npos || std::stoi(c) < 1 || std::stoi(c) > 64))
+        throw UsageError("--ctas: '" + c + "' is neither 'nccl' nor a count from 1 to 64");
+      ctas.push_back(c);
+    }
+    std::string why;
+    if (gpu_count(&why) == 0) throw Unsupported("tune needs GPUs: " + why + " (--from builds a profile from bench coll runs made elsewhere)");
+    const int rounds = static_cast<int>(a.get_int("rounds", 3, 1, 1000));
+    std::vector<std::string> coll_args = {"--min", a.get("min", "16K"), "--max", a.get("max", "1G"), "--factor", a.get("factor", "4"),
+                                          "--iters", a.get("iters", "30"), "--warmup", a.get("warmup", "5")};
+    if (given.ranks != 0) coll_args.insert(coll_args.end(), {"--ranks", std::to_string(given.ranks)});
+    std::error_code ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) throw BackendError("tune: cannot find this program (/proc/self/exe): " + ec.message());
+    int done = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 1; r <= rounds; ++r)
+      for (const auto& c : ctas) {
+        std::fprintf(stderr, "tune: round %d/%d, symmetric CTAs %s (%d of %zu runs, %.0f s so far)\n", r, rounds, c.c_str(), ++done,
+                     static_cast<std::size_t>(rounds) * ctas.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        runs.push_back({c, parse_json(run_child(self, c, coll_args))});
+      }
+  }
+  Report report;
+  report.suite = "tune";
+  const Profile profile = build_profile(runs, given, report);
+  const std::string path = a.get("out", profile_path());
+  if (path.empty()) throw UsageError("no place for the profile: give --out (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME are unset)");
+  if (const auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) std::filesystem::create_directories(parent);
+  const std::string text = profile_to_json(profile);
+  (void)parse_profile(text, path);  // what the library will read back
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) throw BackendError("tune: could not write the profile to " + path);
+  report.facts.push_back({"profile", path});
+  print(report, a.json);
+  if (!a.json) std::printf("profile written to %s\n", path.c_str());
+  return 0;
+}
+
+}  // namespace ncclpool::tool

@@ -1,0 +1,36 @@
+#pragma once
+// `ncclpool tune`: a profile (profile.hpp) from `bench coll` runs, one per round and symmetric CTA
+// count (NCCL reads the count once per process, so each is a process of its own), alternating.
+
+#include "json.hpp"
+#include "report.hpp"
+
+#include <ncclpool/profile.hpp>
+
+#include <string>
+#include <vector>
+
+namespace ncclpool::tool {
+
+/// One `bench coll --json` output and the CTA setting it ran under ("nccl" or a count).
+struct CollRun {
+  std::string ctas;
+  Json doc;
+};
+
+/// What the runs cannot say about themselves (runs written before bench coll recorded them).
+struct MachineFacts {
+  std::string gpu;
+  int nccl_version = 0;
+  int ranks = 0;
+};
+
+/// Builds the profile from the runs (pure: tested on CPU with runs recorded on GPUs) and fills
+/// `report` with the medians, spreads and choices. `given` fills facts the runs lack.
+/// Rules: the CTA count whose symmetric times have the smallest geometric mean over every op and
+/// size (NCCL's own choice when within 1% of it); per op and size the cheapest kind to hold
+/// (none < local < symmetric) unless a costlier one's median is >= 2% faster.
+/// @throws InvalidArgument when runs disagree on the machine or lack what is needed.
+Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report);
+
+}  // namespace ncclpool::tool
