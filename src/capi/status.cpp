@@ -69,7 +69,6 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
       throw ncclpool::InvalidArgument("features->struct_size is " + std::to_string(size) + ", expected at least " + std::to_string(kFirstSize) +
                                       " (set it to sizeof(ncclpool_features_t))");
     ncclpool_features_t out{};
-    out.struct_size = sizeof(ncclpool_features_t);
 #if defined(NCCLPOOL_HAVE_CUDA)
     out.built_with_cuda = 1;
 #endif
