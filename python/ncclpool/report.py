@@ -23,12 +23,11 @@ def _breakdown_lines(b) -> list[str]:
     ]
 
 
-def _symmetric_ctas() -> str:
+def _symmetric_ctas(c) -> str:
     """The process's CTA count for NCCL's symmetric kernels (decided at its first window)."""
-    from . import features  # report is imported by the package: import at use
-    f = features()
-    count = f["symmetric_ctas"] if f["symmetric_ctas"] > 0 else "NCCL's choice"
-    return f"{count} ({f['symmetric_ctas_source']})" if f["symmetric_ctas_decided"] else f["symmetric_ctas_source"]
+    if not c["decided"]:
+        return c["source"]
+    return f"{c['ctas'] if c['ctas'] > 0 else 'NCCL choice'} ({c['source']})"
 
 
 def _pool_lines(pool) -> list[str]:
@@ -60,7 +59,7 @@ def _pool_lines(pool) -> list[str]:
         period = j["scope_period"]
         rule = "every one commits" if period == 1 else f"the first {period} commit, then every {period}th"
         lines.append(f"  scope ends {j['scope_ends']} ({rule}); the next that commits: #{j['next_committing_scope_end']}{waiting}")
-        lines.append(f"  symmetric kernels' CTAs: {_symmetric_ctas()}")
+        lines.append(f"  symmetric kernels' CTAs: {_symmetric_ctas(j['symmetric_ctas'])}")
     if comms:
         lines.append(f"    {'communicator':44}{'kind':>10}{'segments':>10}{'registered':>13}{'time':>11}{'pending':>9}")
         for c in comms:

@@ -2,6 +2,8 @@
 
 #include "handles.hpp"
 
+#include "core/json.hpp"
+
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/sim.hpp>
@@ -76,30 +78,10 @@ std::shared_ptr<SegmentSource> make_source(const ncclpool_pool_options_t& o) {
   }
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 std::string full_json(ncclpool_pool_s& p) {
   std::ostringstream out;
-  out << "{\"name\":" << json_string(p.name) << ",\"device\":" << p.options.device
-      << ",\"source\":" << json_string(p.pool->source_properties().description)
+  out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
+      << ",\"source\":" << json_quote(p.pool->source_properties().description)
       << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"ramp_up_chunks\":" << (p.options.ramp_up_chunks ? "true" : "false")
       << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(p.registry->check_level()) << "\""
@@ -109,13 +91,16 @@ std::string full_json(ncclpool_pool_s& p) {
       << ",\"free_in_used_segments\":" << m.free_in_used_segments << ",\"never_used\":" << m.never_used
       << ",\"other_streams_only\":" << m.other_streams_only << ",\"empty_segments\":" << m.empty_segments << "}";
   out << ",\"pending_registrations\":" << p.registry->pending() << ",\"scope_ends\":" << p.registry->scope_ends()
-      << ",\"scope_period\":" << p.registry->scope_period() << ",\"next_committing_scope_end\":" << p.registry->next_committing_scope_end()
-      << ",\"communicators\":[";
+      << ",\"scope_period\":" << p.registry->scope_period() << ",\"next_committing_scope_end\":" << p.registry->next_committing_scope_end();
+  const SymmetricCtas ctas = symmetric_ctas();  // process-wide: decided at the first window
+  out << ",\"symmetric_ctas\":{\"decided\":" << (ctas.decided ? "true" : "false") << ",\"ctas\":" << ctas.ctas
+      << ",\"source\":" << json_quote(ctas.source) << "}";
+  out << ",\"communicators\":[";
   std::lock_guard lock(p.comms_mutex);
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
     const auto& c = *p.comms[i];
     const CommunicatorStats s = p.registry->stats(*c.comm);
-    out << (i ? "," : "") << "{\"communicator\":" << json_string(c.comm->describe()) << ",\"kind\":\"" << to_string(s.kind)
+    out << (i ? "," : "") << "{\"communicator\":" << json_quote(c.comm->describe()) << ",\"kind\":\"" << to_string(s.kind)
         << "\",\"rank\":" << c.comm->rank() << ",\"size\":" << c.comm->size() << ",\"registrations\":" << s.registrations
         << ",\"deregistrations\":" << s.deregistrations << ",\"registered_segments\":" << s.registered_segments
         << ",\"bytes_registered\":" << s.bytes_registered << ",\"registration_seconds\":" << s.registration_seconds

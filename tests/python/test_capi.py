@@ -289,6 +289,9 @@ def test_scope_ends_commit_on_a_schedule_and_commit_is_immediate():
     j = p.stats_json()
     assert (j["scope_ends"], j["scope_period"], j["next_committing_scope_end"]) == (18, 16, 32)
     assert "scope ends 18 (the first 16 commit, then every 16th); the next that commits: #32 (pending windows wait" in p.memory_summary()
+    # The symmetric kernels' CTA count is decided at the first NCCL window; loopback windows are not NCCL's.
+    assert j["symmetric_ctas"]["decided"] is False and "not decided" in j["symmetric_ctas"]["source"]
+    assert "symmetric kernels' CTAs: not decided yet" in p.memory_summary()
     p.commit()  # at once
     assert p.pending == 0 and c.stats()["registered_segments"] == 2
     for ptr in (x, y):
