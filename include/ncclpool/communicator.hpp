@@ -70,6 +70,12 @@ class NCCLPOOL_API Communicator {
   /// True after a collective of this communicator timed out or failed asynchronously: it must be
   /// aborted by its owner, and no collective is started on it any more.
   [[nodiscard]] virtual bool broken() const { return false; }
+  /// Called before the communicator's first symmetric agreement: fixes how this process launches
+  /// symmetric kernels (NCCL: the CTA count, SymmetricCtas in nccl.hpp) and returns it (0 = NCCL's
+  /// own choice; -1 = nothing to say). Ranks must return the same: a symmetric kernel whose ranks
+  /// launch different block counts waits for blocks that never come, so the registry's attach
+  /// agreement compares the values and fails on every rank when they differ.
+  [[nodiscard]] virtual int prepare_symmetric_kernels() { return -1; }
 };
 
 }  // namespace ncclpool

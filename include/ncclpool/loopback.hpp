@@ -84,11 +84,16 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   /// Stands in for an application collective on this communicator (an all_reduce): blocks until every
   /// rank made its call in this position; `argument` is what strict matching compares.
   void user_collective(std::uint64_t argument = 0);
+  /// What prepare_symmetric_kernels reports (default -1: nothing): tests of ranks that would launch
+  /// symmetric kernels differently.
+  void set_symmetric_kernels(int setting) { symmetric_kernels_ = setting; }
+  [[nodiscard]] int prepare_symmetric_kernels() override { return symmetric_kernels_; }
 
  private:
   std::shared_ptr<LoopbackGroup> group_;
   int rank_;
   int device_;
+  int symmetric_kernels_ = -1;
 };
 
 }  // namespace ncclpool

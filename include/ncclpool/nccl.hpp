@@ -43,19 +43,21 @@ NCCLPOOL_API std::chrono::milliseconds agreement_timeout_from_env(std::chrono::m
 /// symmetric window then loses to plain memory at some sizes (decode all-reduce on 2x H200: 0.91x
 /// at 1 MiB), while 32 CTAs make it faster at every size (1.06-1.46x; docs/benchmarks/decode.md).
 /// NCCL reads the count once per process, from NCCL_SYM_CTAS, at its first symmetric collective.
-/// ncclpool therefore decides it once per process, just before it registers its first window:
+/// ncclpool therefore decides it once per process, when it first attaches an NCCL communicator for
+/// symmetric registration (before any window), and every rank's decision is compared there:
 ///   * NCCL_SYM_CTAS set by the user: left alone (source "NCCL_SYM_CTAS");
 ///   * else NCCLPOOL_SYM_CTAS: "nccl" leaves NCCL's choice, 1-64 sets NCCL_SYM_CTAS to that count;
 ///   * else the count of this machine's profile (profile.hpp, `ncclpool tune`), when it was measured
-///     on this GPU model, NCCL version and rank count (the first window's communicator);
+///     on this GPU model, NCCL version and rank count (that communicator);
 ///   * else ncclpool's measured default for the GPU (compute capability 9.x: 32); none for a GPU it
 ///     has no measurement of (NCCL's choice, and the source says so). A profile that exists but does
 ///     not apply is named in the source, with why.
 /// It affects only symmetric kernels, in this whole process (torch's own symmetric memory too), and
-/// nothing if a symmetric collective ran before the first window (NCCL has read its value then).
+/// nothing if a symmetric collective ran before (NCCL has read its value then). Ranks that decide
+/// differently would hang in their first symmetric kernel: the attach fails on every rank instead.
 struct SymmetricCtas {
   int ctas = 0;               ///< the count asked of NCCL; 0 = NCCL's own choice
-  bool decided = false;       ///< false until the process's first window registration
+  bool decided = false;       ///< false until the process's first symmetric attach
   bool set_by_ncclpool = false; ///< ncclpool put NCCL_SYM_CTAS in the environment
   bool ignored_setting = false; ///< NCCLPOOL_SYM_CTAS held a value that is not "nccl" or 1-64
   std::string source;         ///< where the count comes from, for `ncclpool info`, stats and logs

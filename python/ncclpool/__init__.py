@@ -49,7 +49,7 @@ def last_error() -> str:
 def features() -> dict:
     """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support, and
     the CTA count of NCCL's symmetric kernels (``symmetric_ctas``, 0 = NCCL's choice; fixed at the
-    process's first window registration: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why)."""
+    process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why)."""
     f = Features()
     f.struct_size = ctypes.sizeof(Features)
     call("ncclpool_get_features", byref(f))

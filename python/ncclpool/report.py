@@ -24,7 +24,7 @@ def _breakdown_lines(b) -> list[str]:
 
 
 def _symmetric_ctas(c) -> str:
-    """The process's CTA count for NCCL's symmetric kernels (decided at its first window)."""
+    """The process's CTA count for NCCL's symmetric kernels (decided at its first symmetric attach)."""
     if not c["decided"]:
         return c["source"]
     return f"{c['ctas'] if c['ctas'] > 0 else 'NCCL choice'} ({c['source']})"

@@ -92,7 +92,7 @@ std::string full_json(ncclpool_pool_s& p) {
       << ",\"other_streams_only\":" << m.other_streams_only << ",\"empty_segments\":" << m.empty_segments << "}";
   out << ",\"pending_registrations\":" << p.registry->pending() << ",\"scope_ends\":" << p.registry->scope_ends()
       << ",\"scope_period\":" << p.registry->scope_period() << ",\"next_committing_scope_end\":" << p.registry->next_committing_scope_end();
-  const SymmetricCtas ctas = symmetric_ctas();  // process-wide: decided at the first window
+  const SymmetricCtas ctas = symmetric_ctas();  // process-wide: decided at the first symmetric attach
   out << ",\"symmetric_ctas\":{\"decided\":" << (ctas.decided ? "true" : "false") << ",\"ctas\":" << ctas.ctas
       << ",\"source\":" << json_quote(ctas.source) << "}";
   out << ",\"communicators\":[";

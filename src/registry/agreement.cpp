@@ -54,9 +54,11 @@ std::string describe_record(const AgreementRecord& r) {
   if (w[word::aborting]) msg << "gave up after an earlier error in this operation; ";
   msg << w[word::count] << " segment(s), " << w[word::bytes] << " bytes";
   if (w[word::count] != 0) msg << ", sequences " << w[word::first] << ".." << w[word::last] << ", digest " << hex(w[word::digest]);
-  if (w[word::check] != 0) msg << ", check " << to_string(static_cast<CheckLevel>(w[word::check]));
-  if (w[word::check] >= static_cast<std::uint64_t>(CheckLevel::layout))
-    msg << ", " << w[word::live_blocks] << " live block(s) with layout digest " << hex(w[word::layout_digest]);
+  const CheckLevel check = check_level_of(w[word::check]);
+  if (check != CheckLevel::off) msg << ", check " << to_string(check);
+  if (check >= CheckLevel::layout) msg << ", " << w[word::live_blocks] << " live block(s) with layout digest " << hex(w[word::layout_digest]);
+  if (const int kernels = symmetric_kernels_of(w[word::check]); kernels >= 0)
+    msg << ", symmetric kernels' CTAs " << (kernels == 0 ? std::string("NCCL's choice") : std::to_string(kernels));
   return msg.str();
 }
 
@@ -106,7 +108,7 @@ AgreementRecord make_agreement(const AgreementInput& in) {
   w[word::digest] = segments.value();
   w[word::first] = in.segments.empty() ? 0 : in.segments.front().first;
   w[word::last] = in.segments.empty() ? 0 : in.segments.back().first;
-  w[word::check] = static_cast<std::uint64_t>(in.check);
+  w[word::check] = static_cast<std::uint64_t>(in.check) | static_cast<std::uint64_t>(in.symmetric_kernels + 1) << 8;
   w[word::layout_digest] = in.layout_digest;
   w[word::live_blocks] = in.live_blocks;
   w[word::aborting] = in.aborting ? 1 : 0;
@@ -140,8 +142,15 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
     std::copy(words.begin(), words.end(), r.words.begin());
     msg << ' ' << rank_list(ranks) << ": " << describe_record(r) << ';';
   }
-  msg << " (ranks must create the same segments in the same order and attach and commit their pools in the same "
-         "order, with the same pool names: use deterministic pools fed the same requests)";
+  const bool kernels_differ = std::any_of(records.begin(), records.end(), [&](const AgreementRecord& r) {
+    return r.words[word::magic] == kAgreementMagic && symmetric_kernels_of(r.words[word::check]) != symmetric_kernels_of(mine.words[word::check]);
+  });
+  if (kernels_differ)
+    msg << " (the ranks would launch NCCL's symmetric kernels with different CTA counts, which waits forever for "
+           "blocks that never come: give every rank the same NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS and profile)";
+  else
+    msg << " (ranks must create the same segments in the same order and attach and commit their pools in the same "
+           "order, with the same pool names: use deterministic pools fed the same requests)";
   throw AgreementError(msg.str());
 }
 
@@ -154,7 +163,7 @@ bool only_layouts_differ(const std::vector<AgreementRecord>& records) {
   const AgreementRecord first = without_layout(records.front());
   bool layouts_differ = false;
   for (const auto& r : records) {
-    if (r.words[word::magic] != kAgreementMagic || r.words[word::check] < static_cast<std::uint64_t>(CheckLevel::layout)) return false;
+    if (r.words[word::magic] != kAgreementMagic || check_level_of(r.words[word::check]) < CheckLevel::layout) return false;
     if (without_layout(r) != first) return false;
     layouts_differ = layouts_differ || r.words[word::layout_digest] != records.front().words[word::layout_digest] ||
                      r.words[word::live_blocks] != records.front().words[word::live_blocks];

@@ -160,6 +160,7 @@ AgreementRecord RegistryImpl::start_agreement(CommState& cs, AgreementPhase phas
   in.segments = describe_segments(sequences);
   in.check = check_;
   in.aborting = aborting;
+  in.symmetric_kernels = cs.symmetric_kernels;
   if (check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
     in.layout_digest = layout_digest(last_layout_);
     in.live_blocks = last_layout_.size();
@@ -314,6 +315,7 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     ordinal.comm = cs.comm->native_handle();
     cs.ordinal = WindowDirectory::instance().attach_comm(ordinal.comm);
     ordinal.held = true;
+    cs.symmetric_kernels = cs.comm->prepare_symmetric_kernels();  // compared across ranks by the agreement
     agree(cs, AgreementPhase::attach, existing);
   }
   if (defer) {

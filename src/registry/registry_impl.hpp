@@ -52,6 +52,7 @@ struct CommState {
   std::vector<std::uint64_t> pending;  // segment sequences, creation order
   std::uint64_t epoch = 0;             // agreements started on this attachment (symmetric)
   std::uint64_t ordinal = 0;           // which symmetric attachment of this communicator in the process
+  int symmetric_kernels = -1;          // Communicator::prepare_symmetric_kernels, compared across ranks
   std::deque<Outstanding> outstanding; // started, oldest first
 };
 
@@ -77,7 +78,11 @@ struct AgreementInput {
   std::uint64_t layout_digest = 0;
   std::uint64_t live_blocks = 0;
   bool aborting = false;  // this rank gave up the operation after an earlier error in it
+  int symmetric_kernels = -1;  // how the process launches symmetric kernels (-1: nothing to say)
 };
+// The check word holds the check level (low byte) and the symmetric kernel setting + 1 (above it).
+inline CheckLevel check_level_of(std::uint64_t check_word) { return static_cast<CheckLevel>(check_word & 0xff); }
+inline int symmetric_kernels_of(std::uint64_t check_word) { return static_cast<int>(check_word >> 8) - 1; }
 AgreementRecord make_agreement(const AgreementInput& in);
 std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks);
 // Throws AgreementError naming the ranks whose records differ (grouped), or returns. `late` says the

@@ -247,6 +247,41 @@ TEST(Agreement, PoolsWithOtherNamesOnOtherRanksAreNamed) {
   EXPECT_TRUE(contains(errors[1], "ranks disagree at attach #0")) << errors[1];
 }
 
+// Ranks that would launch NCCL's symmetric kernels with different CTA counts (a profile on one host
+// only, NCCL_SYM_CTAS on some ranks) would hang in the first symmetric collective: the attach
+// agreement fails on every rank instead, and registers nothing.
+TEST(Agreement, RanksWithDifferentSymmetricKernelSettingsFailAtAttach) {
+  auto group = nccl_like("world", 2);
+  std::vector<Rank> ranks;
+  ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
+  ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
+  std::vector<void*> blocks;
+  for (auto& r : ranks) blocks.push_back(r.pool->allocate(MiB));  // a segment that attach would register
+  const auto errors = on_ranks(2, [&](int rank) {
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    comm->set_symmetric_kernels(rank == 0 ? 32 : 0);
+    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
+  });
+  for (const std::string& e : errors) {
+    EXPECT_TRUE(contains(e, "ranks disagree at attach #0")) << e;
+    EXPECT_TRUE(contains(e, "symmetric kernels' CTAs 32") && contains(e, "symmetric kernels' CTAs NCCL's choice")) << e;
+    EXPECT_TRUE(contains(e, "different CTA counts")) << e;
+  }
+  EXPECT_EQ(group->live_registrations(), 0);
+  // The same setting on every rank attaches.
+  auto again = nccl_like("again", 2);
+  const auto fine = on_ranks(2, [&](int rank) {
+    auto comm = std::make_shared<LoopbackCommunicator>(again, rank);
+    comm->set_symmetric_kernels(32);
+    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
+    ranks[static_cast<std::size_t>(rank)].registry->detach(*comm);
+  });
+  EXPECT_EQ(fine[0], "");
+  EXPECT_EQ(fine[1], "");
+  EXPECT_EQ(again->live_registrations(), 0);
+  for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i].pool->deallocate(blocks[i]);
+}
+
 // ---------------------------------------------------------------- item 5: trim against allocation
 
 TEST(Agreement, TrimReleasesWhatRanksAgreedOnWhileAnotherThreadAllocates) {

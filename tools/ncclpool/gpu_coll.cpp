@@ -413,7 +413,7 @@ void run_coll(const CollOptions& o, Report& report) {
     report.notes.push_back("auto = per size class, the cheapest kind to hold (none < local < symmetric) unless a costlier one was >= 2% "
                            "faster (out-of-place + in-place time), measured again");
   }
-  const SymmetricCtas ctas = symmetric_ctas();  // decided at the first window this run registered
+  const SymmetricCtas ctas = symmetric_ctas();  // decided at this run's first symmetric attach
   report.facts.push_back({"symmetric_ctas", ctas.decided ? std::to_string(ctas.ctas) : "-"});
   report.facts.push_back({"symmetric_ctas_source", ctas.source});
   if (ranks == 1) report.notes.push_back("1 rank: bus bandwidth is 0 by definition (factor (n-1)/n); times are still meaningful");

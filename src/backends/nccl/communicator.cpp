@@ -119,7 +119,7 @@ class NcclCommunicator final : public Communicator {
     if (!supports_windows(&why)) throw Unsupported(describe() + ": " + why);
     refuse_if_broken("window registration");
     cuda::ScopedContext scope(context_->get());
-    decide_symmetric_ctas();
+    (void)decide_symmetric_ctas();
     ncclWindow_t window = nullptr;
     check(lib_.ncclCommWindowRegister(comm_, base, size, &window, NCCL_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister", true);
     if (window == nullptr)  // NCCL answers success with no window where symmetric memory is not supported
@@ -132,10 +132,13 @@ class NcclCommunicator final : public Communicator {
     check(lib_.ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(window)), "ncclCommWindowDeregister", true);
   }
 
-  // Before the process's first window: NCCL reads NCCL_SYM_CTAS at its first symmetric collective,
-  // which needs a window. Once per process; every later call returns at the first check.
-  void decide_symmetric_ctas() const {
-    if (symmetric_ctas().decided) return;
+  int prepare_symmetric_kernels() override { return decide_symmetric_ctas(); }
+
+  // Before the process's first window (the registry asks at a symmetric attach; register_window too):
+  // NCCL reads NCCL_SYM_CTAS at its first symmetric collective, which needs a window. Once per
+  // process; every later call returns at the first check.
+  int decide_symmetric_ctas() const {
+    if (const SymmetricCtas decided = symmetric_ctas(); decided.decided) return decided.ctas;
     const cuda::Driver& d = cuda::driver();
     CUdevice dev = 0;
     int major = 0, minor = 0;
@@ -144,7 +147,7 @@ class NcclCommunicator final : public Communicator {
         d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS ||
         d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS)
       major = minor = 0;  // unknown GPU: no measured default, NCCL's choice
-    apply_symmetric_ctas(major, minor, name, lib_.info.version, size_);
+    return apply_symmetric_ctas(major, minor, name, lib_.info.version, size_).ctas;
   }
 
   std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override {

@@ -97,7 +97,7 @@ SymmetricCtas symmetric_ctas() {
   std::lock_guard lock(g_mutex);
   if (g_decided.decided) return g_decided;
   SymmetricCtas undecided;
-  undecided.source = "not decided yet: decided at the process's first window registration";
+  undecided.source = "not decided yet: decided at the process's first symmetric attach of an NCCL communicator";
   return undecided;
 }
 

@@ -120,9 +120,9 @@ def main():
             f"({npool.stats()['allocation_count']} torch segments); {len(npool.communicators)} groups")
         npool.check()
 
-    @check("the symmetric kernels' CTA count is decided at the first window, once")
+    @check("the symmetric kernels' CTA count is decided at the first symmetric attach, once")
     def _():
-        assert not f["symmetric_ctas_decided"], f  # features() was read before any window
+        assert not f["symmetric_ctas_decided"], f  # features() was read before any attach
         now = ncclpool.features()
         assert now["symmetric_ctas_decided"], now
         major, minor = torch.cuda.get_device_capability(device)
