@@ -149,6 +149,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   profile.symmetric_ctas = best == "nccl" ? 0 : std::stoi(best);
   profile.measured = utc_now();
   std::map<std::size_t, ProfileClass> classes;
+  std::vector<double> noise_small, noise_large;  // spread of the chosen kind, below and from 256 KiB
   for (const auto& [op, sizes] : samples) {
     Table t;
     t.title = op + " (" + std::to_string(machine.ranks) + " ranks): time us, median [min-max] over runs";
@@ -175,6 +176,10 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       }
       classes[bytes].min_bytes = bytes;
       classes[bytes].kind[op] = chosen;
+      // Run-to-run noise of what was chosen: (max - min) / median over the runs.
+      const auto& chosen_runs = kinds.at(chosen == "symmetric" ? "symmetric@" + best : chosen);
+      const auto [lo, hi] = std::minmax_element(chosen_runs.begin(), chosen_runs.end());
+      (bytes < 256 * 1024 ? noise_small : noise_large).push_back((*hi - *lo) / chosen_us);
       std::vector<Cell> row{bytes_cell(bytes)};
       for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}));
       for (const auto& c : ctas_values) row.push_back(spread_cell(kinds.count("symmetric@" + c) ? kinds.at("symmetric@" + c) : std::vector<double>{}));
@@ -187,6 +192,13 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   report.facts.push_back({"machine", machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " + std::to_string(machine.ranks) + " ranks"});
   report.facts.push_back({"runs", std::to_string(runs.size()) + " bench coll runs, CTA settings " + std::to_string(ctas_values.size())});
   report.notes.push_back("kind per op and size: the cheapest to hold (none < local < symmetric) unless a costlier one's median is >= 2% faster");
+  auto pct = [](const std::vector<double>& v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f%%", median(v) * 100);
+    return v.empty() ? std::string("-") : std::string(buf);
+  };
+  report.notes.push_back("noise (max - min over runs, relative to the median, of the chosen kind; median over sizes): below 256 KiB " + pct(noise_small) +
+                         ", from 256 KiB " + pct(noise_large) + ": where it exceeds the differences between kinds, the choice there is a toss-up");
   return profile;
 }
 
