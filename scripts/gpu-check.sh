@@ -202,6 +202,12 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   { echo "=== torch pluggable allocator failure probe (rc=$?)"; cat "$BUILD/torch-probe.log"; } >>"$TORCH_LOG"
   while read -r line; do row "probe ${line%%:*}" "${line#*: }"; done < <(grep '^PROBE' "$BUILD/torch-probe.log" | sed 's/^PROBE //' | cut -c1-220)
   if [ "$gpus" -ge 2 ]; then
+    # Ranks with different symmetric CTA counts: AgreementError at attach on every rank, not a hang.
+    NCCLPOOL_AGREEMENT_TIMEOUT_S=30 timeout "$(within 180)" python3 -m torch.distributed.run --nproc-per-node 2 \
+      tests/gpu/torch/check_sym_ctas_mismatch.py >"$BUILD/torch-ctas.log" 2>&1
+    rc=$?
+    { echo "=== ranks with different symmetric CTA counts (rc=$rc)"; cat "$BUILD/torch-ctas.log"; } >>"$TORCH_LOG"
+    row "torch: ranks with other CTA counts" "rc=$rc; $(grep -m1 '^RESULT' "$BUILD/torch-ctas.log" || echo 'no result (timeout or crash)')"
     timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$(( gpus < 4 ? gpus : 4 ))" bench/torch_bench.py >"$BUILD/torch-bench.log" 2>&1
     rc=$?
     { echo "=== torch benchmark (rc=$rc)"; cat "$BUILD/torch-bench.log"; } >>"$TORCH_LOG"
