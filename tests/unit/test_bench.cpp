@@ -215,3 +215,16 @@ TEST(Tune, RunsFromTwoMachinesAreRefused) {
   }
 }
 
+
+TEST(Tune, WithoutSymmetricTimesTheProfileKeepsNcclsCountAndHoldsNoWindows) {
+  std::vector<CollRun> runs = recorded_coll_runs();
+  for (CollRun& run : runs)  // as bench coll writes it where windows are unsupported
+    for (auto& table : run.doc.object["tables"].array)
+      for (auto& row : table.object["rows"].array) row.object.erase("symmetric_us");
+  Report report;
+  const ncclpool::Profile p = build_profile(runs, {"NVIDIA H200", 22809, 2}, report);
+  EXPECT_EQ(p.symmetric_ctas, 0);
+  for (const auto& c : p.classes)
+    for (const auto& [op, kind] : c.kind) EXPECT_NE(kind, "symmetric") << op << " " << c.min_bytes;
+  EXPECT_NE(report.text().find("symmetric was not measured"), std::string::npos) << report.text();
+}

@@ -61,6 +61,13 @@ Cell spread_cell(const std::vector<double>& v) {
   return text_cell(buf);
 }
 
+// A CTA setting as --ctas and --from name it: "nccl" or a count NCCL accepts.
+std::string ctas_label(const std::string& c, const std::string& option) {
+  if (c != "nccl" && (c.empty() || c.size() > 2 || c.find_first_not_of("0123456789") != std::string::npos || std::stoi(c) < 1 || std::stoi(c) > 64))
+    throw UsageError("--" + option + ": '" + c + "' is neither 'nccl' nor a count from 1 to 64");
+  return c;
+}
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -136,7 +143,12 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   std::string best = ctas_values.front();
   for (const auto& c : ctas_values)
     if (log_sum[c] < log_sum[best]) best = c;
-  if (log_sum.count("nccl") && std::exp((log_sum["nccl"] - log_sum[best]) / static_cast<double>(points)) <= 1.01) best = "nccl";
+  if (!std::isfinite(log_sum[best])) {  // no symmetric times at every size (no windows here): NCCL's own
+    best = "nccl";
+    report.notes.push_back("symmetric was not measured at every size (windows unsupported?): the profile keeps NCCL's CTA count");
+  }
+  if (log_sum.count("nccl") && std::isfinite(log_sum[best]) && std::exp((log_sum["nccl"] - log_sum[best]) / static_cast<double>(points)) <= 1.01)
+    best = "nccl";
   std::ostringstream scores;
   for (const auto& c : ctas_values)
     scores << (scores.tellp() > 0 ? ", " : "") << c << " " << std::exp((log_sum[c] - log_sum[best]) / static_cast<double>(points));
@@ -217,20 +229,21 @@ int cmd_tune(const Args& a) {
     for (std::string item; std::getline(list, item, ',');) {
       const auto eq = item.find('=');
       if (eq == std::string::npos) throw UsageError("--from: '" + item + "' is not CTAS=FILE (CTAS: nccl or a count)");
-      std::ifstream in(item.substr(eq + 1), std::ios::binary);
-      if (!in) throw UsageError("--from: cannot read " + item.substr(eq + 1));
+      const std::string file = item.substr(eq + 1);
+      std::ifstream in(file, std::ios::binary);
+      if (!in) throw UsageError("--from: cannot read " + file);
       std::ostringstream text;
       text << in.rdbuf();
-      runs.push_back({item.substr(0, eq), parse_json(text.str())});
+      try {
+        runs.push_back({ctas_label(item.substr(0, eq), "from"), parse_json(text.str())});
+      } catch (const JsonError& e) {
+        throw InvalidArgument("tune: " + file + ": " + e.what());
+      }
     }
   } else {
     std::vector<std::string> ctas;
     std::stringstream list(a.get("ctas", "nccl,16,32"));
-    for (std::string c; std::getline(list, c, ',');) {
-      if (c != "nccl" && (c.empty() || c.find_first_not_of("0123456789") != std::string::npos || std::stoi(c) < 1 || std::stoi(c) > 64))
-        throw UsageError("--ctas: '" + c + "' is neither 'nccl' nor a count from 1 to 64");
-      ctas.push_back(c);
-    }
+    for (std::string c; std::getline(list, c, ',');) ctas.push_back(ctas_label(c, "ctas"));
     std::string why;
     if (gpu_count(&why) == 0) throw Unsupported("tune needs GPUs: " + why + " (--from builds a profile from bench coll runs made elsewhere)");
     const int rounds = static_cast<int>(a.get_int("rounds", 3, 1, 1000));
