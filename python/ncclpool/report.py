@@ -59,7 +59,8 @@ def _pool_lines(pool) -> list[str]:
         period = j["scope_period"]
         rule = "every one commits" if period == 1 else f"the first {period} commit, then every {period}th"
         lines.append(f"  scope ends {j['scope_ends']} ({rule}); the next that commits: #{j['next_committing_scope_end']}{waiting}")
-        lines.append(f"  symmetric kernels' CTAs: {_symmetric_ctas(j['symmetric_ctas'])}")
+        if "symmetric_ctas" in j:  # a library before the field has no line
+            lines.append(f"  symmetric kernels' CTAs: {_symmetric_ctas(j['symmetric_ctas'])}")
     if comms:
         lines.append(f"    {'communicator':44}{'kind':>10}{'segments':>10}{'registered':>13}{'time':>11}{'pending':>9}")
         for c in comms:
