@@ -225,5 +225,11 @@ TEST(RecordedTraces, TorchLayerSegmentsStayWithinSixPercent) {
     EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
     EXPECT_LE(static_cast<double>(r.shared.peak_reserved), 1.06 * static_cast<double>(r.shared.peak_live));
     EXPECT_LE(r.shared.segments, 64u);  // windows stay few (~15 ms each per group)
+    // Megatron-FSDP's recording began after some segments existed: its allocator's figure is partial
+    // and the report says so instead of a ratio below 1.
+    const std::string text = format_text(r, name);
+    const bool partial = r.recorded_peak_reserved < r.shared.peak_live;
+    EXPECT_EQ(partial, std::string(name) == "megatron_fsdp_2gpu.json");
+    EXPECT_EQ(text.find("misses segments made before the recording began") != std::string::npos, partial) << text;
   }
 }

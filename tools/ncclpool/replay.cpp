@@ -179,9 +179,15 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
     row("  " + r.groups[g], p.peak_reserved, p.peak_live, p.segments, p.registrations, static_cast<double>(p.registrations) * r.registration_unit_ms);
   }
   if (r.recorded_peak_reserved > 0) {  // what PyTorch's own allocator reserved for the same trace
-    std::snprintf(line, sizeof line, "%-22s %14s %14s %10.3f %10s %10s %14s\n", "recording allocator", mib(r.recorded_peak_reserved).c_str(),
-                  mib(r.shared.peak_live).c_str(), static_cast<double>(r.recorded_peak_reserved) / static_cast<double>(r.shared.peak_live), "-", "-", "(no registration)");
+    // Below the live peak it cannot be a whole figure: the recording began after segments existed.
+    const bool partial = r.recorded_peak_reserved < r.shared.peak_live;
+    char ratio[16];
+    std::snprintf(ratio, sizeof ratio, "%.3f", static_cast<double>(r.recorded_peak_reserved) / static_cast<double>(r.shared.peak_live));
+    std::snprintf(line, sizeof line, "%-22s %14s %14s %10s %10s %10s %14s\n", "recording allocator", mib(r.recorded_peak_reserved).c_str(),
+                  mib(r.shared.peak_live).c_str(), partial ? "-" : ratio, "-", "-", "(no registration)");
     out << line;
+    if (partial)
+      out << "  (the recording allocator's figure misses segments made before the recording began: it is below what was live)\n";
   }
   std::snprintf(line, sizeof line, "\nshared pool: %.1f%% of the peak reserved bytes never held live data; registrations per group:", 100 * r.shared.fragmentation_at_peak);
   out << line;
