@@ -58,6 +58,10 @@ class NCCLPOOL_API LoopbackGroup {
   [[nodiscard]] std::uint64_t collective_calls() const;
   /// A collective timed out: every later collective call fails at once.
   [[nodiscard]] bool broken() const;
+  /// What `rank`'s communicators report from prepare_symmetric_kernels (default -1: nothing; -1 for
+  /// `rank` = every rank): tests of ranks that would launch NCCL's symmetric kernels differently.
+  void set_symmetric_kernels(int rank, int setting);
+  [[nodiscard]] int symmetric_kernels(int rank) const;
 
   detail::LoopbackState& state() noexcept { return *state_; }
 
@@ -84,16 +88,13 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   /// Stands in for an application collective on this communicator (an all_reduce): blocks until every
   /// rank made its call in this position; `argument` is what strict matching compares.
   void user_collective(std::uint64_t argument = 0);
-  /// What prepare_symmetric_kernels reports (default -1: nothing): tests of ranks that would launch
-  /// symmetric kernels differently.
-  void set_symmetric_kernels(int setting) { symmetric_kernels_ = setting; }
-  [[nodiscard]] int prepare_symmetric_kernels() override { return symmetric_kernels_; }
+  /// The group's setting for this rank (LoopbackGroup::set_symmetric_kernels).
+  [[nodiscard]] int prepare_symmetric_kernels() override { return group_->symmetric_kernels(rank_); }
 
  private:
   std::shared_ptr<LoopbackGroup> group_;
   int rank_;
   int device_;
-  int symmetric_kernels_ = -1;
 };
 
 }  // namespace ncclpool

@@ -261,6 +261,10 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_live_registrations(ncclpool_
 /* Makes the nth (1-based) call of op (0 register_local, 1 deregister_local, 2 register_window,
  * 3 deregister_window) on rank (-1 = every rank) fail. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_group_t group, int op, int rank, int nth);
+/* What `rank`'s (-1: every rank's) simulated communicators report as their symmetric kernel setting
+   (the CTA count; default -1: nothing), compared across ranks at a symmetric attach: tests of ranks
+   that would launch NCCL's symmetric kernels differently. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpool_sim_group_t group, int rank, int setting);
 /* Models a CUDA graph capture on a SIM pool's device (affects commit and scope end). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing);
 /* The next `count` segment allocations of a SIM pool fail with out of memory. */

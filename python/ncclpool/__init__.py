@@ -411,6 +411,11 @@ class SimGroup:
             raise InvalidArgument(f"op {op!r} is not one of {sorted(self.OPS)}")
         call("ncclpool_sim_group_inject_failure", self.handle, self.OPS[op], rank, nth)
 
+    def set_symmetric_kernels(self, rank: int, setting: int) -> None:
+        """What `rank`'s (-1: every rank's) communicators report as their symmetric kernel setting (the
+        CTA count; -1: nothing), compared across ranks at a symmetric attach."""
+        call("ncclpool_sim_group_set_symmetric_kernels", self.handle, rank, setting)
+
 
 def sim_set_capturing(pool: Pool, capturing: bool) -> None:
     """Simulator only: models a CUDA graph capture on the pool's device."""

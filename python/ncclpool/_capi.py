@@ -131,6 +131,7 @@ _PROTOTYPES = {
     "ncclpool_sim_group_destroy": (_Status, [_P]),
     "ncclpool_sim_group_live_registrations": (_Status, [_P, POINTER(c_uint64)]),
     "ncclpool_sim_group_inject_failure": (_Status, [_P, c_int, c_int, c_int]),
+    "ncclpool_sim_group_set_symmetric_kernels": (_Status, [_P, c_int, c_int]),
     "ncclpool_sim_set_capturing": (_Status, [_P, c_int]),
     "ncclpool_sim_inject_oom": (_Status, [_P, c_int]),
 }

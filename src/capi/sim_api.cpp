@@ -69,6 +69,13 @@ ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_group_t group, 
   });
 }
 
+ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpool_sim_group_t group, int rank, int setting) {
+  return guarded("ncclpool_sim_group_set_symmetric_kernels", [&] {
+    if (setting < -1 || setting > 64) throw InvalidArgument("setting " + std::to_string(setting) + " is not -1..64");
+    require(group, "group")->group->set_symmetric_kernels(rank, setting);
+  });
+}
+
 ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing) {
   return guarded("ncclpool_sim_set_capturing", [&] {
     sim_source_of(*require(pool, "pool"), "ncclpool_sim_set_capturing").sim_ordering().set_capturing(capturing != 0);

@@ -231,6 +231,28 @@ def test_divergent_ranks_raise_agreement_error_on_every_rank():
         c.forget()
 
 
+def test_ranks_that_would_launch_symmetric_kernels_differently_fail_at_attach():
+    # NCCL_SYM_CTAS or a profile on some ranks only: their first symmetric kernel would hang.
+    world = ncclpool.SimGroup("world", 2, timeout_ms=3000)
+    world.set_symmetric_kernels(0, 32)
+    world.set_symmetric_kernels(1, 0)
+
+    def rank(r):
+        p = sim_pool("symmetric", name="ctas-pool", growth_chunk=4 * MiB)
+        with pytest.raises(errors.AgreementError, match="different CTA counts") as info:
+            p.attach_sim(world, r)
+        assert "symmetric kernels' CTAs 32" in str(info.value) and "CTAs NCCL's choice" in str(info.value)
+        assert p.communicators == []  # nothing attached, nothing registered
+        p.close()
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    assert world.live_registrations == 0
+    with pytest.raises(errors.InvalidArgument, match="not -1..64"):
+        world.set_symmetric_kernels(0, 65)
+
+
 def test_scope_under_graph_capture_defers_windows():
     g = ncclpool.SimGroup("world", 1)
     p = sim_pool("symmetric")

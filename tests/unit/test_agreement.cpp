@@ -257,9 +257,10 @@ TEST(Agreement, RanksWithDifferentSymmetricKernelSettingsFailAtAttach) {
   ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
   std::vector<void*> blocks;
   for (auto& r : ranks) blocks.push_back(r.pool->allocate(MiB));  // a segment that attach would register
+  group->set_symmetric_kernels(0, 32);
+  group->set_symmetric_kernels(1, 0);
   const auto errors = on_ranks(2, [&](int rank) {
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
-    comm->set_symmetric_kernels(rank == 0 ? 32 : 0);
     ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
   });
   for (const std::string& e : errors) {
@@ -270,9 +271,9 @@ TEST(Agreement, RanksWithDifferentSymmetricKernelSettingsFailAtAttach) {
   EXPECT_EQ(group->live_registrations(), 0);
   // The same setting on every rank attaches.
   auto again = nccl_like("again", 2);
+  again->set_symmetric_kernels(-1, 32);
   const auto fine = on_ranks(2, [&](int rank) {
     auto comm = std::make_shared<LoopbackCommunicator>(again, rank);
-    comm->set_symmetric_kernels(32);
     ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
     ranks[static_cast<std::size_t>(rank)].registry->detach(*comm);
   });

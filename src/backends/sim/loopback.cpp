@@ -40,7 +40,7 @@ class LoopbackState {
  public:
   LoopbackState(std::string name, int size, std::chrono::milliseconds timeout, LoopbackMatching matching)
       : name_(std::move(name)), size_(size), timeout_(timeout), matching_(matching), calls_(static_cast<std::size_t>(size), 0),
-        injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)) {}
+        injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)), symmetric_kernels_(static_cast<std::size_t>(size), -1) {}
 
   struct Result {
     std::vector<AgreementRecord> records;
@@ -120,6 +120,16 @@ class LoopbackState {
     std::lock_guard lock(mutex_);
     for (int r = 0; r < size_; ++r)
       if (rank < 0 || rank == r) injected_[static_cast<std::size_t>(r)][op] = counters_[static_cast<std::size_t>(r)][op] + static_cast<std::uint64_t>(nth);
+  }
+
+  void set_symmetric_kernels(int rank, int setting) {
+    std::lock_guard lock(mutex_);
+    for (int r = 0; r < size_; ++r)
+      if (rank < 0 || rank == r) symmetric_kernels_[static_cast<std::size_t>(r)] = setting;
+  }
+  int symmetric_kernels(int rank) {
+    std::lock_guard lock(mutex_);
+    return symmetric_kernels_[static_cast<std::size_t>(rank)];
   }
 
   std::uint64_t next_local_handle() { return ++local_handles_; }  // ranks register locally in parallel
@@ -218,6 +228,7 @@ class LoopbackState {
   std::map<std::uint64_t, Slot> slots_;
   std::vector<std::map<int, std::uint64_t>> injected_;
   std::vector<std::map<int, std::uint64_t>> counters_;
+  std::vector<int> symmetric_kernels_;  // per rank: what prepare_symmetric_kernels reports
   bool broken_ = false;
   std::string broken_reason_;
   std::uint64_t windows_ = 0;
@@ -261,6 +272,11 @@ void LoopbackGroup::inject_failure(LoopbackOp op, int rank, int nth) { state_->i
 std::int64_t LoopbackGroup::live_registrations() const { return state_->live.load(); }
 std::uint64_t LoopbackGroup::collective_calls() const { return state_->collective_calls(); }
 bool LoopbackGroup::broken() const { return state_->broken(); }
+void LoopbackGroup::set_symmetric_kernels(int rank, int setting) {
+  if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
+  state_->set_symmetric_kernels(rank, setting);
+}
+int LoopbackGroup::symmetric_kernels(int rank) const { return state_->symmetric_kernels(rank); }
 
 LoopbackCommunicator::LoopbackCommunicator(std::shared_ptr<LoopbackGroup> group, int rank, int device)
     : group_(std::move(group)), rank_(rank), device_(device) {
