@@ -343,6 +343,10 @@ for t in j["tables"]:
 for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
   done
+  # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
+  timeout "$(within 300)" $T bench coll --graph --factor 4 --min 16K --iters 30 --replays 5 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
+  rc=$?
+  row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 200)"
   # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds.
   NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
   rc=$?

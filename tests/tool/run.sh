@@ -44,9 +44,11 @@ grep -q '"registration":"local"' "$tmp/out" || fail "bench scope --kind local"
 expect_rc 2 "$tool" bench scope --groups 0;    grep -q "groups: '0' is not an integer in 1..64" "$tmp/err" || fail "bad groups"
 expect_rc 2 "$tool" bench alloc --sizes 4X;    grep -q "sizes: '4X' is not a size" "$tmp/err" || fail "bad sizes"
 expect_rc 2 "$tool" bench coll --ops bcast;    grep -q "not one of all_gather" "$tmp/err" || fail "bad op"
-expect_rc 0 "$tool" bench coll --help
+expect_rc 0 "$tool" bench coll --help;    grep -q -- "--graph captures" "$tmp/out" || fail "coll --graph help"
+expect_rc 2 "$tool" bench coll --replays 0; grep -q "replays" "$tmp/err" || fail "bad replays"
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" bench coll; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll without GPUs"
+  expect_rc 1 "$tool" bench coll --graph; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll --graph without GPUs"
 fi
 # tune: a profile from recorded bench coll runs (no GPU needed), bad arguments, no GPU.
 runs="$data/../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c"

@@ -14,13 +14,15 @@ namespace {
 constexpr const char* kHelp =
     "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric]\n"
     "                           [--min 1K] [--max 1G] [--factor 2] [--warmup 5] [--iters 20] [--ranks N]\n"
-    "                           [--no-check] [--auto] [--json]\n"
+    "                           [--no-check] [--auto] [--graph [--replays 5]] [--json]\n"
     "\n"
     "Bus bandwidth and time of collectives on ncclpool memory, one thread per GPU, with no registration,\n"
     "local registration (ncclCommRegister) and symmetric windows, measured with nccl-tests' conventions\n"
     "(size, busbw formula, warm-up, out-of-place and in-place) so the figures compare with nccl-tests -R 0/1/2.\n"
     "--auto adds the kind ncclpool would choose for each size class (the cheapest kind to hold unless a\n"
-    "costlier one measured >= 2% faster there), measured again. Needs GPUs; without, it says why and exits 1.\n";
+    "costlier one measured >= 2% faster there), measured again. --graph captures the --iters launches in a\n"
+    "CUDA graph and times --replays replays of it: no host launch cost, so small sizes are resolved (NCCL\n"
+    "may register captured buffers itself, NCCL_GRAPH_REGISTER). Needs GPUs; without, it says why and exits 1.\n";
 
 std::vector<std::string> split_names(const std::string& option, const std::string& text, const std::vector<std::string>& allowed) {
   std::vector<std::string> out;
@@ -54,6 +56,8 @@ CollOptions parse_coll_options(const Args& a) {
   o.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
   o.check = !a.has("no-check");
   o.auto_kind = a.has("auto");
+  o.graph = a.has("graph");
+  o.replays = static_cast<int>(a.get_int("replays", 5, 1, 100000));
   return o;
 }
 

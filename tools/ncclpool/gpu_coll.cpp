@@ -162,15 +162,53 @@ class RankRunner {
     }
     for (int i = 0; i < o_.warmup; ++i) launch();
     cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    out.wrong[static_cast<std::size_t>(rank_)] = wrong;
+    if (o_.graph) {
+      out.seconds[static_cast<std::size_t>(rank_)] = time_graph(launch, sync);
+      return;
+    }
     sync.wait();
     const auto t = BenchClock::now();
     for (int i = 0; i < o_.iters; ++i) launch();
     cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
     out.seconds[static_cast<std::size_t>(rank_)] = seconds_since(t) / o_.iters;
-    out.wrong[static_cast<std::size_t>(rank_)] = wrong;
   }
 
  private:
+  // `iters` launches captured once (this thread's capture: the other ranks' threads keep calling
+  // CUDA), then `replays` replays timed after a first one: seconds per launch without the host's
+  // launch cost. The graph goes before the communicators (NCCL >= 2.26 waits for live graphs that
+  // captured a communicator's collectives when destroying it).
+  template <class Launch>
+  double time_graph(const Launch& launch, RankBarrier& sync) {
+    cuda::check(d_.cuStreamBeginCapture_v2(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    CUgraph graph = nullptr;
+    try {
+      for (int i = 0; i < o_.iters; ++i) launch();
+    } catch (...) {
+      d_.cuStreamEndCapture(stream_, &graph);  // end the capture before reporting the launch's error
+      if (graph != nullptr) d_.cuGraphDestroy(graph);
+      throw;
+    }
+    cuda::check(d_.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+    CUgraphExec exec = nullptr;
+    const CUresult instantiated = d_.cuGraphInstantiateWithFlags(&exec, graph, 0);
+    d_.cuGraphDestroy(graph);
+    cuda::check(instantiated, "cuGraphInstantiate");
+    struct ExecGuard {
+      const cuda::Driver& d;
+      CUgraphExec exec;
+      ~ExecGuard() { d.cuGraphExecDestroy(exec); }
+    } guard{d_, exec};
+    cuda::check(d_.cuGraphLaunch(exec, stream_), "cuGraphLaunch");  // the first replay, untimed
+    cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    sync.wait();
+    const auto t = BenchClock::now();
+    for (int r = 0; r < o_.replays; ++r) cuda::check(d_.cuGraphLaunch(exec, stream_), "cuGraphLaunch");
+    cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+    return seconds_since(t) / (static_cast<double>(o_.iters) * o_.replays);
+  }
+
   // Samples the first and last element of each rank's slice (all-gather) or of the result.
   int check_result(const std::string& op, void* res, std::size_t count) {
     const float sum = static_cast<float>(n_) * static_cast<float>(n_ + 1) / 2;
@@ -248,6 +286,7 @@ void run_coll(const CollOptions& o, Report& report) {
 
   report.facts.push_back({"ranks", team->description()});
   report.facts.push_back({"method", "nccl-tests conventions: float sum, warm-up " + std::to_string(o.warmup) + ", iters " + std::to_string(o.iters) +
+                                        (o.graph ? " captured in a CUDA graph, " + std::to_string(o.replays) + " replays timed" : std::string()) +
                                         ", host time per op averaged over ranks, busbw = algbw x (n-1)/n (AG, RS) or 2(n-1)/n (AR)"});
   report.facts.push_back({"memory", "one ncclpool pool per GPU (cuMem, deterministic); none = communicator without registration, local = "
                                     "ncclCommRegister, symmetric = ncclCommWindowRegister"});

@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: ncclpool tune [--rounds 3] [--ctas nccl,16,32] [--min 16K] [--max 1G] [--factor 4] [--iters 30]\n"
-    "                     [--warmup 5] [--ranks N] [--out PATH] [--json]\n"
+    "                     [--warmup 5] [--ranks N] [--graph [--replays 5]] [--out PATH] [--json]\n"
     "       ncclpool tune --from CTAS=FILE[,CTAS=FILE...] [--gpu NAME --nccl-version V --ranks N] [--out PATH]\n"
     "\n"
     "Measures this machine's profile: `bench coll` (none, local and symmetric registration; all-gather,\n"
@@ -34,7 +34,8 @@ constexpr const char* kHelp =
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
     "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
     "and rank count). --from builds it from `bench coll --json` files instead (no GPU needed). Progress\n"
-    "on stderr. Not measured: the collectives with compute running beside them.\n";
+    "on stderr. --graph times CUDA-graph replays (bench coll --graph): small sizes are resolved, which eager\n"
+    "launches leave to noise. Not measured: the collectives with compute running beside them.\n";
 
 // samples[op][bytes][kind or "symmetric@CTAS"] = times in us (out-of-place)
 using Samples = std::map<std::string, std::map<std::size_t, std::map<std::string, std::vector<double>>>>;
@@ -250,6 +251,7 @@ int cmd_tune(const Args& a) {
     std::vector<std::string> coll_args = {"--min", a.get("min", "16K"), "--max", a.get("max", "1G"), "--factor", a.get("factor", "4"),
                                           "--iters", a.get("iters", "30"), "--warmup", a.get("warmup", "5")};
     if (given.ranks != 0) coll_args.insert(coll_args.end(), {"--ranks", std::to_string(given.ranks)});
+    if (a.has("graph")) coll_args.insert(coll_args.end(), {"--graph", "--replays", std::to_string(a.get_int("replays", 5, 1, 100000))});
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) throw BackendError("tune: cannot find this program (/proc/self/exe): " + ec.message());
