@@ -127,7 +127,8 @@ def main():
         assert now["symmetric_ctas_decided"], now
         major, minor = torch.cuda.get_device_capability(device)
         user = os.environ.get("NCCL_SYM_CTAS") or os.environ.get("NCCLPOOL_SYM_CTAS")
-        if not user:  # ncclpool's measured default where it has one, NCCL's choice elsewhere
+        from_profile = "profile" in now["symmetric_ctas_source"] and "not used" not in now["symmetric_ctas_source"]
+        if not user and not from_profile:  # ncclpool's measured default where it has one, NCCL's choice elsewhere
             assert now["symmetric_ctas"] == (32 if major == 9 else 0), now
             libc = ctypes.CDLL(None)
             libc.getenv.restype = ctypes.c_char_p
