@@ -55,8 +55,15 @@ struct ProfileLookup {
   std::string why_not;             ///< when not set: "no profile at PATH", a parse error, or the mismatch
 };
 
-/// @brief Reads profile_path() and checks it against this GPU, NCCL version and rank count.
-/// Never throws: every failure is in why_not.
+/// @brief Reads and parses profile_path(), whatever machine it was measured on. Never throws: a
+/// missing or bad file is in why_not.
+NCCLPOOL_API ProfileLookup read_profile();
+
+/// @brief `lookup` with its profile kept only when it was measured on this GPU model, NCCL version
+/// and rank count; otherwise the profile is dropped and why_not says what differs.
+NCCLPOOL_API ProfileLookup match_profile(ProfileLookup lookup, const std::string& gpu, int nccl_version, int ranks);
+
+/// @brief match_profile(read_profile(), gpu, nccl_version, ranks). Never throws.
 NCCLPOOL_API ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks);
 
 }  // namespace ncclpool

@@ -101,7 +101,7 @@ std::string profile_to_json(const Profile& p) {
   return o.str();
 }
 
-ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks) {
+ProfileLookup read_profile() {
   ProfileLookup out;
   out.path = profile_path();
   if (out.path.empty()) {
@@ -116,20 +116,27 @@ ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks) 
   std::ostringstream text;
   text << in.rdbuf();
   try {
-    Profile p = parse_profile(text.str(), out.path);
-    std::string differs;
-    if (p.gpu != gpu) differs = "GPU " + p.gpu + ", this is " + gpu;
-    else if (p.nccl_version != nccl_version) differs = "NCCL " + std::to_string(p.nccl_version) + ", this is " + std::to_string(nccl_version);
-    else if (p.ranks != ranks) differs = std::to_string(p.ranks) + " ranks, this communicator has " + std::to_string(ranks);
-    if (!differs.empty()) {
-      out.why_not = "profile " + out.path + " not used: measured for " + differs;
-      return out;
-    }
-    out.profile = std::move(p);
+    out.profile = parse_profile(text.str(), out.path);
   } catch (const std::exception& e) {
     out.why_not = std::string(e.what()) + ": not used";
   }
   return out;
 }
+
+ProfileLookup match_profile(ProfileLookup lookup, const std::string& gpu, int nccl_version, int ranks) {
+  if (!lookup.profile) return lookup;
+  const Profile& p = *lookup.profile;
+  std::string differs;
+  if (p.gpu != gpu) differs = "GPU " + p.gpu + ", this is " + gpu;
+  else if (p.nccl_version != nccl_version) differs = "NCCL " + std::to_string(p.nccl_version) + ", this is " + std::to_string(nccl_version);
+  else if (p.ranks != ranks) differs = std::to_string(p.ranks) + " ranks, this communicator has " + std::to_string(ranks);
+  if (!differs.empty()) {
+    lookup.why_not = "profile " + lookup.path + " not used: measured for " + differs;
+    lookup.profile.reset();
+  }
+  return lookup;
+}
+
+ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks) { return match_profile(read_profile(), gpu, nccl_version, ranks); }
 
 }  // namespace ncclpool

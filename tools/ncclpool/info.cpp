@@ -13,7 +13,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -71,25 +70,15 @@ int cmd_info(const Args& args) {
   const bool symmetric_ok = local_ok && nccl.windows;
   const std::string local_why = !cuda ? "no CUDA device" : !nccl.available ? nccl.why_not : "";
   const std::string symm_why = !local_ok ? local_why : !nccl.windows ? "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)" : "";
-  // This machine's profile (`ncclpool tune`), and what a process here would decide at its first
-  // window registration on the first GPU (for communicators of the profile's rank count).
-  const std::string path = profile_path();
-  std::string profile_text;
-  int profile_ranks = 0;
-  if (std::ifstream in(path, std::ios::binary); path.empty() || !in) {
-    profile_text = "none at " + (path.empty() ? std::string("(no path: HOME unset)") : path) + " (`ncclpool tune` writes one): built-in defaults";
-  } else {
-    std::ostringstream text;
-    text << in.rdbuf();
-    try {
-      const Profile p = parse_profile(text.str(), path);
-      profile_ranks = p.ranks;
-      profile_text = path + ": " + p.gpu + ", NCCL " + std::to_string(p.nccl_version) + ", " + std::to_string(p.ranks) + " ranks, measured " + p.measured;
-    } catch (const std::exception& e) {
-      profile_text = std::string(e.what()) + ": not used";
-    }
-  }
-  const ProfileLookup lookup = gpus.empty() ? ProfileLookup{} : find_profile(gpus[0].name, nccl.version, profile_ranks);
+  // This machine's profile (`ncclpool tune`), read once, and what a process here would decide at its
+  // first symmetric attach on the first GPU (for communicators of the profile's rank count).
+  const ProfileLookup profile = read_profile();
+  const std::string profile_text =
+      profile.profile ? profile.path + ": " + profile.profile->gpu + ", NCCL " + std::to_string(profile.profile->nccl_version) + ", " +
+                            std::to_string(profile.profile->ranks) + " ranks, measured " + profile.profile->measured
+                      : profile.why_not + ": built-in defaults";
+  const ProfileLookup lookup =
+      gpus.empty() ? ProfileLookup{} : match_profile(profile, gpus[0].name, nccl.version, profile.profile ? profile.profile->ranks : 0);
   const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
                                           : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
