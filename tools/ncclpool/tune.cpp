@@ -178,6 +178,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       // Cheapest to hold first; a costlier kind only when >= 2% faster than the choice so far.
       std::string chosen;
       double chosen_us = INFINITY;
+      const std::vector<double>* chosen_runs = nullptr;
       for (const std::string kind : {"none", "local", "symmetric"}) {
         auto it = kinds.find(kind == "symmetric" ? "symmetric@" + best : kind);
         if (it == kinds.end()) continue;
@@ -185,13 +186,14 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
         if (chosen.empty() || us <= 0.98 * chosen_us) {
           chosen = kind;
           chosen_us = us;
+          chosen_runs = &it->second;
         }
       }
+      if (chosen_runs == nullptr) throw InvalidArgument("tune: no times of any kind for " + op + " at " + std::to_string(bytes) + " bytes");
       classes[bytes].min_bytes = bytes;
       classes[bytes].kind[op] = chosen;
       // Run-to-run noise of what was chosen: (max - min) / median over the runs.
-      const auto& chosen_runs = kinds.at(chosen == "symmetric" ? "symmetric@" + best : chosen);
-      const auto [lo, hi] = std::minmax_element(chosen_runs.begin(), chosen_runs.end());
+      const auto [lo, hi] = std::minmax_element(chosen_runs->begin(), chosen_runs->end());
       (bytes < 256 * 1024 ? noise_small : noise_large).push_back((*hi - *lo) / chosen_us);
       std::vector<Cell> row{bytes_cell(bytes)};
       for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}));
