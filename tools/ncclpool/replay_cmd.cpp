@@ -28,8 +28,11 @@ constexpr const char* kReplayHelp =
     "allocator (the torch layer, whose pools ramp their chunks up from growth_chunk/16); then 'recording\n"
     "allocator' is what torch reserved without ncclpool.\n";
 
-ReplayOptions replay_options(const Args& a) {
+// `level`: what the trace replays; torch's segments are what the torch layer's pools serve, so they
+// are replayed with its ramped chunks.
+ReplayOptions replay_options(const Args& a, TraceLevel level = TraceLevel::blocks) {
   ReplayOptions o;
+  o.ramp_up_chunks = level == TraceLevel::segments;
   const std::string kind = a.get("kind", "symmetric");
   if (kind == "symmetric") o.kind = RegistrationKind::symmetric;
   else if (kind == "local") o.kind = RegistrationKind::local;
@@ -92,9 +95,8 @@ int cmd_replay(const Args& a) {
     return 0;
   }
   if (a.positional.size() != 1) throw UsageError("replay needs exactly one TRACE file");
-  ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
   const TraceOptions to = trace_options(a);
-  options.ramp_up_chunks = to.level == TraceLevel::segments;  // torch's segments: what the torch layer's pools serve
+  const ReplayOptions options = replay_options(a, to.level);  // bad options are reported before the trace is read
   const Trace trace = load_trace(a.positional[0], to);
   return run(trace, a, options, "replay of " + a.positional[0] + " (" + trace.format + ")");
 }
@@ -107,13 +109,13 @@ int cmd_bench_memory(const Args& a) {
                stdout);
     return 0;
   }
-  ReplayOptions options = replay_options(a);
   if (a.has("trace")) {
     const TraceOptions to = trace_options(a);
-    options.ramp_up_chunks = to.level == TraceLevel::segments;
+    const ReplayOptions options = replay_options(a, to.level);  // bad options are reported before the trace is read
     const Trace trace = load_trace(a.get("trace", ""), to);
     return run(trace, a, options, "bench memory: " + a.get("trace", "") + " (" + trace.format + ")");
   }
+  const ReplayOptions options = replay_options(a);
   FsdpEpShape shape;
   shape.layers = static_cast<int>(a.get_int("layers", shape.layers, 1, 10000));
   shape.steps = static_cast<int>(a.get_int("steps", shape.steps, 1, 1000));
