@@ -29,6 +29,13 @@ struct AgreementRecord {
   friend bool operator==(const AgreementRecord&, const AgreementRecord&) = default;
 };
 
+/// What a measured profile (profile.hpp) must match for a communicator, and what routes default to.
+struct MachineKey {
+  std::string gpu;       ///< device name, e.g. "NVIDIA H200"; the simulator's is "ncclpool simulator"
+  int nccl_version = 0;  ///< ncclGetVersion; 0 for the simulator
+  int ranks = 0;         ///< the communicator's size
+};
+
 /// An all-gather that was started and whose result has not been read yet. Destroying it without
 /// wait() abandons the result (the collective still completes on the device).
 class NCCLPOOL_API PendingGather {
@@ -76,6 +83,8 @@ class NCCLPOOL_API Communicator {
   /// launch different block counts waits for blocks that never come, so the registry's attach
   /// agreement compares the values and fails on every rank when they differ.
   [[nodiscard]] virtual int prepare_symmetric_kernels() { return -1; }
+  /// The GPU model, NCCL version and size a profile of this communicator's machine was measured with.
+  [[nodiscard]] virtual MachineKey machine() const { return MachineKey{"", 0, size()}; }
 };
 
 }  // namespace ncclpool

@@ -90,6 +90,8 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   void user_collective(std::uint64_t argument = 0);
   /// The group's setting for this rank (LoopbackGroup::set_symmetric_kernels).
   [[nodiscard]] int prepare_symmetric_kernels() override { return group_->symmetric_kernels(rank_); }
+  /// {"ncclpool simulator", 0, size}: a profile written for these keys routes simulated auto pools.
+  [[nodiscard]] MachineKey machine() const override { return MachineKey{"ncclpool simulator", 0, size()}; }
 
  private:
   std::shared_ptr<LoopbackGroup> group_;

@@ -102,7 +102,11 @@ typedef enum ncclpool_source {
 typedef enum ncclpool_registration {
   NCCLPOOL_REGISTRATION_DEFAULT = -1, /* the pool's default_registration */
   NCCLPOOL_REGISTRATION_LOCAL = 0,    /* ncclCommRegister: zero-copy */
-  NCCLPOOL_REGISTRATION_SYMMETRIC = 1 /* ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): collective */
+  NCCLPOOL_REGISTRATION_SYMMETRIC = 1, /* ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): collective */
+  NCCLPOOL_REGISTRATION_AUTO = 2       /* per size class, what is fastest on this machine (an `auto`
+                                          pool: docs/pool.md, "Auto pools"): its parts are registered
+                                          none / local / symmetric and each request is routed to one
+                                          by its size; collective where a part is symmetric */
 } ncclpool_registration_t;
 
 typedef struct ncclpool_pool_options {
@@ -110,13 +114,15 @@ typedef struct ncclpool_pool_options {
   const char* name;          /* used in every message about the pool; copied; NULL = "ncclpool" */
   int device;                /* CUDA device ordinal (the simulator's device id for SIM) */
   ncclpool_source_t source;
-  ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT */
+  ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT; AUTO makes an
+                                auto pool (the only kind of pool that attach with AUTO accepts) */
   size_t growth_chunk;       /* segments for requests below growth_chunk/16 are multiples of it (larger ones
-                                get their own size: docs/pool.md); 0 = 2 MiB, or 1 GiB when symmetric */
+                                get their own size: docs/pool.md); 0 = 2 MiB, or 1 GiB when symmetric
+                                (auto pools: 1 GiB for the symmetric part, 2 MiB for the others) */
   size_t alignment;          /* block alignment, power of two >= 256; 0 = 512 (torch's block size) */
   size_t max_reserved;       /* cap on reserved bytes; 0 = none */
-  int deterministic;         /* 1: timing never steers placement (required for symmetric); -1 = auto
-                                (on when default_registration is symmetric) */
+  int deterministic;         /* 1: timing never steers placement (required for symmetric and auto); -1 =
+                                on when default_registration is symmetric or auto */
   size_t sim_capacity;       /* SIM only: simulated device memory; 0 = 64 GiB */
   int check;                 /* check mode (docs/registry.md): 0 off, 1 layout, 2 collectives;
                                 -1 = $NCCLPOOL_CHECK (off|layout|collectives or 0|1|2), else off */
@@ -165,7 +171,8 @@ typedef struct {
                                    takes it without a wait */
 } ncclpool_pool_stats_t;
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_t* stats);
-/* Statistics as JSON (the pool's counters plus one object per attached communicator). Writes at
+/* Statistics as JSON (the pool's counters plus one object per attached communicator; an auto pool's
+ * routes, where they came from, and each part's counters). Writes at
  * most `capacity` bytes including the terminating NUL; *needed (if not NULL) gets the full length + 1.
  * buffer = NULL with capacity = 0 only asks for the size. Returns INVALID_ARGUMENT when the buffer is
  * too small (nothing partial is written then). */
@@ -177,6 +184,11 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats_json(ncclpool_pool_t pool, 
  * (collective: every rank attaches in the same order): agrees across ranks, registers existing
  * segments as windows; later segments wait for ncclpool_commit / the end of a scope. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_attach_nccl(ncclpool_pool_t pool, void* nccl_comm, ncclpool_registration_t kind, ncclpool_comm_t* comm);
+/* An auto pool (default_registration AUTO) attached with AUTO or DEFAULT registers each part with its
+ * placement; its routes are fixed at its first attach (from the profile measured for the communicator's
+ * GPU, NCCL version and size, else built in) unless an allocation came first; where a part is
+ * symmetric the attach is collective and first compares every rank's routes (AGREEMENT_ERROR when
+ * they differ). LOCAL or SYMMETRIC on an auto pool register every part that way. */
 /* Removes all of comm's registrations (collective for symmetric) and frees the handle. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm);
 /* Drops comm's registrations without calling NCCL (the communicator was destroyed or aborted) and
@@ -196,7 +208,7 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, c
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending);
 
 typedef struct {
-  int kind;                          /* ncclpool_registration_t */
+  int kind;                          /* ncclpool_registration_t it was attached with (AUTO for auto) */
   int rank, size, device;
   uint64_t registrations, deregistrations, registered_segments, bytes_registered;
   double registration_seconds;       /* time in register/deregister calls and agreements */

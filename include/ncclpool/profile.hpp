@@ -30,7 +30,7 @@ struct ProfileClass {
 struct Profile {
   static constexpr int kFormat = 1;
   std::string gpu;           ///< the device name, e.g. "NVIDIA H200"
-  int nccl_version = 0;      ///< ncclGetVersion, e.g. 22809
+  int nccl_version = 0;      ///< ncclGetVersion, e.g. 22809 (0: the simulator)
   int ranks = 0;             ///< ranks of the communicators measured
   int symmetric_ctas = 0;    ///< the CTA count that measured fastest; 0 = NCCL's own choice
   std::string measured;      ///< when, ISO 8601

@@ -31,9 +31,9 @@ __all__ = [
 ]
 
 SOURCES = {"auto": 0, "sim": 1, "cuda": 2, "vmm": 3, "vmm_host_numa": 4, "nccl": 5}
-REGISTRATIONS = {None: -1, "default": -1, "local": 0, "symmetric": 1}
+REGISTRATIONS = {None: -1, "default": -1, "local": 0, "symmetric": 1, "auto": 2}
 _SOURCE_NAMES = {v: k for k, v in SOURCES.items()}
-_KIND_NAMES = {0: "local", 1: "symmetric"}
+_KIND_NAMES = {0: "local", 1: "symmetric", 2: "auto"}
 
 
 def version() -> str:
@@ -66,7 +66,7 @@ def features() -> dict:
 
 def _kind(kind) -> int:
     if kind not in REGISTRATIONS:
-        raise InvalidArgument(f"registration kind {kind!r} is not one of 'local', 'symmetric' or None (the pool's default)")
+        raise InvalidArgument(f"registration kind {kind!r} is not one of 'local', 'symmetric', 'auto' or None (the pool's default)")
     return REGISTRATIONS[kind]
 
 
@@ -104,8 +104,11 @@ class Pool:
     Args:
         device: CUDA device ordinal (the simulated device id with ``source='sim'``).
         source: 'auto' (vmm with a GPU, else sim), 'sim', 'cuda', 'vmm', 'vmm_host_numa', 'nccl'.
-        registration: default kind for :meth:`attach_nccl`: 'local' or 'symmetric'. A symmetric pool is
-            deterministic and grows in 1 GiB chunks unless told otherwise.
+        registration: default kind for :meth:`attach_nccl`: 'local', 'symmetric' or 'auto'. A symmetric pool
+            is deterministic and grows in 1 GiB chunks unless told otherwise. An 'auto' pool is made of
+            parts registered none / local / symmetric and serves each request from the part its size
+            class routes to: the profile measured for the first attached communicator's machine
+            (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
         growth_chunk: segments for smaller requests are multiples of this (0: 2 MiB, or 1 GiB for
             symmetric pools); a request of at least max(growth_chunk / 16, reserved / 64) gets a
             segment of its own size (docs/pool.md).
@@ -125,8 +128,8 @@ class Pool:
                  name: str = "ncclpool", sim_capacity: int = 0, check=None, ramp_up_chunks: bool = False):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
-        if registration not in ("local", "symmetric"):
-            raise InvalidArgument(f"registration {registration!r} is not 'local' or 'symmetric'")
+        if registration not in ("local", "symmetric", "auto"):
+            raise InvalidArgument(f"registration {registration!r} is not 'local', 'symmetric' or 'auto'")
         lib = library()
         options = PoolOptions()
         lib.ncclpool_pool_options_init(byref(options))
@@ -299,6 +302,12 @@ class Pool:
             if status == 0:
                 return json.loads(buf.value.decode())
         raise_last(status)
+
+    def routes(self) -> dict | None:
+        """An auto pool's routes (None for other pools): ``description`` ('symmetric at every size'),
+        ``source`` (built in or which profile, and why a profile was not used), ``classes`` (min_bytes,
+        placement), ``fixed`` (by the first allocation, reserve or attach), and each part's counters."""
+        return self.stats_json().get("routes")
 
     def memory_summary(self) -> str:
         return memory_summary(self)

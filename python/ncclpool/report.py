@@ -30,6 +30,20 @@ def _symmetric_ctas(c) -> str:
     return f"{c['ctas'] if c['ctas'] > 0 else 'NCCL choice'} ({c['source']})"
 
 
+def _routes_lines(r) -> list[str]:
+    """An auto pool: which sizes go to which part, why, and what each part holds."""
+    if not r:
+        return []
+    lines = [f"  auto routes: {r['description']}{'' if r['fixed'] else ' (not fixed yet: the first attach may take a profile)'}",
+             f"    from {r['source']}"]
+    for part in r["parts"]:
+        ps = part["stats"]
+        if ps["segments_created"]:
+            lines.append(f"    part {part['placement']:10}allocated {format_bytes(ps['allocated_bytes']):>10}, reserved "
+                         f"{format_bytes(ps['reserved_bytes']):>10}, segments {ps['segment_count']}")
+    return lines
+
+
 def _pool_lines(pool) -> list[str]:
     if pool.closed:
         return [f"pool '{pool.name}': closed"]
@@ -52,9 +66,10 @@ def _pool_lines(pool) -> list[str]:
         f"live blocks {s['active_allocations']}, allocations {s['allocation_count']}, frees {s['deallocation_count']}",
         f"  out of memory {s['oom_count']} (recovered {s['oom_recoveries']}), cross-stream reuses {s['cross_stream_reuses']}",
     ]
+    lines += _routes_lines(j.get("routes"))
     comms = j["communicators"]
     lines.append(f"  communicators {len(comms)}, pending registrations {j['pending_registrations']}")
-    if "scope_ends" in j and any(c["kind"] == "symmetric" for c in comms):
+    if "scope_ends" in j and any(c["kind"] in ("symmetric", "auto") for c in comms):
         waiting = " (pending windows wait for it, or for commit())" if j["pending_registrations"] else ""
         period = j["scope_period"]
         rule = "every one commits" if period == 1 else f"the first {period} commit, then every {period}th"

@@ -6,6 +6,7 @@
 #include <ncclpool/loopback.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
+#include <ncclpool/routed_pool.hpp>
 
 #include <memory>
 #include <mutex>
@@ -15,14 +16,14 @@
 struct ncclpool_comm_s {
   ncclpool_pool_s* pool = nullptr;
   std::shared_ptr<ncclpool::Communicator> comm;
-  ncclpool::RegistrationKind kind = ncclpool::RegistrationKind::local;
+  ncclpool_registration_t kind = NCCLPOOL_REGISTRATION_LOCAL;  // resolved: LOCAL, SYMMETRIC or AUTO
+  bool collective = false;  // some part has windows with it: detach is collective
 };
 
 struct ncclpool_pool_s {
   std::string name;
   ncclpool_pool_options_t options{};  // resolved; options.name points at `name`
-  std::shared_ptr<ncclpool::Pool> pool;
-  std::unique_ptr<ncclpool::Registry> registry;
+  std::unique_ptr<ncclpool::RoutedPool> routed;  // one part, or an auto pool's three
   std::mutex comms_mutex;  // guards comms (the registry has its own lock)
   std::vector<std::unique_ptr<ncclpool_comm_s>> comms;
   bool torch_bound = false;  // guarded by the global pool table's lock (torch_allocator.cpp)
@@ -61,6 +62,12 @@ T* require(T* p, const char* what) {
   if (p == nullptr) throw ncclpool::InvalidArgument(std::string(what) + " is NULL");
   return p;
 }
+
+inline constexpr std::size_t kMiB = 1ull << 20;
+inline constexpr std::size_t kGiB = 1ull << 30;
+
+/// The Pool settings of a pool's options (an auto pool's parts get their own name and chunk).
+ncclpool::PoolConfig pool_config(const ncclpool_pool_options_t& options, const std::string& name);
 
 /// Every live pool, so torch's free (which passes only a pointer) can find the owner.
 void register_pool(ncclpool_pool_s* pool);

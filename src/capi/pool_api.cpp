@@ -15,9 +15,6 @@
 namespace ncclpool::capi {
 namespace {
 
-constexpr std::size_t kMiB = 1ull << 20;
-constexpr std::size_t kGiB = 1ull << 30;
-
 const char* source_name(ncclpool_source_t source) {
   switch (source) {
     case NCCLPOOL_SOURCE_AUTO: return "auto";
@@ -35,18 +32,21 @@ ncclpool_pool_options_t resolve(const ncclpool_pool_options_t& in) {
   ncclpool_pool_options_t out = in;
   const std::string who = "pool '" + std::string(in.name ? in.name : "ncclpool") + "'";
   if (out.default_registration == NCCLPOOL_REGISTRATION_DEFAULT) out.default_registration = NCCLPOOL_REGISTRATION_LOCAL;
-  if (out.default_registration != NCCLPOOL_REGISTRATION_LOCAL && out.default_registration != NCCLPOOL_REGISTRATION_SYMMETRIC)
-    throw InvalidArgument(who + ": default_registration " + std::to_string(out.default_registration) + " is not LOCAL (0) or SYMMETRIC (1)");
+  if (out.default_registration != NCCLPOOL_REGISTRATION_LOCAL && out.default_registration != NCCLPOOL_REGISTRATION_SYMMETRIC &&
+      out.default_registration != NCCLPOOL_REGISTRATION_AUTO)
+    throw InvalidArgument(who + ": default_registration " + std::to_string(out.default_registration) + " is not LOCAL (0), SYMMETRIC (1) or AUTO (2)");
   const bool symmetric = out.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC;
+  const bool automatic = out.default_registration == NCCLPOOL_REGISTRATION_AUTO;
   if (out.source < NCCLPOOL_SOURCE_AUTO || out.source > NCCLPOOL_SOURCE_NCCL)
     throw InvalidArgument(who + ": source " + std::to_string(out.source) + " is not a ncclpool_source_t");
   if (out.source == NCCLPOOL_SOURCE_AUTO) out.source = cuda_available() ? NCCLPOOL_SOURCE_VMM : NCCLPOOL_SOURCE_SIM;
-  if (out.growth_chunk == 0) out.growth_chunk = symmetric ? kGiB : 2 * kMiB;
+  if (out.growth_chunk == 0 && !automatic) out.growth_chunk = symmetric ? kGiB : 2 * kMiB;  // auto: per part (part_config)
   if (out.alignment == 0) out.alignment = 512;
-  if (out.deterministic < 0) out.deterministic = symmetric ? 1 : 0;
+  if (out.deterministic < 0) out.deterministic = symmetric || automatic ? 1 : 0;
   if (out.deterministic > 1) throw InvalidArgument(who + ": deterministic must be 0, 1 or -1 (auto)");
-  if (symmetric && out.deterministic == 0)
-    throw InvalidArgument(who + ": a pool whose default registration is symmetric must be deterministic (set deterministic = 1 or -1)");
+  if ((symmetric || automatic) && out.deterministic == 0)
+    throw InvalidArgument(who + ": a pool whose default registration is " + (symmetric ? "symmetric" : "auto") +
+                          " must be deterministic (set deterministic = 1 or -1)");
   if (out.device < 0) throw InvalidArgument(who + ": device " + std::to_string(out.device) + " is negative");
   if (out.check < -1 || out.check > 2) throw InvalidArgument(who + ": check " + std::to_string(out.check) + " is not -1 (environment), 0, 1 or 2");
   if (out.check == -1) out.check = static_cast<int>(check_level_from_env());
@@ -78,20 +78,47 @@ std::shared_ptr<SegmentSource> make_source(const ncclpool_pool_options_t& o) {
   }
 }
 
-std::string full_json(ncclpool_pool_s& p) {
+std::string breakdown_json(const MemoryBreakdown& m) {
   std::ostringstream out;
-  out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
-      << ",\"source\":" << json_quote(p.pool->source_properties().description)
-      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"ramp_up_chunks\":" << (p.options.ramp_up_chunks ? "true" : "false")
-      << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
-      << ",\"check\":\"" << to_string(p.registry->check_level()) << "\""
-      << ",\"stats\":" << p.pool->stats_json();
-  const MemoryBreakdown m = p.pool->memory_breakdown();
-  out << ",\"breakdown\":{\"reserved\":" << m.reserved << ",\"requested\":" << m.requested << ",\"rounding\":" << m.rounding
+  out << "{\"reserved\":" << m.reserved << ",\"requested\":" << m.requested << ",\"rounding\":" << m.rounding
       << ",\"free_in_used_segments\":" << m.free_in_used_segments << ",\"never_used\":" << m.never_used
       << ",\"other_streams_only\":" << m.other_streams_only << ",\"empty_segments\":" << m.empty_segments << "}";
-  out << ",\"pending_registrations\":" << p.registry->pending() << ",\"scope_ends\":" << p.registry->scope_ends()
-      << ",\"scope_period\":" << p.registry->scope_period() << ",\"next_committing_scope_end\":" << p.registry->next_committing_scope_end();
+  return out.str();
+}
+
+// An auto pool's routes and parts: which sizes go where, why, and what each part holds.
+std::string routes_json(RoutedPool& r) {
+  std::ostringstream out;
+  const SizeRoutes routes = r.routes();
+  out << "{\"fixed\":" << (r.routes_fixed() ? "true" : "false") << ",\"description\":" << json_quote(routes.describe())
+      << ",\"source\":" << json_quote(r.routes_source()) << ",\"classes\":[";
+  for (std::size_t i = 0; i < routes.classes().size(); ++i)
+    out << (i ? "," : "") << "{\"min_bytes\":" << routes.classes()[i].min_bytes << ",\"placement\":\"" << to_string(routes.classes()[i].placement) << "\"}";
+  out << "],\"parts\":[";
+  for (std::size_t i = 0; i < r.parts().size(); ++i) {
+    const RoutedPool::Part& part = r.parts()[i];
+    out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.placement) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
+        << ",\"stats\":" << part.pool->stats_json() << ",\"pending_registrations\":" << part.registry->pending() << "}";
+  }
+  out << "]}";
+  return out.str();
+}
+
+std::string full_json(ncclpool_pool_s& p) {
+  RoutedPool& r = *p.routed;
+  const Registry& registry = r.first_registry();
+  std::ostringstream out;
+  out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
+      << ",\"source\":" << json_quote(r.parts().front().pool->source_properties().description)
+      << ",\"kind\":\"" << (r.is_auto() ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
+      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"ramp_up_chunks\":" << (p.options.ramp_up_chunks ? "true" : "false")
+      << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
+      << ",\"check\":\"" << to_string(registry.check_level()) << "\""
+      << ",\"stats\":" << to_json(r.stats());
+  out << ",\"breakdown\":" << breakdown_json(r.memory_breakdown());
+  out << ",\"pending_registrations\":" << r.pending() << ",\"scope_ends\":" << registry.scope_ends()
+      << ",\"scope_period\":" << registry.scope_period() << ",\"next_committing_scope_end\":" << registry.next_committing_scope_end();
+  if (r.is_auto()) out << ",\"routes\":" << routes_json(r);
   const SymmetricCtas ctas = symmetric_ctas();  // process-wide: decided at the first symmetric attach
   out << ",\"symmetric_ctas\":{\"decided\":" << (ctas.decided ? "true" : "false") << ",\"ctas\":" << ctas.ctas
       << ",\"source\":" << json_quote(ctas.source) << "}";
@@ -99,8 +126,9 @@ std::string full_json(ncclpool_pool_s& p) {
   std::lock_guard lock(p.comms_mutex);
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
     const auto& c = *p.comms[i];
-    const CommunicatorStats s = p.registry->stats(*c.comm);
-    out << (i ? "," : "") << "{\"communicator\":" << json_quote(c.comm->describe()) << ",\"kind\":\"" << to_string(s.kind)
+    const CommunicatorStats s = r.stats(*c.comm);
+    const char* kind = c.kind == NCCLPOOL_REGISTRATION_AUTO ? "auto" : to_string(s.kind);
+    out << (i ? "," : "") << "{\"communicator\":" << json_quote(c.comm->describe()) << ",\"kind\":\"" << kind
         << "\",\"rank\":" << c.comm->rank() << ",\"size\":" << c.comm->size() << ",\"registrations\":" << s.registrations
         << ",\"deregistrations\":" << s.deregistrations << ",\"registered_segments\":" << s.registered_segments
         << ",\"bytes_registered\":" << s.bytes_registered << ",\"registration_seconds\":" << s.registration_seconds
@@ -115,6 +143,18 @@ std::string full_json(ncclpool_pool_s& p) {
 stream_t as_stream(void* stream) { return reinterpret_cast<stream_t>(stream); }
 
 }  // namespace
+
+PoolConfig pool_config(const ncclpool_pool_options_t& o, const std::string& name) {
+  PoolConfig config;
+  config.name = name;
+  config.alignment = o.alignment;
+  config.growth_chunk = o.growth_chunk;
+  config.max_reserved = o.max_reserved;
+  config.deterministic = o.deterministic == 1;
+  config.ramp_up_chunks = o.ramp_up_chunks != 0;
+  return config;
+}
+
 }  // namespace ncclpool::capi
 
 using namespace ncclpool;
@@ -145,15 +185,22 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
     handle->name = options->name ? options->name : "ncclpool";
     handle->options = capi::resolve(*options);
     handle->options.name = handle->name.c_str();
-    PoolConfig config;
-    config.name = handle->name;
-    config.alignment = handle->options.alignment;
-    config.growth_chunk = handle->options.growth_chunk;
-    config.max_reserved = handle->options.max_reserved;
-    config.deterministic = handle->options.deterministic == 1;
-    config.ramp_up_chunks = handle->options.ramp_up_chunks != 0;
-    handle->pool = std::make_shared<Pool>(capi::make_source(handle->options), config);
-    handle->registry = std::make_unique<Registry>(handle->pool, RegistryOptions{static_cast<CheckLevel>(handle->options.check)});
+    const RegistryOptions registry_options{static_cast<CheckLevel>(handle->options.check)};
+    if (handle->options.default_registration == NCCLPOOL_REGISTRATION_AUTO) {
+      const ncclpool_pool_options_t& o = handle->options;
+      // Each part is a pool of its own (its own source: a window-capable one backs the symmetric part).
+      auto make_part = [&o](Placement placement) {
+        PoolConfig config = capi::pool_config(o, o.name + std::string("/") + to_string(placement));
+        if (o.growth_chunk == 0) config.growth_chunk = placement == Placement::symmetric ? capi::kGiB : 2 * capi::kMiB;
+        return std::make_shared<Pool>(capi::make_source(o), config);
+      };
+      handle->routed = std::make_unique<RoutedPool>(handle->name, make_part, builtin_routes(/*windows_possible=*/true),
+                                                    "built-in routes (measured on H200); a profile of the first attached communicator's machine replaces them",
+                                                    registry_options);
+    } else {
+      auto pool = std::make_shared<Pool>(capi::make_source(handle->options), capi::pool_config(handle->options, handle->name));
+      handle->routed = std::make_unique<RoutedPool>(std::move(pool), registry_options);
+    }
     capi::register_pool(handle.get());
     *out = handle.release();
   });
@@ -162,10 +209,10 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
 ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
   return guarded("ncclpool_pool_destroy", [&] {
     require(pool, "pool");
-    if (const int open = pool->registry->open_scopes(); open != 0)
+    if (const int open = pool->routed->open_scopes(); open != 0)
       throw InvalidState("pool '" + pool->name + "': " + std::to_string(open) +
                          " scope(s) of this pool are still open (ncclpool_scope_begin, Pool.scope, ncclpool.torch contexts): end them first");
-    const PoolStats stats = pool->pool->stats();
+    const PoolStats stats = pool->routed->stats();
     if (stats.active_allocations != 0)
       throw InvalidState("pool '" + pool->name + "': " + std::to_string(stats.active_allocations) + " allocations (" +
                          std::to_string(stats.allocated_bytes) +
@@ -174,13 +221,12 @@ ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
     {
       std::lock_guard lock(pool->comms_mutex);
       for (const auto& c : pool->comms)
-        if (c->kind == RegistrationKind::symmetric)
+        if (c->collective)
           throw InvalidState("pool '" + pool->name + "': " + c->comm->describe() +
                              " is attached with symmetric windows; detach it (collective) or forget it first");
     }
     capi::unregister_pool(pool);
-    pool->registry.reset();  // deregisters local registrations
-    pool->pool.reset();
+    pool->routed.reset();  // deregisters local registrations, releases the segments
     delete pool;
   });
 }
@@ -193,44 +239,43 @@ ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_
 }
 
 const char* ncclpool_pool_source_description(ncclpool_pool_t pool) {
-  return pool ? pool->pool->source_properties().description.c_str() : "";
+  return pool ? pool->routed->parts().front().pool->source_properties().description.c_str() : "";
 }
 
 ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream, void** ptr) {
   return guarded("ncclpool_alloc", [&] {
     require(pool, "pool");
     require(ptr, "ptr (output)");
-    *ptr = pool->pool->allocate(size, capi::as_stream(stream));
+    *ptr = pool->routed->allocate(size, capi::as_stream(stream));
   });
 }
 
 ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream) {
-  return guarded("ncclpool_free", [&] { require(pool, "pool")->pool->deallocate(ptr, capi::as_stream(stream)); });
+  return guarded("ncclpool_free", [&] { require(pool, "pool")->routed->deallocate(ptr, capi::as_stream(stream)); });
 }
 
 ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr) {
-  return guarded("ncclpool_free_on_alloc_stream", [&] { require(pool, "pool")->pool->deallocate(ptr); });
+  return guarded("ncclpool_free_on_alloc_stream", [&] { require(pool, "pool")->routed->deallocate(ptr); });
 }
 
 ncclpool_status_t ncclpool_publish_frees(ncclpool_pool_t pool, void* stream) {
-  return guarded("ncclpool_publish_frees", [&] { require(pool, "pool")->pool->publish_frees(capi::as_stream(stream)); });
+  return guarded("ncclpool_publish_frees", [&] { require(pool, "pool")->routed->publish_frees(capi::as_stream(stream)); });
 }
 
 ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes) {
-  return guarded("ncclpool_reserve", [&] { require(pool, "pool")->pool->reserve(bytes); });
+  return guarded("ncclpool_reserve", [&] { require(pool, "pool")->routed->reserve(bytes); });
 }
 
 ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* released_bytes) {
   return guarded("ncclpool_trim", [&] {
-    const std::size_t released = require(pool, "pool")->registry->trim();
+    const std::size_t released = require(pool, "pool")->routed->trim();
     if (released_bytes) *released_bytes = released;
   });
 }
 
 ncclpool_status_t ncclpool_check(ncclpool_pool_t pool) {
   return guarded("ncclpool_check", [&] {
-    require(pool, "pool")->pool->check_invariants();
-    pool->registry->check_invariants();
+    require(pool, "pool")->routed->check_invariants();
   });
 }
 
@@ -238,12 +283,12 @@ ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_
   return guarded("ncclpool_pool_stats", [&] {
     require(pool, "pool");
     require(out, "stats");
-    const PoolStats s = pool->pool->stats();
+    const PoolStats s = pool->routed->stats();
     *out = ncclpool_pool_stats_t{s.allocated_bytes, s.peak_allocated_bytes, s.requested_bytes, s.reserved_bytes,
                                  s.peak_reserved_bytes, s.segment_count, s.largest_free_block, s.active_allocations,
                                  s.allocation_count, s.deallocation_count, s.segments_created, s.segments_released,
                                  s.oom_count, s.oom_recoveries, s.cross_stream_reuses, s.hook_errors,
-                                 pool->registry->attached(), pool->registry->pending(), s.stream_publishes,
+                                 pool->routed->attached_count(), pool->routed->pending(), s.stream_publishes,
                                  s.unpublished_skips, s.largest_fresh_block};
   });
 }

@@ -5,19 +5,22 @@
 #include <ncclpool/nccl.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace ncclpool::capi {
 namespace {
 
 /// The C scopes of this thread, innermost last. Each owns the C++ Scope that routes allocations.
-thread_local std::vector<std::pair<ncclpool_pool_s*, std::unique_ptr<Scope>>> scopes;
+thread_local std::vector<std::pair<ncclpool_pool_s*, std::unique_ptr<RoutedPool::ScopeSet>>> scopes;
 
-RegistrationKind resolve_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
+ncclpool_registration_t resolve_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
   if (kind == NCCLPOOL_REGISTRATION_DEFAULT) kind = pool.options.default_registration;
-  if (kind == NCCLPOOL_REGISTRATION_LOCAL) return RegistrationKind::local;
-  if (kind == NCCLPOOL_REGISTRATION_SYMMETRIC) return RegistrationKind::symmetric;
-  throw InvalidArgument("registration kind " + std::to_string(kind) + " is not DEFAULT (-1), LOCAL (0) or SYMMETRIC (1)");
+  if (kind != NCCLPOOL_REGISTRATION_LOCAL && kind != NCCLPOOL_REGISTRATION_SYMMETRIC && kind != NCCLPOOL_REGISTRATION_AUTO)
+    throw InvalidArgument("registration kind " + std::to_string(kind) + " is not DEFAULT (-1), LOCAL (0), SYMMETRIC (1) or AUTO (2)");
+  if (kind == NCCLPOOL_REGISTRATION_AUTO && !pool.routed->is_auto())
+    throw InvalidArgument("pool '" + pool.name + "' is not an auto pool: AUTO registration needs a pool created with default_registration AUTO");
+  return kind;
 }
 
 void attach(ncclpool_pool_s& pool, std::shared_ptr<Communicator> comm, ncclpool_registration_t kind, ncclpool_comm_t* out) {
@@ -25,10 +28,13 @@ void attach(ncclpool_pool_s& pool, std::shared_ptr<Communicator> comm, ncclpool_
   handle->pool = &pool;
   handle->kind = resolve_kind(pool, kind);
   handle->comm = std::move(comm);
+  std::optional<RegistrationKind> as;
+  if (handle->kind != NCCLPOOL_REGISTRATION_AUTO) as = handle->kind == NCCLPOOL_REGISTRATION_SYMMETRIC ? RegistrationKind::symmetric : RegistrationKind::local;
   // Reserve the slot first, so that a successful attach cannot fail afterwards.
   std::lock_guard lock(pool.comms_mutex);
   pool.comms.reserve(pool.comms.size() + 1);
-  pool.registry->attach(handle->comm, handle->kind);  // throws with nothing registered
+  pool.routed->attach(handle->comm, as);  // throws with nothing registered
+  handle->collective = pool.routed->stats(*handle->comm).kind == RegistrationKind::symmetric;
   *out = handle.get();
   pool.comms.push_back(std::move(handle));
 }
@@ -46,13 +52,13 @@ void require_attached(ncclpool_comm_s* comm, const char* what) {
 }
 
 /// Takes the innermost scope off this thread's stack; it must belong to `pool`.
-std::unique_ptr<Scope> pop_scope(ncclpool_pool_s* pool, const char* what) {
+std::unique_ptr<RoutedPool::ScopeSet> pop_scope(ncclpool_pool_s* pool, const char* what) {
   require(pool, "pool");
   if (scopes.empty()) throw InvalidState(std::string(what) + "('" + pool->name + "'): this thread has no open scope");
   if (scopes.back().first != pool)
     throw InvalidState(std::string(what) + "('" + pool->name + "'): the innermost open scope of this thread is pool '" +
                        scopes.back().first->name + "'; scopes must end in reverse order");
-  std::unique_ptr<Scope> scope = std::move(scopes.back().second);
+  std::unique_ptr<RoutedPool::ScopeSet> scope = std::move(scopes.back().second);
   scopes.pop_back();
   return scope;
 }
@@ -96,7 +102,7 @@ ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm) {
   return guarded("ncclpool_detach", [&] {
     capi::require_attached(comm, "comm");
     std::lock_guard lock(comm->pool->comms_mutex);
-    comm->pool->registry->detach(*comm->comm);  // on failure the registry rolled back: still attached
+    comm->pool->routed->detach(*comm->comm);  // on failure the registry rolled back: still attached
     capi::drop(comm);
   });
 }
@@ -105,17 +111,17 @@ ncclpool_status_t ncclpool_forget(ncclpool_comm_t comm) {
   return guarded("ncclpool_forget", [&] {
     capi::require_attached(comm, "comm");
     std::lock_guard lock(comm->pool->comms_mutex);
-    comm->pool->registry->forget(*comm->comm);
+    comm->pool->routed->forget(*comm->comm);
     capi::drop(comm);
   });
 }
 
 ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool) {
-  return guarded("ncclpool_commit", [&] { require(pool, "pool")->registry->commit(); });
+  return guarded("ncclpool_commit", [&] { require(pool, "pool")->routed->commit(); });
 }
 
 ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool) {
-  return guarded("ncclpool_poll", [&] { require(pool, "pool")->registry->poll(); });
+  return guarded("ncclpool_poll", [&] { require(pool, "pool")->routed->poll(); });
 }
 
 ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* const* buffers, size_t count) {
@@ -127,15 +133,15 @@ ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* cons
 }
 
 ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending) {
-  return guarded("ncclpool_pending", [&] { *require(pending, "pending") = require(pool, "pool")->registry->pending(); });
+  return guarded("ncclpool_pending", [&] { *require(pending, "pending") = require(pool, "pool")->routed->pending(); });
 }
 
 ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* out) {
   return guarded("ncclpool_comm_stats", [&] {
     capi::require_attached(comm, "comm");
     require(out, "stats");
-    const CommunicatorStats s = comm->pool->registry->stats(*comm->comm);
-    *out = ncclpool_comm_stats_t{static_cast<int>(s.kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
+    const CommunicatorStats s = comm->pool->routed->stats(*comm->comm);
+    *out = ncclpool_comm_stats_t{static_cast<int>(comm->kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
                                  s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
                                  s.registration_seconds, s.pending, s.agreements, s.errors, s.agreements_waited,
                                  s.agreements_in_flight, s.segments_created_in_capture};
@@ -145,7 +151,7 @@ ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_
 ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr, void** handle) {
   return guarded("ncclpool_comm_handle_of", [&] {
     capi::require_attached(comm, "comm");
-    *require(handle, "handle (output)") = comm->pool->registry->handle_of(ptr, *comm->comm);
+    *require(handle, "handle (output)") = comm->pool->routed->handle_of(ptr, *comm->comm);
   });
 }
 
@@ -153,14 +159,14 @@ ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool) {
   return guarded("ncclpool_scope_begin", [&] {
     require(pool, "pool");
     capi::scopes.reserve(capi::scopes.size() + 1);  // so the push below cannot throw
-    auto scope = std::make_unique<Scope>(*pool->registry);
+    auto scope = std::make_unique<RoutedPool::ScopeSet>(*pool->routed);
     capi::scopes.emplace_back(pool, std::move(scope));
   });
 }
 
 ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool) {
   return guarded("ncclpool_scope_end", [&] {
-    std::unique_ptr<Scope> scope = capi::pop_scope(pool, "scope_end");
+    std::unique_ptr<RoutedPool::ScopeSet> scope = capi::pop_scope(pool, "scope_end");
     scope->close();  // pops; commits at the registry's scheduled scope ends (nothing under graph capture)
   });
 }

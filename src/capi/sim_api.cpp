@@ -12,12 +12,17 @@ using ncclpool::capi::require;
 
 namespace {
 
-SimSource& sim_source_of(ncclpool_pool_s& pool, const char* what) {
-  auto* sim = dynamic_cast<SimSource*>(&pool.pool->source());
-  if (sim == nullptr)
-    throw InvalidArgument(std::string(what) + ": pool '" + pool.name + "' is not a SIM pool (its source is " +
-                          pool.pool->source_properties().description + ")");
-  return *sim;
+// The simulator sources of a SIM pool (an auto pool has one per part).
+std::vector<SimSource*> sim_sources_of(ncclpool_pool_s& pool, const char* what) {
+  std::vector<SimSource*> out;
+  for (const auto& part : pool.routed->parts()) {
+    auto* sim = dynamic_cast<SimSource*>(&part.pool->source());
+    if (sim == nullptr)
+      throw InvalidArgument(std::string(what) + ": pool '" + pool.name + "' is not a SIM pool (its source is " +
+                            part.pool->source_properties().description + ")");
+    out.push_back(sim);
+  }
+  return out;
 }
 
 }  // namespace
@@ -78,13 +83,13 @@ ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpool_sim_group_t 
 
 ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing) {
   return guarded("ncclpool_sim_set_capturing", [&] {
-    sim_source_of(*require(pool, "pool"), "ncclpool_sim_set_capturing").sim_ordering().set_capturing(capturing != 0);
+    for (SimSource* sim : sim_sources_of(*require(pool, "pool"), "ncclpool_sim_set_capturing")) sim->sim_ordering().set_capturing(capturing != 0);
   });
 }
 
 ncclpool_status_t ncclpool_sim_inject_oom(ncclpool_pool_t pool, int count) {
   return guarded("ncclpool_sim_inject_oom", [&] {
-    sim_source_of(*require(pool, "pool"), "ncclpool_sim_inject_oom").inject_oom(count);
+    for (SimSource* sim : sim_sources_of(*require(pool, "pool"), "ncclpool_sim_inject_oom")) sim->inject_oom(count);
   });
 }
 

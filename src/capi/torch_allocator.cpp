@@ -45,7 +45,7 @@ ncclpool_pool_s* bound_pool(int device) {
 ncclpool_pool_s* owner_of(const void* ptr) {
   std::shared_lock lock(table_mutex);
   for (auto* p : table())
-    if (p->pool->segment_of(ptr)) return p;
+    if (p->routed->part_of(ptr) != nullptr) return p;
   return nullptr;
 }
 
@@ -77,7 +77,10 @@ void* ncclpool_torch_alloc(size_t size, int device, void* stream) {
       throw InvalidState("torch asked for " + std::to_string(size) + " bytes on device " + std::to_string(device) +
                          " inside a scope of pool '" + pool->name + "' on device " + std::to_string(pool->options.device));
     if (pool == nullptr) pool = capi::bound_pool(device);
-    ptr = pool->pool->allocate(size, reinterpret_cast<stream_t>(stream));
+    // torch asks for segments that hold many tensors: an auto pool routes by the tensor sizes they serve.
+    std::size_t lo = 0, hi = 0;
+    torch_segment_tensors(size, lo, hi);
+    ptr = pool->routed->allocate_for_messages(size, reinterpret_cast<stream_t>(stream), lo, hi);
   });
   if (status != NCCLPOOL_SUCCESS) {
     capi::failures.fetch_add(1, std::memory_order_relaxed);
@@ -93,7 +96,7 @@ void ncclpool_torch_free(void* ptr, size_t size, int device, void* stream) {
     if (pool == nullptr)
       throw ForeignPointer("torch freed " + std::to_string(size) + " bytes on device " + std::to_string(device) +
                            " that no live ncclpool pool owns");
-    pool->pool->deallocate(ptr, reinterpret_cast<stream_t>(stream));
+    pool->routed->deallocate(ptr, reinterpret_cast<stream_t>(stream));
   });
   if (status != NCCLPOOL_SUCCESS) {
     // torch's free returns nothing: say it where someone will see it.

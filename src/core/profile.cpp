@@ -59,7 +59,7 @@ Profile parse_profile(std::string_view text, const std::string& name) {
                           " (run `ncclpool tune` again)");
   Profile p;
   p.gpu = member(doc, "gpu", Json::Type::string, where).string;
-  p.nccl_version = int_member(doc, "nccl_version", where, 1);
+  p.nccl_version = int_member(doc, "nccl_version", where, 0);
   p.ranks = int_member(doc, "ranks", where, 1);
   p.symmetric_ctas = int_member(doc, "symmetric_ctas", where, 0);
   if (p.symmetric_ctas > 64) throw InvalidArgument(where + ": \"symmetric_ctas\" above 64, NCCL's largest symmetric launch");

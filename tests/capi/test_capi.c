@@ -32,7 +32,7 @@ static ncclpool_pool_t make_sim_pool(const char* name, ncclpool_registration_t k
   OK(ncclpool_pool_get_options(pool, &resolved));
   EXPECT(resolved.source == NCCLPOOL_SOURCE_SIM);
   EXPECT(resolved.alignment == 512);
-  EXPECT(resolved.deterministic == (kind == NCCLPOOL_REGISTRATION_SYMMETRIC));
+  EXPECT(resolved.deterministic == (kind != NCCLPOOL_REGISTRATION_LOCAL));
   EXPECT(strcmp(resolved.name, name) == 0);
   return pool;
 }
@@ -252,12 +252,50 @@ static void test_destroy_with_open_scope_and_free_stream(void) {
   OK(ncclpool_pool_destroy(pool));
 }
 
+/* An auto pool without a profile for the simulator: built-in routes (windows at every size), so an
+ * AUTO attach is collective (one rank here) and a block's segment gets a window at the scope end. */
+static void test_auto_pool(void) {
+  ncclpool_pool_t pool = make_sim_pool("c-auto", NCCLPOOL_REGISTRATION_AUTO);
+  ncclpool_pool_t local = make_sim_pool("c-local", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_sim_group_t group = NULL;
+  ncclpool_comm_t comm = NULL;
+  ncclpool_comm_stats_t cs;
+  void* p = NULL;
+  void* handle = NULL;
+  char json[8192];
+  OK(ncclpool_sim_group_create("c-auto-world", 1, 2000, &group));
+  EXPECT(ncclpool_attach_sim(local, group, 0, NCCLPOOL_REGISTRATION_AUTO, &comm) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "not an auto pool") != NULL);
+  EXPECT(ncclpool_attach_sim(pool, group, 0, (ncclpool_registration_t)3, &comm) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_attach_sim(pool, group, 0, NCCLPOOL_REGISTRATION_DEFAULT, &comm));
+  OK(ncclpool_scope_begin(pool));
+  p = ncclpool_torch_alloc(2u << 20, 0, NULL);
+  EXPECT(p != NULL);
+  OK(ncclpool_scope_end(pool));
+  OK(ncclpool_comm_handle_of(comm, p, &handle));
+  EXPECT(handle != NULL);
+  OK(ncclpool_comm_stats(comm, &cs));
+  EXPECT(cs.kind == NCCLPOOL_REGISTRATION_AUTO);
+  EXPECT(cs.registered_segments == 1);
+  OK(ncclpool_pool_stats_json(pool, json, sizeof json, NULL));
+  EXPECT(strstr(json, "\"kind\":\"auto\"") != NULL);
+  EXPECT(strstr(json, "\"description\":\"symmetric at every size\"") != NULL);
+  EXPECT(ncclpool_pool_destroy(pool) == NCCLPOOL_ERROR_INVALID_STATE); /* windows attached, a block live */
+  ncclpool_torch_free(p, 2u << 20, 0, NULL);
+  OK(ncclpool_check(pool));
+  OK(ncclpool_detach(comm));
+  OK(ncclpool_pool_destroy(pool));
+  OK(ncclpool_pool_destroy(local));
+  OK(ncclpool_sim_group_destroy(group));
+}
+
 int main(void) {
   test_status_and_version();
   test_alloc_free_errors();
   test_registration_and_scopes();
   test_nested_scopes_and_failures();
   test_destroy_with_open_scope_and_free_stream();
+  test_auto_pool();
   printf("test_capi: %d checks passed\n", checks);
   return 0;
 }

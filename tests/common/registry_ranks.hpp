@@ -56,7 +56,7 @@ std::vector<std::string> on_ranks(int n, const std::function<void(int)>& body) {
 
 // group->size() ranks, each with its own deterministic pool and registry, attached symmetrically to
 // `group`; body(rank's state, its communicator, rank) runs on one thread per rank.
-std::vector<std::string> on_symmetric_ranks(const std::shared_ptr<LoopbackGroup>& group,
+[[maybe_unused]] std::vector<std::string> on_symmetric_ranks(const std::shared_ptr<LoopbackGroup>& group,
                                             const std::function<void(Rank&, const std::shared_ptr<LoopbackCommunicator>&, int)>& body) {
   std::vector<Rank> ranks;
   for (int i = 0; i < group->size(); ++i) ranks.push_back(make_rank());

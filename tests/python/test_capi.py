@@ -1,4 +1,5 @@
 """The Python package (ctypes over the C ABI) on the simulator: runs in CI without a GPU."""
+import ctypes
 import threading
 
 import pytest
@@ -251,6 +252,85 @@ def test_ranks_that_would_launch_symmetric_kernels_differently_fail_at_attach():
     assert world.live_registrations == 0
     with pytest.raises(errors.InvalidArgument, match="not -1..64"):
         world.set_symmetric_kernels(0, 65)
+
+
+def _sim_profile(path, ranks, classes):
+    import json
+    doc = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": ranks, "symmetric_ctas": 0,
+           "measured": "2026-11-23T18:00:00Z",
+           "classes": [{"min_bytes": m, "kind": {op: k for op in ("all_gather", "reduce_scatter", "all_reduce")}} for m, k in classes]}
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_auto_pool_routes_torch_segments_by_the_tensors_they_serve(tmp_path, monkeypatch):
+    # Small tensors (torch's 2 MiB segments) unregistered, 1-20 MiB tensors local, larger ones windows.
+    monkeypatch.setenv("NCCLPOOL_PROFILE", _sim_profile(tmp_path / "p.json", 2, [(0, "none"), (2 * MiB, "local"), (32 * MiB, "symmetric")]))
+    world = ncclpool.SimGroup("world", 2, timeout_ms=5000)
+    lib = ncclpool.library()
+
+    def rank(r):
+        p = sim_pool("auto", name="auto-pool")
+        assert p.registration == "auto" and p.deterministic
+        assert p.routes()["fixed"] is False
+        c = p.attach_sim(world, r)  # collective: the symmetric part
+        routes = p.routes()
+        assert routes["description"] == "none below 2 MiB, local from 2 MiB to below 32 MiB, symmetric from 32 MiB", routes
+        assert "the profile" in routes["source"]
+        with p.scope():
+            small = lib.ncclpool_torch_alloc(2 * MiB, 0, None)   # tensors up to 1 MiB
+            medium = lib.ncclpool_torch_alloc(20 * MiB, 0, None)  # tensors of 1-20 MiB
+            large = lib.ncclpool_torch_alloc(64 * MiB, 0, None)   # one 63-64 MiB tensor
+        assert c.stats()["kind"] == "auto"
+        handle = ctypes.c_void_p()
+        got = []
+        for ptr in (small, medium, large):
+            ncclpool.call("ncclpool_comm_handle_of", c.handle, ctypes.c_void_p(ptr), ctypes.byref(handle))
+            got.append(handle.value is not None)
+        assert got == [False, True, True]
+        parts = {part["placement"]: part["stats"]["active_allocations"] for part in p.routes()["parts"]}
+        assert parts == {"none": 1, "local": 1, "symmetric": 1}
+        assert p.stats()["active_allocations"] == 3
+        assert "auto routes: none below 2 MiB" in p.memory_summary()
+        for ptr in (small, medium, large):
+            lib.ncclpool_torch_free(ptr, 0, 0, None)
+        p.check()
+        c.detach()
+        p.close()
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    assert world.live_registrations == 0
+
+
+def test_auto_pools_that_route_differently_fail_on_every_rank(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCLPOOL_PROFILE", _sim_profile(tmp_path / "p.json", 2, [(0, "none"), (MiB, "symmetric")]))
+    world = ncclpool.SimGroup("world", 2, timeout_ms=3000)
+
+    def rank(r):
+        p = sim_pool("auto", name="auto-pool")
+        if r == 1:
+            p.free(p.alloc(4096))  # an allocation before the attach fixes the built-in routes
+        with pytest.raises(errors.AgreementError, match="route the auto pool 'auto-pool' differently"):
+            p.attach_sim(world, r)
+        assert p.communicators == []
+        p.close()
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    assert world.live_registrations == 0
+
+
+def test_auto_registration_needs_an_auto_pool():
+    p = sim_pool("local")
+    with pytest.raises(errors.InvalidArgument, match="not an auto pool"):
+        p.attach_sim(ncclpool.SimGroup("one", 1), 0, kind="auto")
+    assert p.routes() is None
+    with pytest.raises(errors.InvalidArgument, match="must be deterministic"):
+        sim_pool("auto", deterministic=False)
+    p.close()
 
 
 def test_scope_under_graph_capture_defers_windows():

@@ -128,12 +128,12 @@ def test_release_mem_pool_that_fails_keeps_its_table_true(torch_layer):
     assert pool.closed
 
 
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch, symmetric):
+@pytest.mark.parametrize("kind", ["local", "symmetric", "auto"])
+def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch, kind):
     # Was: create_nccl_mem_pool(symmetric=False) then nccl_mem / fsdp.enable failed with "symmetric
     # registration needs a deterministic pool": the helpers defaulted to symmetric.
     layer = torch_layer
-    mempool = layer.create_nccl_mem_pool(symmetric=symmetric, source="sim")
+    mempool = layer.create_nccl_mem_pool(kind=kind, source="sim")
     pool = layer.ncclpool_pool(mempool)
     groups = [ncclpool.SimGroup(name, 1) for name in ("dp", "ep")]
     kinds = []
@@ -149,10 +149,43 @@ def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch,
         pass
     with layer.MultiGroupMemPoolAllocator(mempool, [world, other]):
         pass
-    expected = "symmetric" if symmetric else "local"
-    assert kinds == [expected, expected], kinds
+    assert kinds == [kind, kind], kinds
     for c in list(pool.communicators):
         c.forget()
+
+
+def test_an_auto_pool_routes_torch_segments_and_release_detaches_its_local_groups(torch_layer, monkeypatch, tmp_path):
+    # A profile for the simulator: tensors below 2 MiB unregistered, larger ones local (no windows,
+    # so nothing collective: release_mem_pool may detach the group itself).
+    profile = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": 1, "symmetric_ctas": 0,
+               "measured": "2026-11-23T18:00:00Z",
+               "classes": [{"min_bytes": m, "kind": {"all_gather": k, "reduce_scatter": k, "all_reduce": k}}
+                           for m, k in ((0, "none"), (2 * MiB, "local"))]}
+    (tmp_path / "profile.json").write_text(__import__("json").dumps(profile))
+    monkeypatch.setenv("NCCLPOOL_PROFILE", str(tmp_path / "profile.json"))
+    layer = torch_layer
+    with pytest.raises(errors.InvalidArgument, match="give one of them"):
+        layer.create_nccl_mem_pool(symmetric=True, kind="auto", source="sim")
+    mempool = layer.create_nccl_mem_pool(kind="auto", source="sim")
+    pool = layer.ncclpool_pool(mempool)
+    group = ncclpool.SimGroup("dp", 1)
+    monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
+    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    world = layer.dist.ProcessGroup()
+    lib = ncclpool.library()
+    with layer.nccl_mem(mempool, group=world):
+        small = lib.ncclpool_torch_alloc(2 * MiB, 0, None)
+        large = lib.ncclpool_torch_alloc(64 * MiB, 0, None)
+    routes = pool.routes()
+    assert routes["description"] == "none below 2 MiB, local from 2 MiB", routes
+    held = {p["placement"]: p["stats"]["active_allocations"] for p in routes["parts"]}
+    assert held == {"none": 1, "local": 1, "symmetric": 0}, held
+    assert layer._symmetric_comm_of(world) is None  # no windows: check mode has nothing to verify
+    assert group.live_registrations == 1  # the local part's segment only
+    for ptr in (small, large):
+        lib.ncclpool_torch_free(ptr, 0, 0, None)
+    layer.release_mem_pool(mempool)
+    assert pool.closed and group.live_registrations == 0
 
 
 def test_a_context_use_finds_registered_groups_without_asking_torch(torch_layer, monkeypatch):

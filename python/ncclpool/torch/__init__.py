@@ -103,12 +103,16 @@ def _torch_nccl_version() -> int:
     return int(v)
 
 
-def create_nccl_mem_pool(symmetric: bool | None = None, *, device=None, growth_chunk: int | None = None,
-                         source: str = "auto", name: str | None = None, check=None):
+def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = None, device=None,
+                         growth_chunk: int | None = None, source: str = "auto", name: str | None = None, check=None):
     """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
 
     symmetric=None or True: the pool can back symmetric windows (deterministic placement, 1 GiB
     chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only.
+    kind='local' | 'symmetric' | 'auto' says the same by name (do not give both); 'auto': each torch
+    segment goes to the part of the pool registered as this machine's profile says is fastest for the
+    tensors it serves (none, local or symmetric; built-in routes without a profile: docs/pool.md,
+    "Auto pools"), and every helper below registers each part its way.
     check: check mode (None: $NCCLPOOL_CHECK; 'layout'; 'collectives' also verifies the buffers of
     every torch.distributed collective on a group with windows: see docs/registry.md). Pools are
     matched across ranks by name: the default names count pools in creation order, the same on every
@@ -117,7 +121,7 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, device=None, growth_c
     device = _device_index(device)
     if growth_chunk is None:
         growth_chunk = int(os.environ.get("NCCLPOOL_GROWTH_CHUNK", "0"))
-    registration = "local" if symmetric is False else "symmetric"
+    registration = _registration_of(symmetric, kind)
     global _pools_created
     with _lock:
         # torch's caching allocator asks for coarse segments and caches them itself: chunks that
@@ -171,11 +175,28 @@ def _comm_ptr(group, device: int) -> int:
     return int(ptr)
 
 
+def _registration_of(symmetric, kind) -> str:
+    if kind is None:
+        return "local" if symmetric is False else "symmetric"
+    if kind not in ("local", "symmetric", "auto"):
+        raise errors.InvalidArgument(f"kind {kind!r} is not 'local', 'symmetric' or 'auto'")
+    if symmetric is not None:
+        raise errors.InvalidArgument(f"symmetric={symmetric} and kind={kind!r}: give one of them")
+    return kind
+
+
 def _kind_for(binding, symmetric) -> str:
-    """symmetric=None follows what the pool was made for (create_nccl_mem_pool's `symmetric`)."""
+    """symmetric=None follows what the pool was made for (create_nccl_mem_pool's `symmetric` or `kind`)."""
     if symmetric is None:
         return binding.pool.registration
     return "symmetric" if symmetric else "local"
+
+
+def _has_windows(binding, attachment) -> bool:
+    """Whether the attachment registered windows (its detach is collective)."""
+    if attachment.kind == "auto":
+        return any(c["placement"] == "symmetric" for c in binding.pool.routes()["classes"])
+    return attachment.kind == "symmetric"
 
 
 def _attachment_of(binding, group):
@@ -439,7 +460,7 @@ def release_mem_pool(pool) -> None:
         library().ncclpool_torch_unbind(binding.pool.handle)
         try:
             for ptr, a in list(binding.attachments.items()):
-                if a.kind == "local":
+                if not _has_windows(binding, a):
                     a.comm.detach()
                     del binding.attachments[ptr]  # the table says what is still attached, even if a later step fails
             binding.pool.close()
@@ -478,7 +499,7 @@ def _symmetric_comm_of(group):
     group = group if group is not None else dist.group.WORLD
     for binding in _bindings.values():
         for a in binding.attachments.values():
-            if a.kind == "symmetric" and a.group is group and a.comm.attached:
+            if a.group is group and a.comm.attached and _has_windows(binding, a):
                 return a.comm
     return None
 

@@ -134,6 +134,14 @@ class NcclCommunicator final : public Communicator {
 
   int prepare_symmetric_kernels() override { return decide_symmetric_ctas(); }
 
+  MachineKey machine() const override {
+    const cuda::Driver& d = cuda::driver();
+    CUdevice dev = 0;
+    char name[256] = {};
+    if (d.cuDeviceGet(&dev, device_) != CUDA_SUCCESS || d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS) name[0] = '\0';
+    return MachineKey{name, lib_.info.version, size_};
+  }
+
   // Before the process's first window (the registry asks at a symmetric attach; register_window too):
   // NCCL reads NCCL_SYM_CTAS at its first symmetric collective, which needs a window. Once per
   // process; every later call returns at the first check.

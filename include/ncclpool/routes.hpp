@@ -1,0 +1,79 @@
+#pragma once
+/// @file routes.hpp
+/// @brief Which registration an allocation of a given size gets in an `auto` pool (RoutedPool): size
+/// classes, each with a placement (none, local, symmetric), taken from a measured Profile or from
+/// the built-in routes measured on H200 (docs/pool.md, "Auto pools").
+///
+/// Routing depends on the request size only, so ranks that make the same requests route them the
+/// same, and a symmetric part stays deterministic. Ranks must hold the same routes: RoutedPool
+/// compares their digests when it attaches a communicator.
+
+#include <ncclpool/export.hpp>
+#include <ncclpool/profile.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ncclpool {
+
+/// How the memory of one part of an auto pool is registered with each communicator.
+enum class Placement : int {
+  none = 0,       ///< not registered: NCCL copies through its own buffers
+  local = 1,      ///< ncclCommRegister (zero-copy)
+  symmetric = 2,  ///< a symmetric window (NCCL's symmetric kernels); collective, deterministic
+};
+NCCLPOOL_API const char* to_string(Placement placement) noexcept;
+
+/// Requests of at least `min_bytes` (up to the next class's) go to `placement`.
+struct SizeRoute {
+  std::size_t min_bytes = 0;
+  Placement placement = Placement::local;
+  friend bool operator==(const SizeRoute&, const SizeRoute&) = default;
+};
+
+/// @brief Size classes, ascending, the first from 0 bytes; adjacent classes differ in placement.
+class NCCLPOOL_API SizeRoutes {
+ public:
+  /// One class: every size to `placement`.
+  explicit SizeRoutes(Placement placement = Placement::local);
+  /// @throws InvalidArgument (empty, first class not from 0, not ascending). Adjacent classes with
+  /// the same placement are merged.
+  explicit SizeRoutes(std::vector<SizeRoute> classes);
+
+  /// The placement of a request of `bytes`.
+  [[nodiscard]] Placement for_request(std::size_t bytes) const noexcept;
+  /// The placement for a request that serves messages from `lo` to `hi` bytes (a torch segment holds
+  /// many tensors): the placement of most classes that the range spans; a tie goes to the larger
+  /// sizes' placement.
+  [[nodiscard]] Placement for_range(std::size_t lo, std::size_t hi) const noexcept;
+  /// Whether any class has this placement.
+  [[nodiscard]] bool uses(Placement placement) const noexcept;
+  [[nodiscard]] const std::vector<SizeRoute>& classes() const noexcept { return classes_; }
+  /// "symmetric at every size", "none below 64 KiB, symmetric from 64 KiB".
+  [[nodiscard]] std::string describe() const;
+  /// Equal routes have equal digests (FNV-1a over the classes).
+  [[nodiscard]] std::uint64_t digest() const noexcept;
+  friend bool operator==(const SizeRoutes&, const SizeRoutes&) = default;
+
+ private:
+  std::vector<SizeRoute> classes_;
+};
+
+/// @brief The routes a profile measured: per size class, the kind that most collectives pick (a
+/// tie goes to all_reduce's pick, else the costlier kind). Without windows (`windows_possible` false)
+/// symmetric picks become local.
+NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible);
+
+/// @brief The routes used without a profile, measured on H200 (NCCL 2.28, 2 GPUs, ncclpool's 32
+/// symmetric CTAs: windows are the fastest kind for every collective and size, docs/benchmarks/coll.md
+/// and decode.md): symmetric at every size where windows are possible, else local.
+NCCLPOOL_API SizeRoutes builtin_routes(bool windows_possible);
+
+/// @brief The tensor sizes that torch's caching allocator serves from a segment request of
+/// `segment_bytes` (it asks for 2 MiB segments for tensors up to 1 MiB, 20 MiB ones for tensors up
+/// to 10 MiB, and a tensor's own size rounded to 2 MiB above that). Sets lo and hi.
+NCCLPOOL_API void torch_segment_tensors(std::size_t segment_bytes, std::size_t& lo, std::size_t& hi) noexcept;
+
+}  // namespace ncclpool

@@ -1,0 +1,151 @@
+// Size routes of auto pools (routes.hpp): validation, lookup, and where they come from.
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/routes.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <iterator>
+
+namespace ncclpool {
+namespace {
+
+constexpr std::size_t kMiB = 1ull << 20;
+
+// "64 KiB", "20 MiB", "1000 B": exact, short (the classes are usually powers of two).
+std::string short_bytes(std::size_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return std::to_string(bytes) + " " + kUnits[unit];
+}
+
+Placement placement_of(std::string_view kind) {
+  if (kind == "none") return Placement::none;
+  if (kind == "local") return Placement::local;
+  return Placement::symmetric;  // parse_profile admits nothing else
+}
+
+}  // namespace
+
+const char* to_string(Placement placement) noexcept {
+  switch (placement) {
+    case Placement::none: return "none";
+    case Placement::local: return "local";
+    case Placement::symmetric: return "symmetric";
+  }
+  return "unknown";
+}
+
+SizeRoutes::SizeRoutes(Placement placement) : classes_{SizeRoute{0, placement}} {}
+
+SizeRoutes::SizeRoutes(std::vector<SizeRoute> classes) {
+  if (classes.empty()) throw InvalidArgument("size routes: no class");
+  if (classes.front().min_bytes != 0) throw InvalidArgument("size routes: the first class starts at " + std::to_string(classes.front().min_bytes) + " bytes, not 0");
+  for (std::size_t i = 0; i < classes.size(); ++i) {
+    const SizeRoute& c = classes[i];
+    if (c.placement != Placement::none && c.placement != Placement::local && c.placement != Placement::symmetric)
+      throw InvalidArgument("size routes: class " + std::to_string(i) + " has placement " + std::to_string(static_cast<int>(c.placement)));
+    if (i > 0 && c.min_bytes <= classes[i - 1].min_bytes) throw InvalidArgument("size routes: classes are not in ascending order of size");
+    if (classes_.empty() || classes_.back().placement != c.placement) classes_.push_back(c);
+  }
+}
+
+Placement SizeRoutes::for_request(std::size_t bytes) const noexcept {
+  // The last class whose minimum is <= bytes; classes_ is short (a few entries).
+  auto it = std::upper_bound(classes_.begin(), classes_.end(), bytes, [](std::size_t b, const SizeRoute& c) { return b < c.min_bytes; });
+  return std::prev(it)->placement;
+}
+
+Placement SizeRoutes::for_range(std::size_t lo, std::size_t hi) const noexcept {
+  if (hi < lo) std::swap(lo, hi);
+  std::array<int, 3> spanned{};
+  for (std::size_t i = 0; i < classes_.size(); ++i) {
+    const std::size_t end = i + 1 < classes_.size() ? classes_[i + 1].min_bytes : SIZE_MAX;  // exclusive
+    if (classes_[i].min_bytes <= hi && end > lo) ++spanned[static_cast<int>(classes_[i].placement)];
+  }
+  Placement best = for_request(hi);  // ties go to the larger sizes
+  for (int p = 0; p < 3; ++p)
+    if (spanned[p] > spanned[static_cast<int>(best)]) best = static_cast<Placement>(p);
+  return best;
+}
+
+bool SizeRoutes::uses(Placement placement) const noexcept {
+  return std::any_of(classes_.begin(), classes_.end(), [&](const SizeRoute& c) { return c.placement == placement; });
+}
+
+std::string SizeRoutes::describe() const {
+  if (classes_.size() == 1) return std::string(to_string(classes_.front().placement)) + " at every size";
+  std::string out;
+  for (std::size_t i = 0; i < classes_.size(); ++i) {
+    if (i) out += ", ";
+    out += to_string(classes_[i].placement);
+    if (i + 1 < classes_.size()) {
+      out += (i == 0 ? " below " : " from " + short_bytes(classes_[i].min_bytes) + " to below ") + short_bytes(classes_[i + 1].min_bytes);
+    } else {
+      out += " from " + short_bytes(classes_[i].min_bytes);
+    }
+  }
+  return out;
+}
+
+std::uint64_t SizeRoutes::digest() const noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  for (const SizeRoute& c : classes_) {
+    mix(c.min_bytes);
+    mix(static_cast<std::uint64_t>(c.placement));
+  }
+  return h;
+}
+
+SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible) {
+  if (profile.classes.empty()) return builtin_routes(windows_possible);
+  std::vector<SizeRoute> out;
+  for (std::size_t i = 0; i < profile.classes.size(); ++i) {
+    const ProfileClass& c = profile.classes[i];
+    std::array<int, 3> votes{};
+    for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(placement_of(kind))];
+    const auto all_reduce = c.kind.find("all_reduce");
+    Placement pick = Placement::symmetric;
+    int most = -1;
+    for (int p = 2; p >= 0; --p) {  // costlier kinds first, so they win a tie without an all_reduce pick
+      const bool preferred = all_reduce != c.kind.end() && placement_of(all_reduce->second) == static_cast<Placement>(p);
+      if (votes[p] > most || (votes[p] == most && preferred)) {
+        most = votes[p];
+        pick = static_cast<Placement>(p);
+      }
+    }
+    if (!windows_possible && pick == Placement::symmetric) pick = Placement::local;
+    out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick});  // the first class covers everything below it too
+  }
+  return SizeRoutes(std::move(out));
+}
+
+SizeRoutes builtin_routes(bool windows_possible) { return SizeRoutes(windows_possible ? Placement::symmetric : Placement::local); }
+
+void torch_segment_tensors(std::size_t segment_bytes, std::size_t& lo, std::size_t& hi) noexcept {
+  // c10/cuda/CUDACachingAllocator.cpp: kSmallSize 1 MiB -> kSmallBuffer 2 MiB segments; below
+  // kMinLargeAlloc 10 MiB -> kLargeBuffer 20 MiB segments; else the size rounded to kRoundLarge 2 MiB.
+  if (segment_bytes == 2 * kMiB) {
+    lo = 1;
+    hi = kMiB;
+  } else if (segment_bytes == 20 * kMiB) {
+    lo = kMiB + 1;
+    hi = 20 * kMiB;  // tensors of 10-20 MiB get a 20 MiB segment of their own
+  } else {
+    lo = segment_bytes > 2 * kMiB ? segment_bytes - 2 * kMiB + 1 : 1;
+    hi = segment_bytes;
+  }
+}
+
+}  // namespace ncclpool

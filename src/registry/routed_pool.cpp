@@ -1,0 +1,407 @@
+// RoutedPool (routed_pool.hpp): parts, routing, attach over the parts, and the routes agreement.
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/routed_pool.hpp>
+
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <sstream>
+
+namespace ncclpool {
+namespace {
+
+// The routes agreement: one all-gathered record per rank (it fits 12 classes; more are compared by
+// digest only). Its magic differs from the registry's, so a rank that runs a registry agreement in
+// its place fails both sides.
+constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
+constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 4;
+enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_classes = 4 };
+
+AgreementRecord routes_record(const SizeRoutes& routes, bool from_profile) {
+  AgreementRecord r;
+  r.words[w_magic] = kRoutesMagic;
+  r.words[w_digest] = routes.digest();
+  r.words[w_count] = routes.classes().size();
+  r.words[w_from_profile] = from_profile ? 1 : 0;
+  for (std::size_t i = 0; i < routes.classes().size() && i < kRecordClasses; ++i) {
+    const SizeRoute& c = routes.classes()[i];
+    r.words[w_classes + i] = (static_cast<std::uint64_t>(c.placement) << 62) | (c.min_bytes & ((1ull << 62) - 1));
+  }
+  return r;
+}
+
+std::string describe_routes_record(const AgreementRecord& r) {
+  if (r.words[w_magic] != kRoutesMagic)
+    return "no routes: this rank ran another collective here (its pool is not an auto pool, or it attached pools in another order)";
+  const std::string from = r.words[w_from_profile] ? " (from its profile)" : " (built in)";
+  if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from;
+  std::vector<SizeRoute> classes;
+  for (std::size_t i = 0; i < r.words[w_count]; ++i) {
+    const std::uint64_t v = r.words[w_classes + i];
+    classes.push_back(SizeRoute{static_cast<std::size_t>(v & ((1ull << 62) - 1)), static_cast<Placement>(v >> 62)});
+  }
+  try {
+    return SizeRoutes(std::move(classes)).describe() + from;
+  } catch (const Error&) {
+    return "unreadable routes";
+  }
+}
+
+// Sum of counters; maxima of the largest-block fields.
+PoolStats add(PoolStats a, const PoolStats& b) {
+  a.allocated_bytes += b.allocated_bytes;
+  a.peak_allocated_bytes += b.peak_allocated_bytes;
+  a.requested_bytes += b.requested_bytes;
+  a.reserved_bytes += b.reserved_bytes;
+  a.peak_reserved_bytes += b.peak_reserved_bytes;
+  a.segment_count += b.segment_count;
+  a.largest_free_block = std::max(a.largest_free_block, b.largest_free_block);
+  a.active_allocations += b.active_allocations;
+  a.allocation_count += b.allocation_count;
+  a.deallocation_count += b.deallocation_count;
+  a.segments_created += b.segments_created;
+  a.segments_released += b.segments_released;
+  a.oom_count += b.oom_count;
+  a.oom_recoveries += b.oom_recoveries;
+  a.cross_stream_reuses += b.cross_stream_reuses;
+  a.hook_errors += b.hook_errors;
+  a.stream_publishes += b.stream_publishes;
+  a.unpublished_skips += b.unpublished_skips;
+  a.largest_fresh_block = std::max(a.largest_fresh_block, b.largest_fresh_block);
+  return a;
+}
+
+}  // namespace
+
+RoutedPool::RoutedPool(std::shared_ptr<Pool> pool, RegistryOptions options) : routes_(Placement::local) {
+  if (!pool) throw InvalidArgument("RoutedPool: pool is null");
+  name_ = pool->config().name;
+  Part part;
+  part.pool = std::move(pool);
+  part.registry = std::make_unique<Registry>(part.pool, options);
+  parts_.push_back(std::move(part));
+  routes_source_ = "one part: each communicator is registered with the kind it was attached with";
+  routes_fixed_.store(true, std::memory_order_release);
+}
+
+RoutedPool::RoutedPool(std::string name, const PartFactory& make_part, SizeRoutes routes, std::string routes_source, RegistryOptions options)
+    : name_(std::move(name)), auto_(true), routes_(std::move(routes)), routes_source_(std::move(routes_source)) {
+  if (!make_part) throw InvalidArgument("RoutedPool '" + name_ + "': no part factory");
+  for (Placement p : {Placement::none, Placement::local, Placement::symmetric}) {
+    Part part;
+    part.placement = p;
+    part.pool = make_part(p);
+    if (!part.pool) throw InvalidArgument("RoutedPool '" + name_ + "': the factory made no pool for the " + to_string(p) + " part");
+    part.registry = std::make_unique<Registry>(part.pool, options);
+    parts_.push_back(std::move(part));
+  }
+  if (!parts_.back().pool->source_properties().window_capable && routes_.uses(Placement::symmetric)) {
+    std::vector<SizeRoute> classes = routes_.classes();
+    for (SizeRoute& c : classes)
+      if (c.placement == Placement::symmetric) c.placement = Placement::local;
+    routes_ = SizeRoutes(std::move(classes));
+    routes_source_ += "; symmetric sizes go to the local part: " + parts_.back().pool->source_properties().description + " cannot back windows";
+  }
+}
+
+RoutedPool::~RoutedPool() = default;
+
+RoutedPool::Part& RoutedPool::part_for(Placement placement) { return auto_ ? parts_[static_cast<std::size_t>(placement)] : parts_.front(); }
+
+const RoutedPool::Part* RoutedPool::part(Placement placement) const noexcept {
+  return auto_ ? &parts_[static_cast<std::size_t>(placement)] : nullptr;
+}
+
+void RoutedPool::fix_routes() noexcept {
+  std::lock_guard lock(mutex_);
+  routes_fixed_.store(true, std::memory_order_release);
+}
+
+// Hot path: single pools go straight to their part; auto pools read the fixed routes (a few classes).
+RoutedPool::Part& RoutedPool::route(std::size_t bytes) {
+  if (!auto_) return parts_.front();
+  if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
+  return part_for(routes_.for_request(bytes));
+}
+
+void* RoutedPool::allocate(std::size_t bytes, stream_t stream) { return route(bytes).pool->allocate(bytes, stream); }
+
+void* RoutedPool::allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t lo, std::size_t hi) {
+  if (!auto_) return parts_.front().pool->allocate(bytes, stream);
+  if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
+  return part_for(routes_.for_range(lo, hi)).pool->allocate(bytes, stream);
+}
+
+const RoutedPool::Part* RoutedPool::part_of(const void* ptr) const {
+  for (const Part& p : parts_)
+    if (p.pool->segment_of(ptr)) return &p;
+  return nullptr;
+}
+
+void RoutedPool::deallocate(void* ptr, stream_t stream) {
+  if (ptr == nullptr) return;
+  if (!auto_) return parts_.front().pool->deallocate(ptr, stream);  // the pool tells a foreign pointer itself
+  const Part* p = part_of(ptr);
+  if (p == nullptr) {
+    parts_.front().pool->deallocate(ptr, stream);  // throws the pool's ForeignPointer message
+    return;
+  }
+  p->pool->deallocate(ptr, stream);
+}
+
+void RoutedPool::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  if (!auto_) return parts_.front().pool->deallocate(ptr);
+  const Part* p = part_of(ptr);
+  (p ? p->pool : parts_.front().pool)->deallocate(ptr);
+}
+
+void RoutedPool::publish_frees(stream_t stream) {
+  for (Part& p : parts_) p.pool->publish_frees(stream);
+}
+
+void RoutedPool::reserve(std::size_t bytes) { route(bytes).pool->reserve(bytes); }
+
+SizeRoutes RoutedPool::routes() const {
+  std::lock_guard lock(mutex_);
+  return routes_;
+}
+
+std::string RoutedPool::routes_source() const {
+  std::lock_guard lock(mutex_);
+  return routes_source_;
+}
+
+// The first attach of an auto pool that made nothing yet takes the profile measured for comm's
+// machine; the routes are fixed from then on.
+void RoutedPool::choose_routes_for(const Communicator& comm) {
+  if (routes_fixed_.load(std::memory_order_acquire)) return;
+  const Part& sym = parts_[static_cast<std::size_t>(Placement::symmetric)];
+  std::string why;
+  const bool windows = sym.pool->source_properties().window_capable && comm.supports_windows(&why);
+  const MachineKey key = comm.machine();
+  const ProfileLookup lookup = find_profile(key.gpu, key.nccl_version, key.ranks);
+  if (lookup.profile) {
+    routes_ = routes_from_profile(*lookup.profile, windows);
+    routes_source_ = "the profile " + lookup.path + " (measured " + lookup.profile->measured + " on " + lookup.profile->gpu + ", NCCL " +
+                     std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)";
+  } else {
+    routes_ = builtin_routes(windows);
+    routes_source_ = "built-in routes (measured on H200)" + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
+  }
+  routes_fixed_.store(true, std::memory_order_release);
+}
+
+void RoutedPool::agree_on_routes(Communicator& comm) const {
+  const AgreementRecord mine = routes_record(routes_, routes_source_.rfind("the profile", 0) == 0);
+  const std::vector<AgreementRecord> all = comm.all_gather(mine);
+  if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r == mine; })) return;
+  std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
+  for (std::size_t rank = 0; rank < all.size(); ++rank) groups[{all[rank].words.begin(), all[rank].words.end()}].push_back(static_cast<int>(rank));
+  std::ostringstream msg;
+  msg << comm.describe() << ": ranks route the auto pool '" << name_ << "' differently, so its symmetric part would get other requests on each rank; nothing was attached:";
+  for (const auto& [words, ranks] : groups) {
+    AgreementRecord r;
+    std::copy(words.begin(), words.end(), r.words.begin());
+    msg << (ranks.size() > 1 ? " ranks " : " rank ");
+    for (std::size_t i = 0; i < ranks.size(); ++i) msg << (i ? "," : "") << ranks[i];
+    msg << ": " << describe_routes_record(r) << ';';
+  }
+  msg << " (give every rank the same profile, NCCLPOOL_PROFILE, and attach before the first allocation)";
+  throw AgreementError(msg.str());
+}
+
+void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) {
+  if (!comm) throw InvalidArgument("attach: communicator is null");
+  if (!auto_ && !kind) throw InvalidArgument("attach: pool '" + name_ + "' is not an auto pool: name the kind (local or symmetric)");
+  std::lock_guard lock(mutex_);
+  if (std::any_of(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == comm.get(); }))
+    throw InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name_ + "'");
+  attachments_.reserve(attachments_.size() + 1);  // so the push below cannot throw
+  Attachment done{comm.get(), {}};
+  if (!auto_) {
+    parts_.front().registry->attach(comm, *kind);
+    done.parts.push_back(0);
+    attachments_.push_back(std::move(done));
+    return;
+  }
+  choose_routes_for(*comm);
+  // Parts the routes use, local ones first (not collective), then the collective ones.
+  std::vector<std::pair<std::size_t, RegistrationKind>> plan;
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    const Placement p = parts_[i].placement;
+    if (!routes_.uses(p)) continue;
+    if (kind) {
+      plan.emplace_back(i, *kind);
+    } else if (p != Placement::none) {
+      plan.emplace_back(i, p == Placement::symmetric ? RegistrationKind::symmetric : RegistrationKind::local);
+    }
+  }
+  std::stable_sort(plan.begin(), plan.end(), [](const auto& a, const auto& b) { return a.second == RegistrationKind::local && b.second != RegistrationKind::local; });
+  const bool collective = std::any_of(plan.begin(), plan.end(), [](const auto& step) { return step.second == RegistrationKind::symmetric; });
+  if (collective) agree_on_routes(*comm);
+  try {
+    for (const auto& [index, k] : plan) {
+      parts_[index].registry->attach(comm, k);
+      done.parts.push_back(index);
+    }
+  } catch (...) {
+    // Only local attachments can precede a failure (collective ones come last and roll back themselves).
+    for (std::size_t i = done.parts.size(); i-- > 0;) {
+      try {
+        parts_[done.parts[i]].registry->detach(*comm);
+      } catch (...) {
+        parts_[done.parts[i]].registry->forget(*comm);
+      }
+    }
+    throw;
+  }
+  attachments_.push_back(std::move(done));
+}
+
+void RoutedPool::detach(const Communicator& comm) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+  if (it == attachments_.end()) throw InvalidArgument("detach: " + comm.describe() + " is not attached to pool '" + name_ + "'");
+  // Collective parts first, in the same order on every rank; a part that fails stays attached (and
+  // so does the attachment), the ones detached before it are gone.
+  std::vector<std::size_t> order = it->parts;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return parts_[a].placement == Placement::symmetric && parts_[b].placement != Placement::symmetric;
+  });
+  for (std::size_t index : order) {
+    parts_[index].registry->detach(comm);
+    std::erase(it->parts, index);
+  }
+  attachments_.erase(it);
+}
+
+void RoutedPool::forget(const Communicator& comm) {
+  std::lock_guard lock(mutex_);
+  auto it = std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+  if (it == attachments_.end()) throw InvalidArgument("forget: " + comm.describe() + " is not attached to pool '" + name_ + "'");
+  for (std::size_t index : it->parts) parts_[index].registry->forget(comm);
+  attachments_.erase(it);
+}
+
+void RoutedPool::commit() {
+  for (Part& p : parts_) p.registry->commit();
+}
+
+void RoutedPool::poll() {
+  for (Part& p : parts_) p.registry->poll();
+}
+
+std::size_t RoutedPool::trim() {
+  std::size_t released = 0;
+  for (Part& p : parts_) released += p.registry->trim();
+  return released;
+}
+
+bool RoutedPool::attached(const Communicator& comm) const {
+  std::lock_guard lock(mutex_);
+  return std::any_of(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+}
+
+CommunicatorStats RoutedPool::stats(const Communicator& comm) const {
+  std::vector<std::size_t> indices;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+    if (it == attachments_.end()) throw InvalidArgument("stats: " + comm.describe() + " is not attached to pool '" + name_ + "'");
+    indices = it->parts;
+  }
+  CommunicatorStats out;
+  for (std::size_t index : indices) {
+    const CommunicatorStats s = parts_[index].registry->stats(comm);
+    if (s.kind == RegistrationKind::symmetric) out.kind = RegistrationKind::symmetric;
+    out.registrations += s.registrations;
+    out.deregistrations += s.deregistrations;
+    out.registered_segments += s.registered_segments;
+    out.bytes_registered += s.bytes_registered;
+    out.registration_seconds += s.registration_seconds;
+    out.pending += s.pending;
+    out.agreements += s.agreements;
+    out.agreements_waited += s.agreements_waited;
+    out.agreements_in_flight += s.agreements_in_flight;
+    out.errors += s.errors;
+    out.segments_created_in_capture += s.segments_created_in_capture;
+  }
+  return out;
+}
+
+void* RoutedPool::handle_of(const void* ptr, const Communicator& comm) const {
+  const Part* p = part_of(ptr);
+  return p == nullptr ? nullptr : p->registry->handle_of(ptr, comm);
+}
+
+std::size_t RoutedPool::pending() const {
+  std::size_t n = 0;
+  for (const Part& p : parts_) n += p.registry->pending();
+  return n;
+}
+
+std::size_t RoutedPool::attached_count() const {
+  std::lock_guard lock(mutex_);
+  return attachments_.size();
+}
+
+PoolStats RoutedPool::stats() const {
+  PoolStats out = parts_.front().pool->stats();
+  for (std::size_t i = 1; i < parts_.size(); ++i) out = add(out, parts_[i].pool->stats());
+  return out;
+}
+
+MemoryBreakdown RoutedPool::memory_breakdown() const {
+  MemoryBreakdown out;
+  for (const Part& p : parts_) {
+    const MemoryBreakdown m = p.pool->memory_breakdown();
+    out.reserved += m.reserved;
+    out.requested += m.requested;
+    out.rounding += m.rounding;
+    out.free_in_used_segments += m.free_in_used_segments;
+    out.never_used += m.never_used;
+    out.other_streams_only += m.other_streams_only;
+    out.empty_segments += m.empty_segments;
+  }
+  return out;
+}
+
+void RoutedPool::check_invariants() const {
+  for (const Part& p : parts_) {
+    p.pool->check_invariants();
+    p.registry->check_invariants();
+  }
+}
+
+int RoutedPool::open_scopes() const noexcept { return parts_.front().registry->open_scopes(); }
+
+RoutedPool::ScopeSet::ScopeSet(RoutedPool& pool) {
+  scopes_.reserve(pool.parts_.size());
+  try {
+    for (Part& p : pool.parts_) scopes_.push_back(std::make_unique<Scope>(*p.registry));
+  } catch (...) {
+    while (!scopes_.empty()) scopes_.pop_back();  // scopes leave innermost first
+    throw;
+  }
+}
+
+RoutedPool::ScopeSet::~ScopeSet() {
+  while (!scopes_.empty()) scopes_.pop_back();  // innermost first: Scope's destructor pops without committing
+}
+
+void RoutedPool::ScopeSet::close() {
+  std::exception_ptr first;
+  while (!scopes_.empty()) {
+    try {
+      scopes_.back()->close();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    scopes_.pop_back();
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace ncclpool
