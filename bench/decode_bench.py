@@ -1,4 +1,4 @@
-"""Decode-style all-reduce in a CUDA graph: plain torch memory vs an ncclpool symmetric pool (issue 12).
+"""Decode-style all-reduce in a CUDA graph: plain torch memory vs ncclpool symmetric and auto pools (issue 12).
 
     torchrun --nproc-per-node 2 bench/decode_bench.py [--sizes 16K,64K,256K,1M,4M,16M] [--rounds 5]
                                                       [--per-graph 32] [--replays 20] [--json FILE]
@@ -9,6 +9,8 @@ CUDA events; the time per all-reduce is reported. Modes, interleaved in every ro
   plain       the buffer from torch's caching allocator (no registration)
   symmetric   the buffer allocated inside ncclpool.torch.graph(..., reserve=) from a symmetric pool:
               its window exists during the capture, so the captured all-reduces use it
+  auto        the same from an auto pool (create_nccl_mem_pool(kind="auto"): the buffer's size class
+              registered as this machine's profile or the built-in routes say)
   captured    the same without reserve, in a fresh pool: the capture makes the segment, the window
               comes after it, so the graph runs the plain path (what reserve= fixes); a
               PerformanceWarning is expected
@@ -46,7 +48,7 @@ import torch.distributed as dist  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import ncclpool.torch as nccl_allocator  # noqa: E402
 
-MODES = ("plain", "symmetric", "captured")
+MODES = ("plain", "symmetric", "auto", "captured")
 
 
 def parse_size(text):
@@ -64,9 +66,9 @@ def capture(mode, size, per_graph, group, pools):
             for _ in range(per_graph):
                 dist.all_reduce(buf, group=group)
         return graph, buf
-    pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name=f"decode-{mode}-{size}")
+    pool = nccl_allocator.create_nccl_mem_pool(kind="auto" if mode == "auto" else "symmetric", name=f"decode-{mode}-{size}")
     pools.append(pool)
-    reserve = 2 * size + (64 << 20) if mode == "symmetric" else 0
+    reserve = 2 * size + (64 << 20) if mode in ("symmetric", "auto") else 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", nccl_allocator.PerformanceWarning)  # expected for "captured"
         with nccl_allocator.graph(graph, pool, groups=[group], reserve=reserve):

@@ -1,7 +1,7 @@
 """FSDP2 (torch's ``fully_shard``) with and without registered communication buffers: step time and
 device memory, each mode in its own processes, modes interleaved and repeated.
 
-    python3 bench/fsdp2_bench.py [--rounds 3] [--modes plain,torch-symm,ncclpool-local,ncclpool-symmetric]
+    python3 bench/fsdp2_bench.py [--rounds 3] [--modes plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto]
                                  [--layers 12 --dim 4096 --batch 4 --seq 1024 --steps 25] [--out DIR] [--json FILE]
 
 Modes:
@@ -9,6 +9,8 @@ Modes:
   torch-symm          torch's own route: FSDPModule.set_allocate_memory_from_process_group_for_comm(True)
   ncclpool-local      ncclpool.torch.fsdp.enable(model, create_nccl_mem_pool(symmetric=False))
   ncclpool-symmetric  the same with a symmetric pool (windows, NCCL's symmetric kernels)
+  ncclpool-auto       the same with an auto pool (create_nccl_mem_pool(kind="auto"): each size class
+                      registered as this machine's profile or the built-in routes say)
 A mode may name another ncclpool library to load, ``MODE@/path/libncclpool.so`` (NCCLPOOL_LIBRARY):
 two builds side by side in one run; and environment variables for its runs, ``MODE+VAR=VALUE`` (after
 any ``@LIB``, repeatable), e.g. ``ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl`` beside
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import time
 
-MODES = ("plain", "torch-symm", "ncclpool-local", "ncclpool-symmetric")
+MODES = ("plain", "torch-symm", "ncclpool-local", "ncclpool-symmetric", "ncclpool-auto")
 
 
 def device_used(torch):
@@ -79,7 +81,8 @@ def worker(args):
         import ncclpool.torch as nccl_allocator
         from ncclpool.torch import fsdp as ncclpool_fsdp
 
-        pool = nccl_allocator.create_nccl_mem_pool(symmetric=mode == "ncclpool-symmetric")
+        pool = nccl_allocator.create_nccl_mem_pool(kind={"ncclpool-local": "local", "ncclpool-symmetric": "symmetric",
+                                                         "ncclpool-auto": "auto"}[mode])
         ncclpool_fsdp.enable(model, pool)
     torch.cuda.synchronize()
     dist.barrier()

@@ -241,7 +241,7 @@ fi
 if want fsdp2; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
-      --modes "${FSDP2_MODES:-plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl}" --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
+      --modes "${FSDP2_MODES:-plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl}" --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
     rc=$?
     cat "$OUT/fsdp2.txt" >>"$LOG"
     tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/fsdp2.txt")" "(fsdp2 rc=$rc)")
@@ -328,7 +328,8 @@ if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   T="$BUILD/tools/ncclpool"
   # coll: 100 launches after 10 warm-up (nccl-tests -n 100 -w 10) so that --auto's comparison of
   # two measurements is not lost in launch jitter at small sizes.
-  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --iters 100 --warmup 10"; do
+  # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none).
+  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool --iters 100 --warmup 10"; do
     set -- $suite
     name=$1
     timeout "$(within 420)" $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
@@ -344,7 +345,7 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
   done
   # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
-  timeout "$(within 300)" $T bench coll --graph --factor 4 --min 16K --iters 30 --replays 5 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
+  timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
   rc=$?
   row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 200)"
   # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds.

@@ -72,18 +72,20 @@ TEST(BenchArgs, SizesAndLists) {
 
 TEST(BenchArgs, CollOptionsAreChecked) {
   auto parse = [](std::vector<std::string> argv) {
-    return parse_coll_options(Args::parse(argv, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks"}, {"no-check", "auto"}));
+    return parse_coll_options(Args::parse(argv, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks"}, {"no-check", "auto", "auto-pool"}));
   };
   const CollOptions d = parse({});
+  EXPECT_FALSE(d.auto_pool);
   EXPECT_EQ(d.min_bytes, 1024u);
   EXPECT_EQ(d.max_bytes, 1ull << 30);
   EXPECT_EQ(d.warmup, 5);  // nccl-tests' defaults
   EXPECT_EQ(d.iters, 20);
   EXPECT_TRUE(d.check);
-  const CollOptions o = parse({"--ops", "all_reduce", "--kinds", "local,symmetric", "--min", "1M", "--max", "8M", "--auto", "--no-check"});
+  const CollOptions o = parse({"--ops", "all_reduce", "--kinds", "local,symmetric", "--min", "1M", "--max", "8M", "--auto", "--auto-pool", "--no-check"});
   EXPECT_EQ(o.ops, std::vector<std::string>{"all_reduce"});
   EXPECT_EQ(o.kinds, (std::vector<std::string>{"local", "symmetric"}));
   EXPECT_TRUE(o.auto_kind);
+  EXPECT_TRUE(o.auto_pool);
   EXPECT_FALSE(o.check);
   EXPECT_THROW(parse({"--ops", "broadcast"}), UsageError);
   EXPECT_THROW(parse({"--kinds", "global"}), UsageError);

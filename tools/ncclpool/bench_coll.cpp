@@ -14,13 +14,15 @@ namespace {
 constexpr const char* kHelp =
     "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric]\n"
     "                           [--min 1K] [--max 1G] [--factor 2] [--warmup 5] [--iters 20] [--ranks N]\n"
-    "                           [--no-check] [--auto] [--graph [--replays 5]] [--json]\n"
+    "                           [--no-check] [--auto] [--auto-pool] [--graph [--replays 5]] [--json]\n"
     "\n"
     "Bus bandwidth and time of collectives on ncclpool memory, one thread per GPU, with no registration,\n"
     "local registration (ncclCommRegister) and symmetric windows, measured with nccl-tests' conventions\n"
     "(size, busbw formula, warm-up, out-of-place and in-place) so the figures compare with nccl-tests -R 0/1/2.\n"
     "--auto adds the kind ncclpool would choose for each size class (the cheapest kind to hold unless a\n"
-    "costlier one measured >= 2% faster there), measured again. --graph captures the --iters launches in a\n"
+    "costlier one measured >= 2% faster there), measured again. --auto-pool adds buffers allocated from the\n"
+    "library's auto pool (registration 'auto': routed by size to a none, local or symmetric part as this\n"
+    "machine's profile or the built-in routes say), with its ratio to the best kind and to none. --graph captures the --iters launches in a\n"
     "CUDA graph and times --replays replays of it: no host launch cost, so small sizes are resolved (NCCL\n"
     "may register captured buffers itself, NCCL_GRAPH_REGISTER). Needs GPUs; without, it says why and exits 1.\n";
 
@@ -56,6 +58,7 @@ CollOptions parse_coll_options(const Args& a) {
   o.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
   o.check = !a.has("no-check");
   o.auto_kind = a.has("auto");
+  o.auto_pool = a.has("auto-pool");
   o.graph = a.has("graph");
   o.replays = static_cast<int>(a.get_int("replays", 5, 1, 100000));
   return o;

@@ -20,6 +20,7 @@
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
+#include <ncclpool/routed_pool.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -31,7 +32,7 @@
 namespace ncclpool::tool {
 namespace {
 
-constexpr int kNone = 0, kLocal = 1, kSymmetric = 2;
+constexpr int kNone = 0, kLocal = 1, kSymmetric = 2, kAutoPoolGroup = 3;  // group 3: the auto pool's communicator
 const char* const kKindNames[] = {"none", "local", "symmetric"};
 constexpr double kAutoMargin = 0.02;  // --auto takes a costlier kind only when it is >= 2% faster
 
@@ -98,9 +99,28 @@ class RankRunner {
     send_ = pool_->allocate(o.max_bytes, reinterpret_cast<stream_t>(stream_));
     recv_ = pool_->allocate(o.max_bytes, reinterpret_cast<stream_t>(stream_));
     registry_ = std::make_unique<Registry>(pool_);
+    if (o.auto_pool) {
+      // The library's auto pool: parts over sources of their own, routes as the library decides
+      // them at the attach (this machine's profile, else built in).
+      auto make_part = [&team, rank](Placement p) {
+        PoolConfig pc;
+        pc.name = std::string("bench-coll-auto/") + to_string(p);
+        pc.deterministic = true;
+        return std::make_shared<Pool>(team.source(rank), pc);
+      };
+      auto_pool_ = std::make_unique<RoutedPool>("bench-coll-auto", make_part, builtin_routes(true), "built-in routes (measured on H200)", RegistryOptions{});
+    }
   }
   ~RankRunner() {
     d_.cuStreamSynchronize(stream_);
+    if (auto_pool_ && auto_attached_) {
+      try {
+        auto_pool_->detach(*team_.comm(rank_, kAutoPoolGroup));
+      } catch (const std::exception&) {
+        auto_pool_->forget(*team_.comm(rank_, kAutoPoolGroup));
+      }
+    }
+    auto_pool_.reset();
     if (registry_) {
       for (int g : attached_) {
         try {
@@ -123,11 +143,48 @@ class RankRunner {
     attached_.push_back(kind);
   }
 
-  // One op on `kind`'s communicator; returns the check result (wrong samples) and fills seconds/op.
+  // Collective: attaches the auto pool (auto registration) to its own communicator.
+  void attach_auto_pool() {
+    auto_pool_->attach(team_.comm(rank_, kAutoPoolGroup), std::nullopt);
+    auto_attached_ = true;
+  }
+  [[nodiscard]] std::string auto_routes() const { return auto_pool_->routes().describe() + " (" + auto_pool_->routes_source() + ")"; }
+
+  // One op on `kind`'s communicator over the shared pool's buffers.
   void measure(const std::string& op, std::size_t count, int kind, bool in_place, Measurement& out, RankBarrier& sync) {
-    auto* comm = reinterpret_cast<ncclComm_t>(team_.comm(rank_, kind)->native_handle());
-    char* send = static_cast<char*>(send_);
-    char* recv = static_cast<char*>(recv_);
+    measure_on(op, count, kind, kKindNames[kind], send_, recv_, in_place, out, sync);
+  }
+
+  // Both placements of one op on buffers the auto pool serves for messages of `size` bytes (the
+  // library's routing, nothing chosen here); returns the part they came from. Collective (the pool
+  // commits its windows before the first launch).
+  std::string measure_auto_pool(const std::string& op, std::size_t count, std::size_t size, Measurement& out_of_place, Measurement& in_place, RankBarrier& sync) {
+    void* send = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size);
+    void* recv = nullptr;
+    try {
+      recv = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size);
+      auto_pool_->commit();
+      measure_on(op, count, kAutoPoolGroup, "auto pool", send, recv, false, out_of_place, sync);
+      measure_on(op, count, kAutoPoolGroup, "auto pool", send, recv, true, in_place, sync);
+    } catch (...) {
+      d_.cuStreamSynchronize(stream_);
+      auto_pool_->deallocate(send);
+      if (recv) auto_pool_->deallocate(recv);
+      throw;
+    }
+    const std::string placement = to_string(auto_pool_->part_of(send)->placement);
+    auto_pool_->deallocate(send);
+    auto_pool_->deallocate(recv);
+    return placement;
+  }
+
+ private:
+  // One op on `group`'s communicator over send/recv; fills the check result (wrong samples) and seconds/op.
+  void measure_on(const std::string& op, std::size_t count, int group, const std::string& label, void* send_buffer, void* recv_buffer, bool in_place,
+                  Measurement& out, RankBarrier& sync) {
+    auto* comm = reinterpret_cast<ncclComm_t>(team_.comm(rank_, group)->native_handle());
+    char* send = static_cast<char*>(send_buffer);
+    char* recv = static_cast<char*>(recv_buffer);
     const std::size_t chunk = count * sizeof(float);
     // nccl-tests' in-place layouts: all-gather input = this rank's slice of the output;
     // reduce-scatter output = this rank's slice of the input; all-reduce in the same buffer.
@@ -145,7 +202,7 @@ class RankRunner {
       if (op == "all_gather") r = lib_.ncclAllGather(in, res, count, ncclFloat, comm, stream_);
       else if (op == "reduce_scatter") r = lib_.ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, stream_);
       else r = lib_.ncclAllReduce(in, res, count, ncclFloat, ncclSum, comm, stream_);
-      if (r != ncclSuccess) throw BackendError(op + " on " + kKindNames[kind] + ": " + nccl::error_text(r));
+      if (r != ncclSuccess) throw BackendError(op + " on " + label + ": " + nccl::error_text(r));
     };
     int wrong = 0;
     if (o_.check) {
@@ -174,7 +231,6 @@ class RankRunner {
     out.seconds[static_cast<std::size_t>(rank_)] = seconds_since(t) / o_.iters;
   }
 
- private:
   // `iters` launches captured once (this thread's capture: the other ranks' threads keep calling
   // CUDA), then `replays` replays timed after a first one: seconds per launch without the host's
   // launch cost. The graph goes before the communicators (NCCL >= 2.26 waits for live graphs that
@@ -241,6 +297,8 @@ class RankRunner {
   std::shared_ptr<Pool> pool_;
   std::unique_ptr<Registry> registry_;
   std::vector<int> attached_;
+  std::unique_ptr<RoutedPool> auto_pool_;  // --auto-pool
+  bool auto_attached_ = false;
   void* send_ = nullptr;
   void* recv_ = nullptr;
 };
@@ -273,7 +331,7 @@ void run_coll(const CollOptions& o, Report& report) {
   if (gpus == 0) throw Unsupported("bench coll needs GPUs: " + why);
   const int ranks = o.ranks == 0 ? gpus : o.ranks;
   if (ranks > gpus) throw InvalidArgument("--ranks " + std::to_string(ranks) + ": there are " + std::to_string(gpus) + " GPU(s)");
-  auto team = make_nccl_team(ranks, 3);  // group k carries kind k: none, local, symmetric
+  auto team = make_nccl_team(ranks, o.auto_pool ? 4 : 3);  // group k carries kind k: none, local, symmetric; 3: the auto pool
   std::vector<int> kinds;
   for (const auto& k : o.kinds) kinds.push_back(kind_index(k));
   std::string why_no_windows;
@@ -302,12 +360,18 @@ void run_coll(const CollOptions& o, Report& report) {
   }
 
   Shared shared;
-  Progress progress("bench coll", o.ops.size() * sizes.size() * (kinds.size() + (o.auto_kind ? 1 : 0)));
+  Progress progress("bench coll", o.ops.size() * sizes.size() * (kinds.size() + (o.auto_kind ? 1 : 0) + (o.auto_pool ? 1 : 0)));
   std::map<std::string, int> auto_choice;  // op/bytes -> kind
+  std::map<std::string, std::string> pool_part;  // op/bytes -> the auto pool's part
+  std::string pool_routes;
   std::mutex choice_mutex;
   run_on_ranks(ranks, [&](int rank, RankBarrier& sync) {
     RankRunner runner(*team, rank, o);
     for (int k : kinds) runner.attach(k);  // collective per communicator, same order everywhere
+    if (o.auto_pool) {
+      runner.attach_auto_pool();
+      if (rank == 0) pool_routes = runner.auto_routes();
+    }
     sync.wait();
     for (const auto& op : o.ops) {
       for (const auto [count, size] : points_for(op, sizes, ranks)) {
@@ -335,6 +399,15 @@ void run_coll(const CollOptions& o, Report& report) {
           }
           for (bool in_place : {false, true}) runner.measure(op, count, best, in_place, shared.at(key_of(op, size, "auto", in_place), ranks), sync);
         }
+        if (o.auto_pool) {
+          if (rank == 0) progress.step(op + " " + format_bytes(size) + " auto pool");
+          const std::string part = runner.measure_auto_pool(op, count, size, shared.at(key_of(op, size, "pool", false), ranks),
+                                                            shared.at(key_of(op, size, "pool", true), ranks), sync);
+          if (rank == 0) {
+            std::lock_guard lock(choice_mutex);
+            pool_part[op + "/" + std::to_string(size)] = part;
+          }
+        }
       }
     }
     sync.wait();
@@ -344,6 +417,9 @@ void run_coll(const CollOptions& o, Report& report) {
   // Tables: one per op, rows per size and placement, nccl-tests' columns per kind.
   double worst_auto = 0;
   std::string worst_auto_at;
+  double worst_pool = 0, worst_pool_vs_none = 0;  // from 64 KiB (the targets' range), and below it
+  double worst_pool_small = 0;
+  std::string worst_pool_at, worst_pool_vs_none_at, worst_pool_small_at;
   int wrong_total = 0;
   for (const auto& op : o.ops) {
     Table t;
@@ -360,6 +436,10 @@ void run_coll(const CollOptions& o, Report& report) {
       for (const char* h : {"auto kind", "auto us", "auto busbw", "auto/best"}) t.headers.push_back(h);
       for (const char* k : {"auto_kind", "auto_us", "auto_busbw", "auto_vs_best"}) t.keys.push_back(k);
     }
+    if (o.auto_pool) {
+      for (const char* h : {"pool part", "pool us", "pool busbw", "pool/best", "pool/none"}) t.headers.push_back(h);
+      for (const char* k : {"pool_part", "pool_us", "pool_busbw", "pool_vs_best", "pool_vs_none"}) t.keys.push_back(k);
+    }
     t.headers.push_back("wrong");
     t.keys.push_back("wrong");
     for (const auto [count, size] : points_for(op, sizes, ranks)) {
@@ -375,6 +455,16 @@ void run_coll(const CollOptions& o, Report& report) {
         worst_auto = auto_ratio;
         worst_auto_at = op + " " + format_bytes(size);
       }
+      const double pool_ratio = o.auto_pool && best_class > 0 ? class_time("pool") / best_class : 0;
+      const bool none_measured = std::find(kinds.begin(), kinds.end(), kNone) != kinds.end();
+      const double pool_vs_none = o.auto_pool && none_measured ? class_time("pool") / class_time("none") : 0;
+      const std::string at = op + " " + format_bytes(size);
+      if (size >= 64 * 1024) {
+        if (pool_ratio > worst_pool) worst_pool = pool_ratio, worst_pool_at = at;
+        if (pool_vs_none > worst_pool_vs_none) worst_pool_vs_none = pool_vs_none, worst_pool_vs_none_at = at;
+      } else if (pool_ratio > worst_pool_small) {
+        worst_pool_small = pool_ratio, worst_pool_small_at = at;
+      }
       for (bool in_place : {false, true}) {
         std::vector<Cell> row{bytes_cell(size), integer_cell(static_cast<long long>(count)), text_cell(in_place ? "in" : "out")};
         int wrong = 0;
@@ -388,6 +478,12 @@ void run_coll(const CollOptions& o, Report& report) {
           row.push_back(text_cell(kKindNames[auto_choice[op + "/" + std::to_string(size)]]));
           add(shared.results[key_of(op, size, "auto", in_place)]);
           row.push_back(number_cell(auto_ratio, 3));
+        }
+        if (o.auto_pool) {
+          row.push_back(text_cell(pool_part[op + "/" + std::to_string(size)]));
+          add(shared.results[key_of(op, size, "pool", in_place)]);
+          row.push_back(number_cell(pool_ratio, 3));
+          row.push_back(number_cell(pool_vs_none, 3));
         }
         row.push_back(integer_cell(wrong));
         wrong_total += wrong;
@@ -406,6 +502,7 @@ void run_coll(const CollOptions& o, Report& report) {
     std::vector<std::string> names;
     for (int k : kinds) names.push_back(kKindNames[k]);
     if (o.auto_kind) names.push_back("auto");
+    if (o.auto_pool) names.push_back("pool");
     for (const auto& name : names) {
       double sum = 0, peak = 0;
       std::size_t peak_size = 0;
@@ -451,6 +548,16 @@ void run_coll(const CollOptions& o, Report& report) {
     report.notes.push_back(buf);
     report.notes.push_back("auto = per size class, the cheapest kind to hold (none < local < symmetric) unless a costlier one was >= 2% "
                            "faster (out-of-place + in-place time), measured again");
+  }
+  if (o.auto_pool) {
+    report.facts.push_back({"auto_pool_routes", pool_routes});
+    char buf[400];
+    std::snprintf(buf, sizeof buf,
+                  "auto pool (buffers from the library's auto pool, routed by message size) vs the best single kind per size class "
+                  "(out-of-place + in-place time): worst %.3f (%s) from 64 KiB, %.3f (%s) below; vs none: worst %.3f (%s) from 64 KiB; "
+                  "> 1 = the pool slower",
+                  worst_pool, worst_pool_at.c_str(), worst_pool_small, worst_pool_small_at.c_str(), worst_pool_vs_none, worst_pool_vs_none_at.c_str());
+    report.notes.push_back(buf);
   }
   const SymmetricCtas ctas = symmetric_ctas();  // decided at this run's first symmetric attach
   report.facts.push_back({"symmetric_ctas", ctas.decided ? std::to_string(ctas.ctas) : "-"});

@@ -10,6 +10,7 @@
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/profile.hpp>
+#include <ncclpool/routes.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -82,6 +83,10 @@ int cmd_info(const Args& args) {
   const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
                                           : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
+  // What an auto pool attached here would route (for communicators of the profile's rank count).
+  const std::string routes_text = lookup.profile ? routes_from_profile(*lookup.profile, symmetric_ok).describe() + " (from the profile)"
+                                                 : builtin_routes(symmetric_ok).describe() + " (built-in routes, measured on H200" +
+                                                       (profile.profile && !lookup.why_not.empty() ? "; the profile is not used: " + lookup.why_not : std::string()) + ")";
 
   if (args.json) {
     std::ostringstream o;
@@ -107,7 +112,8 @@ int cmd_info(const Args& args) {
         << ",\"detail\":" << json_quote(probes[i].detail) << "}";
     o << "],\"registration\":{\"local\":" << (local_ok ? "true" : "false") << ",\"local_why_not\":" << json_quote(local_why)
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
-      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source) << "},\"profile\":" << json_quote(profile_text)
+      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source) << ",\"auto_routes\":" << json_quote(routes_text)
+      << "},\"profile\":" << json_quote(profile_text)
       << ",\"simulator\":true}";
     std::puts(o.str().c_str());
     return 0;
@@ -153,6 +159,7 @@ int cmd_info(const Args& args) {
   std::printf("  %-24s %-4s %s\n", "symmetric (windows)", symmetric_ok ? "ok" : "no",
               symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
+  std::printf("  %-24s      %s\n", "auto pools route", routes_text.c_str());
   std::printf("\nprofile    %s\n", profile_text.c_str());
   std::printf("\nsimulator  always available: host-memory segments (streams are ids) and loopback communicators\n"
               "           (ranks are threads) run the whole pool and registration logic; `ncclpool replay` and\n"

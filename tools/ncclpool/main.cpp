@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       if (suite == "scope")
         return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));
       if (suite == "coll")
-        return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays"}, {"help", "no-check", "auto", "graph"}));
+        return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays"}, {"help", "no-check", "auto", "auto-pool", "graph"}));
       throw UsageError("unknown bench suite '" + suite + "' (available: alloc, scope, coll, memory)");
     }
     throw UsageError("unknown command '" + command + "'");

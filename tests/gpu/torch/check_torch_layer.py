@@ -272,6 +272,45 @@ def main():
         log(f"      losses ncclpool {['%.6f' % v for v in pooled]}  (max relative difference {diff:.2e})")
         assert diff <= 1e-5, diff
 
+    @check("an auto pool serves each tensor from the part its profile routes it to; collectives are right")
+    def _():
+        # A profile for this machine: tensors below 2 MiB unregistered, 2-32 MiB local, larger windows.
+        import json
+        import tempfile
+        profile = {"ncclpool_profile": 1, "gpu": torch.cuda.get_device_name(device), "nccl_version": f["nccl_version"],
+                   "ranks": world_size, "symmetric_ctas": 0, "measured": "2026-11-23T00:00:00Z",
+                   "classes": [{"min_bytes": m, "kind": {op: k for op in ("all_gather", "reduce_scatter", "all_reduce")}}
+                               for m, k in ((0, "none"), (2 * MiB, "local"), (32 * MiB, "symmetric"))]}
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(profile, fh)
+        os.environ["NCCLPOOL_PROFILE"] = fh.name
+        try:
+            apool = nccl_allocator.create_nccl_mem_pool(kind="auto", name="auto")
+            an = nccl_allocator.ncclpool_pool(apool)
+            with nccl_allocator.nccl_mem(apool, group=world):  # attaches (collective: the symmetric part)
+                small = torch.full((1024,), float(rank + 1), device="cuda")          # a 2 MiB torch segment
+                medium = torch.full((2 * MiB,), float(rank + 1), device="cuda")      # 8 MiB: a 20 MiB segment
+                large = torch.full((16 * MiB,), float(rank + 1), device="cuda")      # 64 MiB: its own segment
+        finally:
+            del os.environ["NCCLPOOL_PROFILE"]
+            os.unlink(fh.name)
+        routes = an.routes()
+        assert routes["description"] == "none below 2 MiB, local from 2 MiB to below 32 MiB, symmetric from 32 MiB", routes
+        assert "the profile" in routes["source"], routes["source"]
+        comm = an.communicators[0]
+        assert comm.stats()["kind"] == "auto"
+        held = [bool(comm.handle_of(t.data_ptr())) for t in (small, medium, large)]
+        assert held == [False, True, True], held  # none, local registration, window
+        for t in (small, medium, large):
+            dist.all_reduce(t, group=world)
+        torch.cuda.synchronize()
+        total = world_size * (world_size + 1) / 2
+        for t in (small, medium, large):
+            assert torch.all(t == total), t[:4].tolist()
+        parts = {p["placement"]: p["stats"]["active_allocations"] for p in routes["parts"]}
+        log(f"      routes: {routes['description']}; torch segments per part {parts}")
+        an.check()
+
     @check("divergent ranks raise AgreementError on every rank")
     def _():
         div = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="divergent")
