@@ -40,7 +40,8 @@ def _routes_lines(r) -> list[str]:
         ps = part["stats"]
         if ps["segments_created"]:
             lines.append(f"    part {part['placement']:10}allocated {format_bytes(ps['allocated_bytes']):>10}, reserved "
-                         f"{format_bytes(ps['reserved_bytes']):>10}, segments {ps['segment_count']}")
+                         f"{format_bytes(ps['reserved_bytes']):>10}, segments {ps['segment_count']}, "
+                         f"chunk {format_bytes(part['growth_chunk'])}")
     return lines
 
 
@@ -53,8 +54,8 @@ def _pool_lines(pool) -> list[str]:
     frag = 0.0 if reserved == 0 else 1.0 - live / reserved
     lines = [
         f"pool '{j['name']}'  device {j['device']}  source: {j['source']}",
-        f"  growth chunk {format_bytes(j['growth_chunk'])}"
-        f"{' (chunks grow to it from 1/16 with the pool)' if j.get('ramp_up_chunks') else ''}, "
+        (f"  growth chunk per part (below)" if j.get("routes") else f"  growth chunk {format_bytes(j['growth_chunk'])}")
+        + f"{' (chunks grow to it from 1/16 with the pool)' if j.get('ramp_up_chunks') else ''}, "
         f"{'deterministic' if j['deterministic'] else 'adaptive'} placement",
         f"  {'':22}{'now':>14}{'peak':>14}",
         f"  {'allocated':22}{format_bytes(live):>14}{format_bytes(s['peak_allocated_bytes']):>14}",
