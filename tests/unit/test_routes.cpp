@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <unistd.h>
 
 namespace ncclpool {
@@ -268,6 +269,53 @@ TEST(RoutedPool, SinglePoolsNeedAKindAndRouteNothing) {
   EXPECT_THROW(pool.deallocate(&foreign), ForeignPointer);
   pool.deallocate(p);
   pool.detach(*comm);
+}
+
+// Two ranks make the same random requests (sizes across every class, frees, scope ends, commits,
+// trims) on auto pools whose routes use all three parts: invariants hold after every step, every
+// rank's symmetric part agrees, and registrations count back to zero.
+TEST(RoutedPool, RandomRequestsKeepEveryPartConsistentAndCountBackToZero) {
+  ProfileFile file(sim_profile(2));
+  auto group = std::make_shared<LoopbackGroup>("world", 2, 5000ms);
+  std::vector<std::unique_ptr<RoutedPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  const auto errors = on_ranks(2, [&](int rank) {
+    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    pool.attach(comm, std::nullopt);
+    std::mt19937_64 random(42);  // the same on both ranks: the same requests
+    std::vector<void*> live;
+    for (int step = 0; step < 400; ++step) {
+      const auto action = random() % 10;
+      if (action < 6 || live.empty()) {
+        const std::size_t bytes = std::size_t{1} << (10 + random() % 13);  // 1 KiB .. 4 MiB
+        live.push_back(pool.allocate(bytes + random() % 4096));
+      } else if (action < 9) {
+        const std::size_t victim = random() % live.size();
+        pool.deallocate(live[victim]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim));
+      } else if (step % 3 == 0) {
+        pool.trim();  // collective over the symmetric part
+      } else {
+        RoutedPool::ScopeSet scope(pool);
+        scope.close();  // commits at the scheduled scope ends
+      }
+      pool.check_invariants();
+    }
+    pool.commit();
+    for (void* p : live) {
+      const RoutedPool::Part* part = pool.part_of(p);
+      ASSERT_NE(part, nullptr);
+      EXPECT_EQ(pool.handle_of(p, *comm) != nullptr, part->placement != Placement::none);
+      pool.deallocate(p);
+    }
+    pool.detach(*comm);
+    pool.trim();
+    pool.check_invariants();
+    EXPECT_EQ(pool.stats().reserved_bytes, 0u);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(group->live_registrations(), 0);
 }
 
 TEST(RoutedPool, ScopesOpenAndCloseOnEveryPart) {
