@@ -3,6 +3,7 @@
 #include "handles.hpp"
 
 #include "core/json.hpp"
+#include "shared_limit_source.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
@@ -188,11 +189,15 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
     const RegistryOptions registry_options{static_cast<CheckLevel>(handle->options.check)};
     if (handle->options.default_registration == NCCLPOOL_REGISTRATION_AUTO) {
       const ncclpool_pool_options_t& o = handle->options;
-      // Each part is a pool of its own (its own source: a window-capable one backs the symmetric part).
-      auto make_part = [&o](Placement placement) {
+      // Each part is a pool of its own (its own source: a window-capable one backs the symmetric
+      // part); max_reserved holds for the parts together.
+      auto reserved = std::make_shared<std::atomic<std::size_t>>(0);
+      auto make_part = [&o, reserved](Placement placement) {
         PoolConfig config = capi::pool_config(o, o.name + std::string("/") + to_string(placement));
         if (o.growth_chunk == 0) config.growth_chunk = placement == Placement::symmetric ? capi::kGiB : 2 * capi::kMiB;
-        return std::make_shared<Pool>(capi::make_source(o), config);
+        std::shared_ptr<SegmentSource> source = capi::make_source(o);
+        if (o.max_reserved != 0) source = std::make_shared<capi::SharedLimitSource>(std::move(source), reserved, o.max_reserved, "pool '" + std::string(o.name) + "'");
+        return std::make_shared<Pool>(std::move(source), config);
       };
       handle->routed = std::make_unique<RoutedPool>(handle->name, make_part, builtin_routes(/*windows_possible=*/true),
                                                     "built-in routes (measured on H200); a profile of the first attached communicator's machine replaces them",

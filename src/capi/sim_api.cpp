@@ -1,6 +1,7 @@
 // C ABI: the simulator's groups and fault knobs, so C and Python tests run the registry on a CPU.
 
 #include "handles.hpp"
+#include "shared_limit_source.hpp"
 
 #include <ncclpool/sim.hpp>
 
@@ -9,6 +10,7 @@
 using namespace ncclpool;
 using ncclpool::capi::guarded;
 using ncclpool::capi::require;
+using ncclpool::capi::SharedLimitSource;
 
 namespace {
 
@@ -16,7 +18,9 @@ namespace {
 std::vector<SimSource*> sim_sources_of(ncclpool_pool_s& pool, const char* what) {
   std::vector<SimSource*> out;
   for (const auto& part : pool.routed->parts()) {
-    auto* sim = dynamic_cast<SimSource*>(&part.pool->source());
+    SegmentSource* source = &part.pool->source();
+    if (auto* limited = dynamic_cast<SharedLimitSource*>(source)) source = &limited->inner();
+    auto* sim = dynamic_cast<SimSource*>(source);
     if (sim == nullptr)
       throw InvalidArgument(std::string(what) + ": pool '" + pool.name + "' is not a SIM pool (its source is " +
                             part.pool->source_properties().description + ")");

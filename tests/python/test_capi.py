@@ -323,6 +323,27 @@ def test_auto_pools_that_route_differently_fail_on_every_rank(tmp_path, monkeypa
     assert world.live_registrations == 0
 
 
+def test_an_auto_pools_parts_share_max_reserved(tmp_path, monkeypatch):
+    # Small requests to the none part, larger ones to the local part (a profile for one rank): each
+    # part is a pool of its own, but max_reserved holds for them together.
+    monkeypatch.setenv("NCCLPOOL_PROFILE", _sim_profile(tmp_path / "p.json", 1, [(0, "none"), (MiB, "local")]))
+    p = sim_pool("auto", name="capped", max_reserved=16 * MiB, growth_chunk=8 * MiB)
+    c = p.attach_sim(ncclpool.SimGroup("one", 1), 0)
+    small = p.alloc(64 << 10)      # none part: an 8 MiB chunk
+    large = p.alloc(4 * MiB)       # local part: a segment of its own size (>= chunk / 16)
+    assert p.stats()["reserved_bytes"] == 12 * MiB
+    with pytest.raises(errors.OutOfMemory, match="shared by its parts"):
+        p.alloc(6 * MiB)           # a 6 MiB segment would make 18 MiB in all
+    p.free(large)
+    again = p.alloc(6 * MiB)       # the local part gives its empty 4 MiB segment back first: 14 MiB
+    assert p.stats()["reserved_bytes"] <= 16 * MiB
+    for ptr in (small, again):
+        p.free(ptr)
+    p.check()
+    c.detach()
+    p.close()
+
+
 def test_auto_registration_needs_an_auto_pool():
     p = sim_pool("local")
     with pytest.raises(errors.InvalidArgument, match="not an auto pool"):
