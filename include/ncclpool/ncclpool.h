@@ -109,6 +109,14 @@ typedef enum ncclpool_registration {
                                           by its size; collective where a part is symmetric */
 } ncclpool_registration_t;
 
+/* The collective a buffer is for (an auto pool routes it by that collective's measurements). */
+typedef enum ncclpool_collective {
+  NCCLPOOL_COLLECTIVE_ANY = 0,
+  NCCLPOOL_COLLECTIVE_ALL_GATHER = 1,
+  NCCLPOOL_COLLECTIVE_REDUCE_SCATTER = 2,
+  NCCLPOOL_COLLECTIVE_ALL_REDUCE = 3
+} ncclpool_collective_t;
+
 typedef struct ncclpool_pool_options {
   size_t struct_size;        /* sizeof(ncclpool_pool_options_t); set by ncclpool_pool_options_init */
   const char* name;          /* used in every message about the pool; copied; NULL = "ncclpool" */
@@ -146,6 +154,9 @@ NCCLPOOL_C_API const char* ncclpool_pool_source_description(ncclpool_pool_t pool
 NCCLPOOL_C_API ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream, void** ptr);
 /* Frees a block last used on `stream` (reusable there at once, elsewhere behind an event). NULL is the
  * legacy default stream, as in CUDA. */
+/* ncclpool_alloc for a buffer of one collective: an auto pool routes it by that collective's profile
+ * (other pools ignore `collective`). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_alloc_for(ncclpool_pool_t pool, size_t size, void* stream, ncclpool_collective_t collective, void** ptr);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream);
 /* Frees a block last used on the stream it was allocated on. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr);
@@ -232,6 +243,9 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, c
  * ncclpool_commit() commits at once. Scopes nest; end() must name the
  * innermost scope's pool (INVALID_STATE otherwise). The scope is closed even when the commit fails. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool);
+/* A scope whose torch allocations are buffers of `collective` (an auto pool routes the segments torch
+ * asks for in it by that collective's profile). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin_for(ncclpool_pool_t pool, ncclpool_collective_t collective);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool);
 /* Ends the innermost scope without committing: pending windows wait for a later commit. For code
  * that must not run a collective here (only some ranks allocate, or the caller commits later). */

@@ -24,6 +24,7 @@
 #include <ncclpool/registry.hpp>
 #include <ncclpool/routes.hpp>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -57,11 +58,13 @@ class NCCLPOOL_API RoutedPool {
   [[nodiscard]] bool is_auto() const noexcept { return auto_; }
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
-  /// @brief A block of at least `bytes`, from the part the routes give `bytes`.
-  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = 0);
+  /// @brief A block of at least `bytes`, from the part the routes give `bytes` (those of
+  /// `collective`, where the caller knows which collective the buffer is for).
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = 0, Collective collective = Collective::any);
   /// @brief A block that serves messages of `lo`..`hi` bytes (torch's segments hold many tensors):
   /// from the part SizeRoutes::for_range picks.
-  [[nodiscard]] void* allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t lo, std::size_t hi);
+  [[nodiscard]] void* allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t lo, std::size_t hi,
+                                            Collective collective = Collective::any);
   /// @brief Frees a block of any part (found by address). @throws ForeignPointer if no part owns it.
   void deallocate(void* ptr, stream_t stream);
   void deallocate(void* ptr);
@@ -99,9 +102,9 @@ class NCCLPOOL_API RoutedPool {
   /// The part with this placement (auto pools), or nullptr.
   [[nodiscard]] const Part* part(Placement placement) const noexcept;
 
-  /// The routes now (reading them does not fix them) and where they came from ("built-in routes
-  /// (...)" with why no profile was used, or "the profile PATH (...)").
-  [[nodiscard]] SizeRoutes routes() const;
+  /// The routes now, for buffers of `collective` (reading them does not fix them), and where they
+  /// came from ("built-in routes (...)" with why no profile was used, or "the profile PATH (...)").
+  [[nodiscard]] SizeRoutes routes(Collective collective = Collective::any) const;
   [[nodiscard]] std::string routes_source() const;
   [[nodiscard]] bool routes_fixed() const noexcept { return routes_fixed_.load(std::memory_order_acquire); }
 
@@ -125,7 +128,9 @@ class NCCLPOOL_API RoutedPool {
 
  private:
   Part& part_for(Placement placement);
-  Part& route(std::size_t bytes);
+  Part& route(std::size_t bytes, Collective collective);
+  [[nodiscard]] bool routes_use(Placement placement) const noexcept;
+  [[nodiscard]] std::uint64_t routes_digest() const noexcept;
   void fix_routes() noexcept;
   void choose_routes_for(const Communicator& comm);  // under mutex_, before the routes are fixed
   void agree_on_routes(Communicator& comm) const;
@@ -133,7 +138,7 @@ class NCCLPOOL_API RoutedPool {
   std::string name_;
   bool auto_ = false;
   std::vector<Part> parts_;
-  SizeRoutes routes_;
+  std::array<SizeRoutes, kCollectives> routes_;  // by Collective; [any] for buffers of no named collective
   std::string routes_source_;
   std::atomic<bool> routes_fixed_{false};
   mutable std::mutex mutex_;  // attach / detach / forget and the routes decision

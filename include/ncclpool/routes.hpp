@@ -26,6 +26,13 @@ enum class Placement : int {
 };
 NCCLPOOL_API const char* to_string(Placement placement) noexcept;
 
+/// The collective a buffer is for, where its caller knows it (FSDP's all-gather and reduce-scatter
+/// buffers do): an auto pool then routes it by that collective's measurements.
+enum class Collective : int { any = 0, all_gather = 1, reduce_scatter = 2, all_reduce = 3 };
+inline constexpr int kCollectives = 4;
+/// "any", "all_gather", "reduce_scatter", "all_reduce" (the profile's names).
+NCCLPOOL_API const char* to_string(Collective collective) noexcept;
+
 /// Requests of at least `min_bytes` (up to the next class's) go to `placement`.
 struct SizeRoute {
   std::size_t min_bytes = 0;
@@ -61,10 +68,11 @@ class NCCLPOOL_API SizeRoutes {
   std::vector<SizeRoute> classes_;
 };
 
-/// @brief The routes a profile measured: per size class, the kind that most collectives pick (a
-/// tie goes to all_reduce's pick, else the costlier kind). Without windows (`windows_possible` false)
+/// @brief The routes a profile measured for `collective`: per size class, its pick there; for
+/// Collective::any (and a class without the collective), the kind that most collectives pick (a tie
+/// goes to all_reduce's pick, else the costlier kind). Without windows (`windows_possible` false)
 /// symmetric picks become local.
-NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible);
+NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Collective collective = Collective::any);
 
 /// @brief The routes used without a profile, measured on H200 (NCCL 2.28, 2 GPUs, ncclpool's 32
 /// symmetric CTAs: windows are the fastest kind for every collective and size, docs/benchmarks/coll.md

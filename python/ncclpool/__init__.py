@@ -34,6 +34,13 @@ SOURCES = {"auto": 0, "sim": 1, "cuda": 2, "vmm": 3, "vmm_host_numa": 4, "nccl":
 REGISTRATIONS = {None: -1, "default": -1, "local": 0, "symmetric": 1, "auto": 2}
 _SOURCE_NAMES = {v: k for k, v in SOURCES.items()}
 _KIND_NAMES = {0: "local", 1: "symmetric", 2: "auto"}
+COLLECTIVES = {None: 0, "any": 0, "all_gather": 1, "reduce_scatter": 2, "all_reduce": 3}
+
+
+def _collective(collective) -> int:
+    if collective not in COLLECTIVES:
+        raise InvalidArgument(f"collective {collective!r} is not one of 'all_gather', 'reduce_scatter', 'all_reduce' or None")
+    return COLLECTIVES[collective]
 
 
 def version() -> str:
@@ -193,10 +200,14 @@ class Pool:
         return f"<ncclpool.Pool '{self.name}' device {self.device}: {state}>"
 
     # -- memory --
-    def alloc(self, size: int, stream=None) -> int:
-        """Allocates `size` bytes ordered on `stream`; returns the address."""
+    def alloc(self, size: int, stream=None, collective: str | None = None) -> int:
+        """Allocates `size` bytes ordered on `stream`; returns the address. `collective`
+        ('all_gather', 'reduce_scatter', 'all_reduce'): what the buffer is for, which an auto pool routes by."""
         ptr = c_void_p()
-        call("ncclpool_alloc", self.handle, _size(size, "size"), _stream(stream), byref(ptr))
+        if collective is None:
+            call("ncclpool_alloc", self.handle, _size(size, "size"), _stream(stream), byref(ptr))
+        else:
+            call("ncclpool_alloc_for", self.handle, _size(size, "size"), _stream(stream), _collective(collective), byref(ptr))
         return ptr.value
 
     def free(self, ptr: int, stream=None) -> None:
@@ -264,12 +275,13 @@ class Pool:
         return out.value
 
     @contextlib.contextmanager
-    def scope(self, commit: bool = True):
+    def scope(self, commit: bool = True, collective: str | None = None):
         """Routes this thread's torch pluggable-allocator requests to this pool. Its exit is a scope end
         (unless ``commit=False``): the first 16 of the pool, then every 16th, commit pending windows
         (collective, the same schedule on every rank; every one in check mode; skipped under CUDA
-        graph capture). ``commit()`` commits at once."""
-        self._scope_begin()
+        graph capture). ``commit()`` commits at once. ``collective``: the allocations are buffers of
+        that collective (an auto pool routes them by its profile)."""
+        self._scope_begin(collective)
         try:
             yield self
         except BaseException:
@@ -278,8 +290,11 @@ class Pool:
         self._scope_finish(commit)
 
     # scope() in two calls, for ncclpool.torch's contexts (a use of one costs microseconds).
-    def _scope_begin(self) -> None:
-        call("ncclpool_scope_begin", self.handle)
+    def _scope_begin(self, collective: str | None = None) -> None:
+        if collective is None:
+            call("ncclpool_scope_begin", self.handle)
+        else:
+            call("ncclpool_scope_begin_for", self.handle, _collective(collective))
 
     def _scope_finish(self, commit: bool) -> None:
         """commit: a scope end (committing at the scheduled ones); else the scope is only left."""

@@ -69,11 +69,16 @@ inline constexpr std::size_t kGiB = 1ull << 30;
 /// The Pool settings of a pool's options (an auto pool's parts get their own name and chunk).
 ncclpool::PoolConfig pool_config(const ncclpool_pool_options_t& options, const std::string& name);
 
+/// The C enum as the C++ one. @throws InvalidArgument for a value outside it.
+ncclpool::Collective collective_of(ncclpool_collective_t collective);
+
 /// Every live pool, so torch's free (which passes only a pointer) can find the owner.
 void register_pool(ncclpool_pool_s* pool);
 void unregister_pool(ncclpool_pool_s* pool) noexcept;
 
 /// The pool of the calling thread's innermost C scope, or nullptr.
 ncclpool_pool_s* innermost_pool() noexcept;
+/// The collective the innermost C scope's allocations are for (ncclpool_scope_begin_for), or any.
+ncclpool::Collective innermost_collective() noexcept;
 
 }  // namespace ncclpool::capi

@@ -95,7 +95,15 @@ std::string routes_json(RoutedPool& r) {
       << ",\"source\":" << json_quote(r.routes_source()) << ",\"classes\":[";
   for (std::size_t i = 0; i < routes.classes().size(); ++i)
     out << (i ? "," : "") << "{\"min_bytes\":" << routes.classes()[i].min_bytes << ",\"placement\":\"" << to_string(routes.classes()[i].placement) << "\"}";
-  out << "],\"parts\":[";
+  out << "],\"by_collective\":{";  // the routes of buffers named for a collective, where they differ
+  bool first = true;
+  for (Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
+    const SizeRoutes own = r.routes(c);
+    if (own == routes) continue;
+    out << (first ? "" : ",") << "\"" << to_string(c) << "\":" << json_quote(own.describe());
+    first = false;
+  }
+  out << "},\"parts\":[";
   for (std::size_t i = 0; i < r.parts().size(); ++i) {
     const RoutedPool::Part& part = r.parts()[i];
     out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.placement) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
@@ -144,6 +152,12 @@ std::string full_json(ncclpool_pool_s& p) {
 stream_t as_stream(void* stream) { return reinterpret_cast<stream_t>(stream); }
 
 }  // namespace
+
+Collective collective_of(ncclpool_collective_t collective) {
+  if (collective < NCCLPOOL_COLLECTIVE_ANY || collective > NCCLPOOL_COLLECTIVE_ALL_REDUCE)
+    throw InvalidArgument("collective " + std::to_string(collective) + " is not ANY (0), ALL_GATHER (1), REDUCE_SCATTER (2) or ALL_REDUCE (3)");
+  return static_cast<Collective>(collective);
+}
 
 PoolConfig pool_config(const ncclpool_pool_options_t& o, const std::string& name) {
   PoolConfig config;
@@ -252,6 +266,14 @@ ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream
     require(pool, "pool");
     require(ptr, "ptr (output)");
     *ptr = pool->routed->allocate(size, capi::as_stream(stream));
+  });
+}
+
+ncclpool_status_t ncclpool_alloc_for(ncclpool_pool_t pool, size_t size, void* stream, ncclpool_collective_t collective, void** ptr) {
+  return guarded("ncclpool_alloc_for", [&] {
+    require(pool, "pool");
+    require(ptr, "ptr (output)");
+    *ptr = pool->routed->allocate(size, capi::as_stream(stream), capi::collective_of(collective));
   });
 }
 

@@ -12,7 +12,12 @@ namespace ncclpool::capi {
 namespace {
 
 /// The C scopes of this thread, innermost last. Each owns the C++ Scope that routes allocations.
-thread_local std::vector<std::pair<ncclpool_pool_s*, std::unique_ptr<RoutedPool::ScopeSet>>> scopes;
+struct OpenScope {
+  ncclpool_pool_s* pool;
+  std::unique_ptr<RoutedPool::ScopeSet> scopes;
+  Collective collective;  // what the scope's torch allocations are for
+};
+thread_local std::vector<OpenScope> scopes;
 
 ncclpool_registration_t resolve_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
   if (kind == NCCLPOOL_REGISTRATION_DEFAULT) kind = pool.options.default_registration;
@@ -55,17 +60,18 @@ void require_attached(ncclpool_comm_s* comm, const char* what) {
 std::unique_ptr<RoutedPool::ScopeSet> pop_scope(ncclpool_pool_s* pool, const char* what) {
   require(pool, "pool");
   if (scopes.empty()) throw InvalidState(std::string(what) + "('" + pool->name + "'): this thread has no open scope");
-  if (scopes.back().first != pool)
+  if (scopes.back().pool != pool)
     throw InvalidState(std::string(what) + "('" + pool->name + "'): the innermost open scope of this thread is pool '" +
-                       scopes.back().first->name + "'; scopes must end in reverse order");
-  std::unique_ptr<RoutedPool::ScopeSet> scope = std::move(scopes.back().second);
+                       scopes.back().pool->name + "'; scopes must end in reverse order");
+  std::unique_ptr<RoutedPool::ScopeSet> scope = std::move(scopes.back().scopes);
   scopes.pop_back();
   return scope;
 }
 
 }  // namespace
 
-ncclpool_pool_s* innermost_pool() noexcept { return scopes.empty() ? nullptr : scopes.back().first; }
+ncclpool_pool_s* innermost_pool() noexcept { return scopes.empty() ? nullptr : scopes.back().pool; }
+Collective innermost_collective() noexcept { return scopes.empty() ? Collective::any : scopes.back().collective; }
 
 }  // namespace ncclpool::capi
 
@@ -155,12 +161,15 @@ ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr,
   });
 }
 
-ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool) {
+ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool) { return ncclpool_scope_begin_for(pool, NCCLPOOL_COLLECTIVE_ANY); }
+
+ncclpool_status_t ncclpool_scope_begin_for(ncclpool_pool_t pool, ncclpool_collective_t collective) {
   return guarded("ncclpool_scope_begin", [&] {
     require(pool, "pool");
+    const Collective c = capi::collective_of(collective);
     capi::scopes.reserve(capi::scopes.size() + 1);  // so the push below cannot throw
     auto scope = std::make_unique<RoutedPool::ScopeSet>(*pool->routed);
-    capi::scopes.emplace_back(pool, std::move(scope));
+    capi::scopes.push_back(capi::OpenScope{pool, std::move(scope), c});
   });
 }
 

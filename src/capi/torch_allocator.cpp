@@ -80,7 +80,8 @@ void* ncclpool_torch_alloc(size_t size, int device, void* stream) {
     // torch asks for segments that hold many tensors: an auto pool routes by the tensor sizes they serve.
     std::size_t lo = 0, hi = 0;
     torch_segment_tensors(size, lo, hi);
-    ptr = pool->routed->allocate_for_messages(size, reinterpret_cast<stream_t>(stream), lo, hi);
+    const Collective collective = pool == capi::innermost_pool() ? capi::innermost_collective() : Collective::any;
+    ptr = pool->routed->allocate_for_messages(size, reinterpret_cast<stream_t>(stream), lo, hi, collective);
   });
   if (status != NCCLPOOL_SUCCESS) {
     capi::failures.fetch_add(1, std::memory_order_relaxed);

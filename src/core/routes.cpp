@@ -41,6 +41,16 @@ const char* to_string(Placement placement) noexcept {
   return "unknown";
 }
 
+const char* to_string(Collective collective) noexcept {
+  switch (collective) {
+    case Collective::any: return "any";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_reduce: return "all_reduce";
+  }
+  return "unknown";
+}
+
 SizeRoutes::SizeRoutes(Placement placement) : classes_{SizeRoute{0, placement}} {}
 
 SizeRoutes::SizeRoutes(std::vector<SizeRoute> classes) {
@@ -108,11 +118,17 @@ std::uint64_t SizeRoutes::digest() const noexcept {
   return h;
 }
 
-SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible) {
+SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Collective collective) {
   if (profile.classes.empty()) return builtin_routes(windows_possible);
   std::vector<SizeRoute> out;
   for (std::size_t i = 0; i < profile.classes.size(); ++i) {
     const ProfileClass& c = profile.classes[i];
+    if (const auto own = c.kind.find(to_string(collective)); collective != Collective::any && own != c.kind.end()) {
+      Placement pick = placement_of(own->second);
+      if (!windows_possible && pick == Placement::symmetric) pick = Placement::local;
+      out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick});
+      continue;
+    }
     std::array<int, 3> votes{};
     for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(placement_of(kind))];
     const auto all_reduce = c.kind.find("all_reduce");

@@ -18,12 +18,13 @@ constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
 constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 4;
 enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_classes = 4 };
 
-AgreementRecord routes_record(const SizeRoutes& routes, bool from_profile) {
+// w_from_profile: bit 0, the routes came from a profile; bit 1, some collective routes otherwise.
+AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bool from_profile, bool per_collective) {
   AgreementRecord r;
   r.words[w_magic] = kRoutesMagic;
-  r.words[w_digest] = routes.digest();
+  r.words[w_digest] = digest;
   r.words[w_count] = routes.classes().size();
-  r.words[w_from_profile] = from_profile ? 1 : 0;
+  r.words[w_from_profile] = (from_profile ? 1 : 0) | (per_collective ? 2 : 0);
   for (std::size_t i = 0; i < routes.classes().size() && i < kRecordClasses; ++i) {
     const SizeRoute& c = routes.classes()[i];
     r.words[w_classes + i] = (static_cast<std::uint64_t>(c.placement) << 62) | (c.min_bytes & ((1ull << 62) - 1));
@@ -34,7 +35,7 @@ AgreementRecord routes_record(const SizeRoutes& routes, bool from_profile) {
 std::string describe_routes_record(const AgreementRecord& r) {
   if (r.words[w_magic] != kRoutesMagic)
     return "no routes: this rank ran another collective here (its pool is not an auto pool, or it attached pools in another order)";
-  const std::string from = r.words[w_from_profile] ? " (from its profile)" : " (built in)";
+  const std::string from = (r.words[w_from_profile] & 1) ? " (from its profile)" : " (built in)";
   if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from;
   std::vector<SizeRoute> classes;
   for (std::size_t i = 0; i < r.words[w_count]; ++i) {
@@ -42,7 +43,9 @@ std::string describe_routes_record(const AgreementRecord& r) {
     classes.push_back(SizeRoute{static_cast<std::size_t>(v & ((1ull << 62) - 1)), static_cast<Placement>(v >> 62)});
   }
   try {
-    return SizeRoutes(std::move(classes)).describe() + from;
+    const SizeRoutes routes(std::move(classes));
+    const std::string per_collective = (r.words[w_from_profile] & 2) ? " and other routes for some collectives (digest " + std::to_string(r.words[w_digest]) + ")" : "";
+    return routes.describe() + per_collective + from;
   } catch (const Error&) {
     return "unreadable routes";
   }
@@ -74,7 +77,7 @@ PoolStats add(PoolStats a, const PoolStats& b) {
 
 }  // namespace
 
-RoutedPool::RoutedPool(std::shared_ptr<Pool> pool, RegistryOptions options) : routes_(Placement::local) {
+RoutedPool::RoutedPool(std::shared_ptr<Pool> pool, RegistryOptions options) {
   if (!pool) throw InvalidArgument("RoutedPool: pool is null");
   name_ = pool->config().name;
   Part part;
@@ -86,7 +89,8 @@ RoutedPool::RoutedPool(std::shared_ptr<Pool> pool, RegistryOptions options) : ro
 }
 
 RoutedPool::RoutedPool(std::string name, const PartFactory& make_part, SizeRoutes routes, std::string routes_source, RegistryOptions options)
-    : name_(std::move(name)), auto_(true), routes_(std::move(routes)), routes_source_(std::move(routes_source)) {
+    : name_(std::move(name)), auto_(true), routes_source_(std::move(routes_source)) {
+  routes_.fill(routes);
   if (!make_part) throw InvalidArgument("RoutedPool '" + name_ + "': no part factory");
   for (Placement p : {Placement::none, Placement::local, Placement::symmetric}) {
     Part part;
@@ -96,11 +100,13 @@ RoutedPool::RoutedPool(std::string name, const PartFactory& make_part, SizeRoute
     part.registry = std::make_unique<Registry>(part.pool, options);
     parts_.push_back(std::move(part));
   }
-  if (!parts_.back().pool->source_properties().window_capable && routes_.uses(Placement::symmetric)) {
-    std::vector<SizeRoute> classes = routes_.classes();
-    for (SizeRoute& c : classes)
-      if (c.placement == Placement::symmetric) c.placement = Placement::local;
-    routes_ = SizeRoutes(std::move(classes));
+  if (!parts_.back().pool->source_properties().window_capable && routes_use(Placement::symmetric)) {
+    for (SizeRoutes& r : routes_) {
+      std::vector<SizeRoute> classes = r.classes();
+      for (SizeRoute& c : classes)
+        if (c.placement == Placement::symmetric) c.placement = Placement::local;
+      r = SizeRoutes(std::move(classes));
+    }
     routes_source_ += "; symmetric sizes go to the local part: " + parts_.back().pool->source_properties().description + " cannot back windows";
   }
 }
@@ -118,19 +124,31 @@ void RoutedPool::fix_routes() noexcept {
   routes_fixed_.store(true, std::memory_order_release);
 }
 
-// Hot path: single pools go straight to their part; auto pools read the fixed routes (a few classes).
-RoutedPool::Part& RoutedPool::route(std::size_t bytes) {
-  if (!auto_) return parts_.front();
-  if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
-  return part_for(routes_.for_request(bytes));
+bool RoutedPool::routes_use(Placement placement) const noexcept {
+  return std::any_of(routes_.begin(), routes_.end(), [&](const SizeRoutes& r) { return r.uses(placement); });
 }
 
-void* RoutedPool::allocate(std::size_t bytes, stream_t stream) { return route(bytes).pool->allocate(bytes, stream); }
+std::uint64_t RoutedPool::routes_digest() const noexcept {
+  std::uint64_t d = routes_[0].digest();
+  for (int c = 1; c < kCollectives; ++c) d = d * 1099511628211ull ^ routes_[static_cast<std::size_t>(c)].digest();
+  return d;
+}
 
-void* RoutedPool::allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t lo, std::size_t hi) {
+// Hot path: single pools go straight to their part; auto pools read the fixed routes (a few classes).
+RoutedPool::Part& RoutedPool::route(std::size_t bytes, Collective collective) {
+  if (!auto_) return parts_.front();
+  if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
+  return part_for(routes_[static_cast<std::size_t>(collective)].for_request(bytes));
+}
+
+void* RoutedPool::allocate(std::size_t bytes, stream_t stream, Collective collective) {
+  return route(bytes, collective).pool->allocate(bytes, stream);
+}
+
+void* RoutedPool::allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t lo, std::size_t hi, Collective collective) {
   if (!auto_) return parts_.front().pool->allocate(bytes, stream);
   if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
-  return part_for(routes_.for_range(lo, hi)).pool->allocate(bytes, stream);
+  return part_for(routes_[static_cast<std::size_t>(collective)].for_range(lo, hi)).pool->allocate(bytes, stream);
 }
 
 const RoutedPool::Part* RoutedPool::part_of(const void* ptr) const {
@@ -161,11 +179,11 @@ void RoutedPool::publish_frees(stream_t stream) {
   for (Part& p : parts_) p.pool->publish_frees(stream);
 }
 
-void RoutedPool::reserve(std::size_t bytes) { route(bytes).pool->reserve(bytes); }
+void RoutedPool::reserve(std::size_t bytes) { route(bytes, Collective::any).pool->reserve(bytes); }
 
-SizeRoutes RoutedPool::routes() const {
+SizeRoutes RoutedPool::routes(Collective collective) const {
   std::lock_guard lock(mutex_);
-  return routes_;
+  return routes_[static_cast<std::size_t>(collective)];
 }
 
 std::string RoutedPool::routes_source() const {
@@ -183,18 +201,20 @@ void RoutedPool::choose_routes_for(const Communicator& comm) {
   const MachineKey key = comm.machine();
   const ProfileLookup lookup = find_profile(key.gpu, key.nccl_version, key.ranks);
   if (lookup.profile) {
-    routes_ = routes_from_profile(*lookup.profile, windows);
+    for (int c = 0; c < kCollectives; ++c)
+      routes_[static_cast<std::size_t>(c)] = routes_from_profile(*lookup.profile, windows, static_cast<Collective>(c));
     routes_source_ = "the profile " + lookup.path + " (measured " + lookup.profile->measured + " on " + lookup.profile->gpu + ", NCCL " +
                      std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)";
   } else {
-    routes_ = builtin_routes(windows);
+    routes_.fill(builtin_routes(windows));
     routes_source_ = "built-in routes (measured on H200)" + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
   }
   routes_fixed_.store(true, std::memory_order_release);
 }
 
 void RoutedPool::agree_on_routes(Communicator& comm) const {
-  const AgreementRecord mine = routes_record(routes_, routes_source_.rfind("the profile", 0) == 0);
+  const bool per_collective = std::any_of(routes_.begin() + 1, routes_.end(), [&](const SizeRoutes& r) { return !(r == routes_[0]); });
+  const AgreementRecord mine = routes_record(routes_[0], routes_digest(), routes_source_.rfind("the profile", 0) == 0, per_collective);
   const std::vector<AgreementRecord> all = comm.all_gather(mine);
   if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r == mine; })) return;
   std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
@@ -231,7 +251,7 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
   std::vector<std::pair<std::size_t, RegistrationKind>> plan;
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     const Placement p = parts_[i].placement;
-    if (!routes_.uses(p)) continue;
+    if (!routes_use(p)) continue;
     if (kind) {
       plan.emplace_back(i, *kind);
     } else if (p != Placement::none) {

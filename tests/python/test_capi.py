@@ -344,6 +344,32 @@ def test_an_auto_pools_parts_share_max_reserved(tmp_path, monkeypatch):
     p.close()
 
 
+def test_an_auto_pool_routes_buffers_named_for_a_collective_by_its_profile(tmp_path, monkeypatch):
+    import json
+    doc = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": 1, "symmetric_ctas": 0,
+           "measured": "2026-11-23T18:00:00Z",
+           "classes": [{"min_bytes": 0, "kind": {"all_gather": "local", "reduce_scatter": "none", "all_reduce": "none"}}]}
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("NCCLPOOL_PROFILE", str(tmp_path / "p.json"))
+    p = sim_pool("auto", name="by-op")
+    c = p.attach_sim(ncclpool.SimGroup("one", 1), 0)
+    lib = ncclpool.library()
+    plain = p.alloc(MiB)
+    gathered = p.alloc(MiB, collective="all_gather")
+    with p.scope(collective="all_gather"):
+        segment = lib.ncclpool_torch_alloc(2 * MiB, 0, None)
+    assert [c.handle_of(x) is not None for x in (plain, gathered, segment)] == [False, True, True]
+    routes = p.routes()
+    assert routes["description"] == "none at every size" and routes["by_collective"] == {"all_gather": "local at every size"}, routes
+    with pytest.raises(errors.InvalidArgument, match="collective 'broadcast'"):
+        p.alloc(MiB, collective="broadcast")
+    for x in (plain, gathered):
+        p.free(x)
+    lib.ncclpool_torch_free(segment, 0, 0, None)
+    c.detach()
+    p.close()
+
+
 def test_auto_registration_needs_an_auto_pool():
     p = sim_pool("local")
     with pytest.raises(errors.InvalidArgument, match="not an auto pool"):

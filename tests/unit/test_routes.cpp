@@ -97,6 +97,15 @@ TEST(RoutesFromProfile, MostCollectivesWinTiesGoToAllReduce) {
   EXPECT_EQ(builtin_routes(false), SizeRoutes(Placement::local));
 }
 
+TEST(RoutesFromProfile, ACollectiveGetsItsOwnPicks) {
+  const Profile p = sim_profile(2);
+  EXPECT_EQ(routes_from_profile(p, true, Collective::reduce_scatter), SizeRoutes(Placement::symmetric));
+  EXPECT_EQ(routes_from_profile(p, true, Collective::all_gather).describe(), "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB");
+  EXPECT_EQ(routes_from_profile(p, true, Collective::all_reduce).describe(), "none below 64 KiB, local from 64 KiB");
+  EXPECT_EQ(routes_from_profile(p, false, Collective::reduce_scatter), SizeRoutes(Placement::local));
+  EXPECT_STREQ(to_string(Collective::reduce_scatter), "reduce_scatter");
+}
+
 // ---------------------------------------------------------------- RoutedPool
 
 // A profile file for the test's life (NCCLPOOL_PROFILE).
@@ -163,6 +172,24 @@ TEST(RoutedPool, RoutesFromTheProfileRegisterEachPartItsWay) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
+TEST(RoutedPool, BuffersNamedForACollectiveFollowItsRoutes) {
+  ProfileFile file(sim_profile(1));
+  auto group = std::make_shared<LoopbackGroup>("world", 1);
+  auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
+  auto pool = make_auto();
+  pool->attach(comm, std::nullopt);
+  void* any = pool->allocate(4 * KiB);
+  void* rs = pool->allocate(4 * KiB, 0, Collective::reduce_scatter);  // reduce-scatter: windows at every size
+  void* ar = pool->allocate(3 * MiB, 0, Collective::all_reduce);      // all-reduce: local from 64 KiB
+  EXPECT_EQ(pool->part_of(any)->placement, Placement::none);
+  EXPECT_EQ(pool->part_of(rs)->placement, Placement::symmetric);
+  EXPECT_EQ(pool->part_of(ar)->placement, Placement::local);
+  EXPECT_EQ(pool->routes(Collective::reduce_scatter), SizeRoutes(Placement::symmetric));
+  for (void* p : {any, rs, ar}) pool->deallocate(p);
+  pool->detach(*comm);
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
 TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
   auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
   std::vector<std::unique_ptr<RoutedPool>> pools;
@@ -177,7 +204,8 @@ TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) 
   for (const auto& e : errors) {
     EXPECT_TRUE(contains(e, "route the auto pool 'auto' differently")) << e;
     EXPECT_TRUE(contains(e, "symmetric at every size (built in)")) << e;
-    EXPECT_TRUE(contains(e, "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB (from its profile)")) << e;
+    EXPECT_TRUE(contains(e, "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB and other routes for some collectives")) << e;
+    EXPECT_TRUE(contains(e, "(from its profile)")) << e;
   }
   EXPECT_EQ(group->live_registrations(), 0);
   for (auto& p : pools) EXPECT_EQ(p->attached_count(), 0u);

@@ -283,8 +283,9 @@ class _PoolContext:
     unless commit is False or an exception is on its way out."""
 
     def __init__(self, pool, groups, symmetric: bool | None, enabled: bool = True, device=None, commit: bool = True,
-                 register: bool = True):
+                 register: bool = True, collective: str | None = None):
         self.pool = pool
+        self.collective = collective  # what the allocations are for (an auto pool routes by it)
         self.groups = groups
         self.symmetric = symmetric
         self.enabled = enabled
@@ -315,7 +316,7 @@ class _PoolContext:
         npool = binding.pool
         self._before_scope(npool)
         self._failures = library().ncclpool_torch_failures()
-        npool._scope_begin()
+        npool._scope_begin(self.collective)
         try:
             context = self._torch_context()
             context.__enter__()
@@ -355,10 +356,12 @@ class nccl_mem(_PoolContext):  # noqa: N801 (Megatron's name)
 
 
 class MultiGroupMemPoolAllocator(_PoolContext):
-    """One pool registered with several groups (FSDP + EP, hybrid sharding)."""
+    """One pool registered with several groups (FSDP + EP, hybrid sharding). ``collective``
+    ('all_gather', 'reduce_scatter', 'all_reduce'): the allocations are that collective's buffers, which
+    an auto pool routes by that collective's profile (torch may reuse their blocks for other tensors later)."""
 
-    def __init__(self, pool, groups, symmetric: bool | None = None):
-        super().__init__(pool, list(groups), symmetric)
+    def __init__(self, pool, groups, symmetric: bool | None = None, *, collective: str | None = None):
+        super().__init__(pool, list(groups), symmetric, collective=collective)
 
 
 class MemPoolAllocatorWithoutRegistration(_PoolContext):

@@ -28,6 +28,8 @@ __all__ = ["PoolAllGather", "PoolReduceScatter", "enable"]
 
 
 class _PoolComm:
+    collective = None  # the buffers' collective: an auto pool routes their segments by its profile
+
     def __init__(self, pool, groups, symmetric: bool | None = None):
         ncclpool_pool(pool)  # fail early on a foreign MemPool
         self.pool = pool
@@ -35,12 +37,14 @@ class _PoolComm:
         self.symmetric = symmetric
 
     def allocate(self, size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        with MultiGroupMemPoolAllocator(self.pool, self.groups, self.symmetric):
+        with MultiGroupMemPoolAllocator(self.pool, self.groups, self.symmetric, collective=self.collective):
             return torch.empty(*size, dtype=dtype, device=device)
 
 
 class PoolAllGather(_PoolComm, AllGather):
     """FSDP2 all-gather whose output buffer lives in an ncclpool pool."""
+
+    collective = "all_gather"
 
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
         return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
@@ -48,6 +52,8 @@ class PoolAllGather(_PoolComm, AllGather):
 
 class PoolReduceScatter(_PoolComm, ReduceScatter):
     """FSDP2 reduce-scatter whose buffers live in an ncclpool pool."""
+
+    collective = "reduce_scatter"
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
