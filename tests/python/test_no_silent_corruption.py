@@ -128,7 +128,7 @@ def test_release_mem_pool_that_fails_keeps_its_table_true(torch_layer):
     assert pool.closed
 
 
-@pytest.mark.parametrize("kind", ["local", "symmetric", "auto"])
+@pytest.mark.parametrize("kind", ["local", "symmetric", "auto", None])
 def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch, kind):
     # Was: create_nccl_mem_pool(symmetric=False) then nccl_mem / fsdp.enable failed with "symmetric
     # registration needs a deterministic pool": the helpers defaulted to symmetric.
@@ -149,7 +149,8 @@ def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch,
         pass
     with layer.MultiGroupMemPoolAllocator(mempool, [world, other]):
         pass
-    assert kinds == [kind, kind], kinds
+    expected = kind or "auto"  # create_nccl_mem_pool() with neither symmetric nor kind: an auto pool
+    assert pool.registration == expected and kinds == [expected, expected], kinds
     for c in list(pool.communicators):
         c.forget()
 

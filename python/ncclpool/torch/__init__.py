@@ -107,12 +107,14 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
                          growth_chunk: int | None = None, source: str = "auto", name: str | None = None, check=None):
     """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
 
-    symmetric=None or True: the pool can back symmetric windows (deterministic placement, 1 GiB
-    chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only.
-    kind='local' | 'symmetric' | 'auto' says the same by name (do not give both); 'auto': each torch
-    segment goes to the part of the pool registered as this machine's profile says is fastest for the
-    tensors it serves (none, local or symmetric; built-in routes without a profile: docs/pool.md,
-    "Auto pools"), and every helper below registers each part its way.
+    Neither ``symmetric`` nor ``kind`` (the default): an auto pool. Each torch segment goes to the part
+    of the pool registered as this machine's profile (``ncclpool tune``) says is fastest for the
+    tensors it serves (none, local or symmetric), else as the built-in routes say (windows at every
+    size, the fastest kind everywhere on H200: docs/pool.md, "Auto pools"); every helper below
+    registers each part its way, and a helper given ``symmetric=True``/``False`` registers every part
+    that way (what Megatron's callers do). symmetric=True: a symmetric pool (deterministic placement,
+    1 GiB chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only.
+    kind='local' | 'symmetric' | 'auto' names the kind instead (do not give both).
     check: check mode (None: $NCCLPOOL_CHECK; 'layout'; 'collectives' also verifies the buffers of
     every torch.distributed collective on a group with windows: see docs/registry.md). Pools are
     matched across ranks by name: the default names count pools in creation order, the same on every
@@ -177,7 +179,7 @@ def _comm_ptr(group, device: int) -> int:
 
 def _registration_of(symmetric, kind) -> str:
     if kind is None:
-        return "local" if symmetric is False else "symmetric"
+        return "auto" if symmetric is None else "symmetric" if symmetric else "local"
     if kind not in ("local", "symmetric", "auto"):
         raise errors.InvalidArgument(f"kind {kind!r} is not 'local', 'symmetric' or 'auto'")
     if symmetric is not None:
