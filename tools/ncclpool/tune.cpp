@@ -130,11 +130,34 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
     throw InvalidArgument("tune: the runs do not say their GPU, NCCL version and rank count (older bench coll): give --gpu, --nccl-version and --ranks");
   if (samples.empty()) throw InvalidArgument("tune: the runs hold no all-gather, reduce-scatter or all-reduce times");
 
-  // The CTA count: the smallest geometric mean of symmetric medians over every op and size.
+  // The CTA count: the smallest geometric mean of symmetric medians over the points (op, size)
+  // the runs resolve: where every setting's runs spread by at most kResolvedSpread of their median.
+  // Elsewhere (eager launches of small sizes: 10-50% run to run) a median says more about the noise
+  // than about the count, and weighing those points like the rest once picked 16 CTAs on 2x H200
+  // where 32 was faster at every size from 4 MiB (docs/benchmarks/coll.md). If no point is resolved
+  // (one round: no spread to judge), every point counts.
+  constexpr double kResolvedSpread = 0.05;
+  auto spread = [](const std::vector<double>& v) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return (*hi - *lo) / median(v);
+  };
+  auto is_resolved = [&](const auto& kinds) {
+    return std::all_of(ctas_values.begin(), ctas_values.end(), [&](const std::string& c) {
+      auto it = kinds.find("symmetric@" + c);
+      return it != kinds.end() && spread(it->second) <= kResolvedSpread;
+    });
+  };
+  std::size_t resolved = 0, all_points = 0;
+  for (const auto& [op, sizes] : samples)
+    for (const auto& [bytes, kinds] : sizes) {
+      ++all_points;
+      resolved += is_resolved(kinds) ? 1 : 0;
+    }
   std::map<std::string, double> log_sum;
   std::size_t points = 0;
   for (const auto& [op, sizes] : samples)
     for (const auto& [bytes, kinds] : sizes) {
+      if (resolved != 0 && !is_resolved(kinds)) continue;
       ++points;
       for (const auto& c : ctas_values) {
         auto it = kinds.find("symmetric@" + c);
@@ -153,7 +176,9 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   std::ostringstream scores;
   for (const auto& c : ctas_values)
     scores << (scores.tellp() > 0 ? ", " : "") << c << " " << std::exp((log_sum[c] - log_sum[best]) / static_cast<double>(points));
-  report.notes.push_back("symmetric CTAs: " + best + " (geometric mean of symmetric times relative to it: " + scores.str() + ")");
+  report.notes.push_back("symmetric CTAs: " + best + " (geometric mean of symmetric times relative to it: " + scores.str() + "; over " +
+                         std::to_string(points) + " of " + std::to_string(all_points) + " points" +
+                         (resolved != 0 ? ", those whose runs spread <= 5% for every setting)" : ": no point's runs spread <= 5%, so all)"));
 
   Profile profile;
   profile.gpu = machine.gpu;
