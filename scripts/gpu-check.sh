@@ -349,7 +349,7 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   rc=$?
   row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 200)"
   # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds.
-  NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
+  NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --keep "$OUT/tune-runs" --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
   rc=$?
   cat "$OUT/tune.txt" >>"$LOG"
   row "ncclpool tune" "rc=$rc; $(grep -m1 'symmetric CTAs:' "$OUT/tune.txt" | cut -c1-120)"

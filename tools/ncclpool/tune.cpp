@@ -24,13 +24,14 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: ncclpool tune [--rounds 3] [--ctas nccl,16,32] [--min 16K] [--max 1G] [--factor 4] [--iters 30]\n"
-    "                     [--warmup 5] [--ranks N] [--graph [--replays 5]] [--out PATH] [--json]\n"
+    "                     [--warmup 5] [--ranks N] [--graph [--replays 5]] [--keep DIR] [--out PATH] [--json]\n"
     "       ncclpool tune --from CTAS=FILE[,CTAS=FILE...] [--gpu NAME --nccl-version V --ranks N] [--out PATH]\n"
     "\n"
     "Measures this machine's profile: `bench coll` (none, local and symmetric registration; all-gather,\n"
     "reduce-scatter, all-reduce) once per round and symmetric CTA count (nccl = NCCL's own choice), in\n"
     "alternating rounds, then picks the CTA count with the fastest symmetric kernels and, per op and\n"
-    "size, the cheapest kind to hold unless a costlier one is >= 2% faster (medians over rounds). Writes\n"
+    "size, the cheapest kind to hold unless a costlier one is >= 2% faster (medians over rounds; the count\n"
+    "is judged where every setting's runs spread by <= 5%). --keep DIR saves each run's JSON. Writes\n"
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
     "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
     "and rank count). --from builds it from `bench coll --json` files instead (no GPU needed). Progress\n"
@@ -288,7 +289,16 @@ int cmd_tune(const Args& a) {
       for (const auto& c : ctas) {
         std::fprintf(stderr, "tune: round %d/%d, symmetric CTAs %s (%d of %zu runs, %.0f s so far)\n", r, rounds, c.c_str(), ++done,
                      static_cast<std::size_t>(rounds) * ctas.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        runs.push_back({c, parse_json(run_child(self, c, coll_args))});
+        const std::string json = run_child(self, c, coll_args);
+        if (a.has("keep")) {  // each run's raw JSON, for the record (docs/benchmarks/data/)
+          const std::filesystem::path dir = a.get("keep", "");
+          std::filesystem::create_directories(dir);
+          const std::filesystem::path file = dir / ("coll-ctas-" + c + "-round-" + std::to_string(r) + ".json");
+          std::ofstream keep(file, std::ios::binary);
+          keep << json;
+          if (!keep) throw BackendError("tune: could not write " + file.string());
+        }
+        runs.push_back({c, parse_json(json)});
       }
   }
   Report report;
