@@ -39,7 +39,11 @@ void attach(ncclpool_pool_s& pool, std::shared_ptr<Communicator> comm, ncclpool_
   std::lock_guard lock(pool.comms_mutex);
   pool.comms.reserve(pool.comms.size() + 1);
   pool.routed->attach(handle->comm, as);  // throws with nothing registered
-  handle->collective = pool.routed->stats(*handle->comm).kind == RegistrationKind::symmetric;
+  try {  // attached: nothing below may fail the call (a failed question counts as collective, the safe side)
+    handle->collective = pool.routed->stats(*handle->comm).kind == RegistrationKind::symmetric;
+  } catch (...) {
+    handle->collective = true;
+  }
   *out = handle.get();
   pool.comms.push_back(std::move(handle));
 }

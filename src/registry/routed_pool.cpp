@@ -267,7 +267,10 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
       done.parts.push_back(index);
     }
   } catch (...) {
-    // Only local attachments can precede a failure (collective ones come last and roll back themselves).
+    // Undo what was attached, newest first. With auto placement only local parts precede the
+    // symmetric one (which rolls itself back); with an explicit symmetric kind over several parts an
+    // earlier symmetric part is detached collectively (a failed window attach fails on every rank),
+    // and forgotten if even that fails, so nothing stays registered here.
     for (std::size_t i = done.parts.size(); i-- > 0;) {
       try {
         parts_[done.parts[i]].registry->detach(*comm);
