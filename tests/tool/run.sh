@@ -13,6 +13,7 @@ expect_rc() {  # rc, command...
 json_ok() { python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$1" || fail "not JSON: $(head -c 300 "$1")"; }
 
 expect_rc 0 "$tool" info;                 grep -q "registration kinds" "$tmp/out" || fail "info text"
+grep -q "auto pools route .*built-in routes" "$tmp/out" || fail "info: auto routes"
 expect_rc 0 "$tool" info --json;          json_ok "$tmp/out"
 expect_rc 0 "$tool" version
 expect_rc 2 "$tool";                      grep -q "usage" "$tmp/err" || fail "usage on stderr"
@@ -45,6 +46,7 @@ expect_rc 2 "$tool" bench scope --groups 0;    grep -q "groups: '0' is not an in
 expect_rc 2 "$tool" bench alloc --sizes 4X;    grep -q "sizes: '4X' is not a size" "$tmp/err" || fail "bad sizes"
 expect_rc 2 "$tool" bench coll --ops bcast;    grep -q "not one of all_gather" "$tmp/err" || fail "bad op"
 expect_rc 0 "$tool" bench coll --help;    grep -q -- "--graph captures" "$tmp/out" || fail "coll --graph help"
+grep -q -- "--auto-pool adds" "$tmp/out" || fail "coll --auto-pool help"
 expect_rc 2 "$tool" bench coll --replays 0; grep -q "replays" "$tmp/err" || fail "bad replays"
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" bench coll; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll without GPUs"
@@ -62,6 +64,9 @@ expect_rc 1 "$tool" tune --from "nccl=$runs/coll-nccl-1.json" --out "$tmp/p.json
 expect_rc 0 "$tool" tune --from "nccl=$runs/coll-nccl-1.json,32=$runs/coll-ncclpool-1.json" --gpu "NVIDIA H200" --nccl-version 22809 --ranks 2 --out "$tmp/p.json"
 grep -q "profile written to $tmp/p.json" "$tmp/out" && json_ok "$tmp/p.json" || fail "tune --from"
 grep -q '"symmetric_ctas": 32' "$tmp/p.json" || fail "tune picked $(grep symmetric_ctas "$tmp/p.json")"
+# the profile as the library reads it: an auto pool here would route as it says (info reads $NCCLPOOL_PROFILE)
+NCCLPOOL_PROFILE="$tmp/p.json" "$tool" info >"$tmp/out" 2>&1 || fail "info with a profile"
+grep -q "^profile .*p.json: NVIDIA H200, NCCL 22809, 2 ranks" "$tmp/out" || { cat "$tmp/out"; fail "info: profile line"; }
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" tune --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune without GPUs"
 fi
