@@ -147,6 +147,8 @@ class NCCLPOOL_API RoutedPool {
     std::vector<std::size_t> parts;  // indices into parts_ attached with comm
   };
   std::vector<Attachment> attachments_;
+  [[nodiscard]] std::vector<Attachment>::const_iterator find_attachment(const Communicator& comm) const;
+  [[nodiscard]] std::vector<Attachment>::iterator find_attachment(const Communicator& comm);
 };
 
 }  // namespace ncclpool

@@ -57,6 +57,8 @@ class NCCLPOOL_API SizeRoutes {
   [[nodiscard]] Placement for_range(std::size_t lo, std::size_t hi) const noexcept;
   /// Whether any class has this placement.
   [[nodiscard]] bool uses(Placement placement) const noexcept;
+  /// The same routes with every symmetric class sent to local (where windows cannot be made).
+  [[nodiscard]] SizeRoutes without_windows() const;
   [[nodiscard]] const std::vector<SizeRoute>& classes() const noexcept { return classes_; }
   /// "symmetric at every size", "none below 64 KiB, symmetric from 64 KiB".
   [[nodiscard]] std::string describe() const;

@@ -3,6 +3,8 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/routes.hpp>
 
+#include "fnv1a.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -28,6 +30,26 @@ Placement placement_of(std::string_view kind) {
   if (kind == "none") return Placement::none;
   if (kind == "local") return Placement::local;
   return Placement::symmetric;  // parse_profile admits nothing else
+}
+
+// A profile class's pick for `collective`: its own, else (Collective::any, or a class without it)
+// the kind most collectives picked, a tie going to all_reduce's pick, else to the costlier kind.
+Placement pick_of(const ProfileClass& c, Collective collective) {
+  if (collective != Collective::any)
+    if (const auto own = c.kind.find(to_string(collective)); own != c.kind.end()) return placement_of(own->second);
+  std::array<int, 3> votes{};
+  for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(placement_of(kind))];
+  const auto all_reduce = c.kind.find("all_reduce");
+  Placement pick = Placement::symmetric;
+  int most = -1;
+  for (int p = 2; p >= 0; --p) {  // costlier kinds first, so they win a tie without an all_reduce pick
+    const bool preferred = all_reduce != c.kind.end() && placement_of(all_reduce->second) == static_cast<Placement>(p);
+    if (votes[p] > most || (votes[p] == most && preferred)) {
+      most = votes[p];
+      pick = static_cast<Placement>(p);
+    }
+  }
+  return pick;
 }
 
 }  // namespace
@@ -88,6 +110,13 @@ bool SizeRoutes::uses(Placement placement) const noexcept {
   return std::any_of(classes_.begin(), classes_.end(), [&](const SizeRoute& c) { return c.placement == placement; });
 }
 
+SizeRoutes SizeRoutes::without_windows() const {
+  std::vector<SizeRoute> classes = classes_;
+  for (SizeRoute& c : classes)
+    if (c.placement == Placement::symmetric) c.placement = Placement::local;
+  return SizeRoutes(std::move(classes));  // merges what became adjacent local classes
+}
+
 std::string SizeRoutes::describe() const {
   if (classes_.size() == 1) return std::string(to_string(classes_.front().placement)) + " at every size";
   std::string out;
@@ -104,18 +133,12 @@ std::string SizeRoutes::describe() const {
 }
 
 std::uint64_t SizeRoutes::digest() const noexcept {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  };
+  detail::Fnv1a h;
   for (const SizeRoute& c : classes_) {
-    mix(c.min_bytes);
-    mix(static_cast<std::uint64_t>(c.placement));
+    h.mix(c.min_bytes);
+    h.mix(static_cast<std::uint64_t>(c.placement));
   }
-  return h;
+  return h.value();
 }
 
 SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Collective collective) {
@@ -123,28 +146,10 @@ SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Co
   std::vector<SizeRoute> out;
   for (std::size_t i = 0; i < profile.classes.size(); ++i) {
     const ProfileClass& c = profile.classes[i];
-    if (const auto own = c.kind.find(to_string(collective)); collective != Collective::any && own != c.kind.end()) {
-      Placement pick = placement_of(own->second);
-      if (!windows_possible && pick == Placement::symmetric) pick = Placement::local;
-      out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick});
-      continue;
-    }
-    std::array<int, 3> votes{};
-    for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(placement_of(kind))];
-    const auto all_reduce = c.kind.find("all_reduce");
-    Placement pick = Placement::symmetric;
-    int most = -1;
-    for (int p = 2; p >= 0; --p) {  // costlier kinds first, so they win a tie without an all_reduce pick
-      const bool preferred = all_reduce != c.kind.end() && placement_of(all_reduce->second) == static_cast<Placement>(p);
-      if (votes[p] > most || (votes[p] == most && preferred)) {
-        most = votes[p];
-        pick = static_cast<Placement>(p);
-      }
-    }
-    if (!windows_possible && pick == Placement::symmetric) pick = Placement::local;
-    out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick});  // the first class covers everything below it too
+    out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick_of(c, collective)});  // the first class covers everything below it too
   }
-  return SizeRoutes(std::move(out));
+  const SizeRoutes routes(std::move(out));
+  return windows_possible ? routes : routes.without_windows();
 }
 
 SizeRoutes builtin_routes(bool windows_possible) { return SizeRoutes(windows_possible ? Placement::symmetric : Placement::local); }

@@ -6,6 +6,8 @@
 
 #include "registry_impl.hpp"
 
+#include "core/fnv1a.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -15,20 +17,6 @@
 namespace ncclpool::detail {
 
 namespace {
-
-class Fnv1a {
- public:
-  void mix(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      digest_ ^= (v >> (8 * i)) & 0xff;
-      digest_ *= 1099511628211ull;
-    }
-  }
-  [[nodiscard]] std::uint64_t value() const { return digest_; }
-
- private:
-  std::uint64_t digest_ = 1469598103934665603ull;
-};
 
 std::string name_of(const AgreementRecord& r) {
   char buf[17] = {};

@@ -3,6 +3,8 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/routed_pool.hpp>
 
+#include "core/fnv1a.hpp"
+
 #include <algorithm>
 #include <exception>
 #include <map>
@@ -101,12 +103,7 @@ RoutedPool::RoutedPool(std::string name, const PartFactory& make_part, SizeRoute
     parts_.push_back(std::move(part));
   }
   if (!parts_.back().pool->source_properties().window_capable && routes_use(Placement::symmetric)) {
-    for (SizeRoutes& r : routes_) {
-      std::vector<SizeRoute> classes = r.classes();
-      for (SizeRoute& c : classes)
-        if (c.placement == Placement::symmetric) c.placement = Placement::local;
-      r = SizeRoutes(std::move(classes));
-    }
+    for (SizeRoutes& r : routes_) r = r.without_windows();
     routes_source_ += "; symmetric sizes go to the local part: " + parts_.back().pool->source_properties().description + " cannot back windows";
   }
 }
@@ -129,9 +126,9 @@ bool RoutedPool::routes_use(Placement placement) const noexcept {
 }
 
 std::uint64_t RoutedPool::routes_digest() const noexcept {
-  std::uint64_t d = routes_[0].digest();
-  for (int c = 1; c < kCollectives; ++c) d = d * 1099511628211ull ^ routes_[static_cast<std::size_t>(c)].digest();
-  return d;
+  detail::Fnv1a d;
+  for (const SizeRoutes& r : routes_) d.mix(r.digest());
+  return d.value();
 }
 
 // Hot path: single pools go straight to their part; auto pools read the fixed routes (a few classes).
@@ -236,7 +233,7 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
   if (!comm) throw InvalidArgument("attach: communicator is null");
   if (!auto_ && !kind) throw InvalidArgument("attach: pool '" + name_ + "' is not an auto pool: name the kind (local or symmetric)");
   std::lock_guard lock(mutex_);
-  if (std::any_of(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == comm.get(); }))
+  if (find_attachment(*comm) != attachments_.end())
     throw InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name_ + "'");
   attachments_.reserve(attachments_.size() + 1);  // so the push below cannot throw
   Attachment done{comm.get(), {}};
@@ -285,7 +282,7 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
 
 void RoutedPool::detach(const Communicator& comm) {
   std::lock_guard lock(mutex_);
-  auto it = std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+  auto it = find_attachment(comm);
   if (it == attachments_.end()) throw InvalidArgument("detach: " + comm.describe() + " is not attached to pool '" + name_ + "'");
   // Collective parts first, in the same order on every rank; a part that fails stays attached (and
   // so does the attachment), the ones detached before it are gone.
@@ -302,10 +299,19 @@ void RoutedPool::detach(const Communicator& comm) {
 
 void RoutedPool::forget(const Communicator& comm) {
   std::lock_guard lock(mutex_);
-  auto it = std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+  auto it = find_attachment(comm);
   if (it == attachments_.end()) throw InvalidArgument("forget: " + comm.describe() + " is not attached to pool '" + name_ + "'");
   for (std::size_t index : it->parts) parts_[index].registry->forget(comm);
   attachments_.erase(it);
+}
+
+// Under mutex_.
+std::vector<RoutedPool::Attachment>::const_iterator RoutedPool::find_attachment(const Communicator& comm) const {
+  return std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+}
+
+std::vector<RoutedPool::Attachment>::iterator RoutedPool::find_attachment(const Communicator& comm) {
+  return std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
 }
 
 void RoutedPool::commit() {
@@ -324,14 +330,14 @@ std::size_t RoutedPool::trim() {
 
 bool RoutedPool::attached(const Communicator& comm) const {
   std::lock_guard lock(mutex_);
-  return std::any_of(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+  return find_attachment(comm) != attachments_.end();
 }
 
 CommunicatorStats RoutedPool::stats(const Communicator& comm) const {
   std::vector<std::size_t> indices;
   {
     std::lock_guard lock(mutex_);
-    auto it = std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
+    auto it = find_attachment(comm);
     if (it == attachments_.end()) throw InvalidArgument("stats: " + comm.describe() + " is not attached to pool '" + name_ + "'");
     indices = it->parts;
   }
