@@ -148,22 +148,20 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       return it != kinds.end() && spread(it->second) <= kResolvedSpread;
     });
   };
-  std::size_t resolved = 0, all_points = 0;
+  using Kinds = std::map<std::string, std::vector<double>>;
+  std::vector<const Kinds*> all, resolved;
   for (const auto& [op, sizes] : samples)
     for (const auto& [bytes, kinds] : sizes) {
-      ++all_points;
-      resolved += is_resolved(kinds) ? 1 : 0;
+      all.push_back(&kinds);
+      if (is_resolved(kinds)) resolved.push_back(&kinds);
     }
+  const std::vector<const Kinds*>& judged = resolved.empty() ? all : resolved;
+  const std::size_t points = judged.size(), all_points = all.size();
   std::map<std::string, double> log_sum;
-  std::size_t points = 0;
-  for (const auto& [op, sizes] : samples)
-    for (const auto& [bytes, kinds] : sizes) {
-      if (resolved != 0 && !is_resolved(kinds)) continue;
-      ++points;
-      for (const auto& c : ctas_values) {
-        auto it = kinds.find("symmetric@" + c);
-        log_sum[c] += it == kinds.end() ? INFINITY : std::log(median(it->second));
-      }
+  for (const Kinds* kinds : judged)
+    for (const auto& c : ctas_values) {
+      auto it = kinds->find("symmetric@" + c);
+      log_sum[c] += it == kinds->end() ? INFINITY : std::log(median(it->second));
     }
   std::string best = ctas_values.front();
   for (const auto& c : ctas_values)
@@ -179,7 +177,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
     scores << (scores.tellp() > 0 ? ", " : "") << c << " " << std::exp((log_sum[c] - log_sum[best]) / static_cast<double>(points));
   report.notes.push_back("symmetric CTAs: " + best + " (geometric mean of symmetric times relative to it: " + scores.str() + "; over " +
                          std::to_string(points) + " of " + std::to_string(all_points) + " points" +
-                         (resolved != 0 ? ", those whose runs spread <= 5% for every setting)" : ": no point's runs spread <= 5%, so all)"));
+                         (!resolved.empty() ? ", those whose runs spread <= 5% for every setting)" : ": no point's runs spread <= 5%, so all)"));
 
   Profile profile;
   profile.gpu = machine.gpu;
