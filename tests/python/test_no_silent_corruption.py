@@ -155,15 +155,10 @@ def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch,
         c.forget()
 
 
-def test_an_auto_pool_routes_torch_segments_and_release_detaches_its_local_groups(torch_layer, monkeypatch, tmp_path):
+def test_an_auto_pool_routes_torch_segments_and_release_detaches_its_local_groups(torch_layer, monkeypatch, sim_profile):
     # A profile for the simulator: tensors below 2 MiB unregistered, larger ones local (no windows,
     # so nothing collective: release_mem_pool may detach the group itself).
-    profile = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": 1, "symmetric_ctas": 0,
-               "measured": "2026-11-23T18:00:00Z",
-               "classes": [{"min_bytes": m, "kind": {"all_gather": k, "reduce_scatter": k, "all_reduce": k}}
-                           for m, k in ((0, "none"), (2 * MiB, "local"))]}
-    (tmp_path / "profile.json").write_text(__import__("json").dumps(profile))
-    monkeypatch.setenv("NCCLPOOL_PROFILE", str(tmp_path / "profile.json"))
+    sim_profile(1, [(0, "none"), (2 * MiB, "local")])
     layer = torch_layer
     with pytest.raises(errors.InvalidArgument, match="give one of them"):
         layer.create_nccl_mem_pool(symmetric=True, kind="auto", source="sim")
@@ -187,6 +182,25 @@ def test_an_auto_pool_routes_torch_segments_and_release_detaches_its_local_group
         lib.ncclpool_torch_free(ptr, 0, 0, None)
     layer.release_mem_pool(mempool)
     assert pool.closed and group.live_registrations == 0
+
+
+def test_an_auto_pool_with_windows_for_one_collective_only_counts_as_having_windows(torch_layer, monkeypatch, sim_profile):
+    # Most collectives pick no registration, all-gather picks windows: the attachment has windows
+    # (its detach is collective, check mode verifies its collectives) though the combined routes have none.
+    sim_profile(1, [(0, {"all_gather": "symmetric", "reduce_scatter": "none", "all_reduce": "none"})])
+    layer = torch_layer
+    mempool = layer.create_nccl_mem_pool(kind="auto", source="sim")
+    pool = layer.ncclpool_pool(mempool)
+    group = ncclpool.SimGroup("dp", 1)
+    monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
+    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    world = layer.dist.ProcessGroup()
+    layer.register_mem_pool(mempool, world)
+    assert pool.routes()["description"] == "none at every size"
+    assert layer._binding(mempool).attachments[1].windows
+    assert layer._symmetric_comm_of(world) is not None
+    for c in list(pool.communicators):
+        c.forget()
 
 
 def test_a_context_use_finds_registered_groups_without_asking_torch(torch_layer, monkeypatch):

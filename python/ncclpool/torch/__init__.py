@@ -49,6 +49,7 @@ class _Attachment:
     comm_ptr: int
     kind: str
     comm: _np.Communicator
+    windows: bool = False  # some of the pool's memory is a window with it (its detach is collective)
 
 
 @dataclass
@@ -194,12 +195,6 @@ def _kind_for(binding, symmetric) -> str:
     return "symmetric" if symmetric else "local"
 
 
-def _has_windows(binding, attachment) -> bool:
-    """Whether the attachment registered windows (its detach is collective)."""
-    if attachment.kind == "auto":
-        return any(c["placement"] == "symmetric" for c in binding.pool.routes()["classes"])
-    return attachment.kind == "symmetric"
-
 
 def _attachment_of(binding, group):
     """The attachment of `group` (a process group, not None) to the binding's pool, found by
@@ -228,7 +223,12 @@ def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
                                           f"not {kind}: deregister_mem_pool first")
             return
         comm = binding.pool.attach_nccl(ptr, kind)
-        binding.attachments[ptr] = _Attachment(group, ptr, kind, comm)
+        # An auto pool's routes are fixed by now: whether they hold windows (for any collective) is known for good.
+        routes = binding.pool.routes() if kind == "auto" else None
+        windows = kind == "symmetric" or (routes is not None and (
+            any(c["placement"] == "symmetric" for c in routes["classes"]) or
+            any("symmetric" in d for d in routes["by_collective"].values())))
+        binding.attachments[ptr] = _Attachment(group, ptr, kind, comm, windows)
 
 
 def deregister_mem_pool(pool, group) -> None:
@@ -465,7 +465,7 @@ def release_mem_pool(pool) -> None:
         library().ncclpool_torch_unbind(binding.pool.handle)
         try:
             for ptr, a in list(binding.attachments.items()):
-                if not _has_windows(binding, a):
+                if not a.windows:
                     a.comm.detach()
                     del binding.attachments[ptr]  # the table says what is still attached, even if a later step fails
             binding.pool.close()
@@ -504,7 +504,7 @@ def _symmetric_comm_of(group):
     group = group if group is not None else dist.group.WORLD
     for binding in _bindings.values():
         for a in binding.attachments.values():
-            if a.group is group and a.comm.attached and _has_windows(binding, a):
+            if a.group is group and a.comm.attached and a.windows:
                 return a.comm
     return None
 
