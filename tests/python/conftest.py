@@ -25,3 +25,23 @@ def torch_layer(monkeypatch):
     return layer
 
 
+
+
+@pytest.fixture
+def sim_profile(tmp_path, monkeypatch):
+    """write(ranks, classes): a profile of the simulator's machine (what ncclpool tune writes) in
+    tmp_path, with NCCLPOOL_PROFILE pointing at it. classes: (min_bytes, kind), kind one name for
+    every collective or a {collective: kind} dict."""
+    import json
+
+    def write(ranks, classes):
+        ops = ("all_gather", "reduce_scatter", "all_reduce")
+        doc = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": ranks, "symmetric_ctas": 0,
+               "measured": "2026-11-23T18:00:00Z",
+               "classes": [{"min_bytes": m, "kind": k if isinstance(k, dict) else {op: k for op in ops}} for m, k in classes]}
+        path = tmp_path / "profile.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("NCCLPOOL_PROFILE", str(path))
+        return str(path)
+
+    return write

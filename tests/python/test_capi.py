@@ -254,18 +254,9 @@ def test_ranks_that_would_launch_symmetric_kernels_differently_fail_at_attach():
         world.set_symmetric_kernels(0, 65)
 
 
-def _sim_profile(path, ranks, classes):
-    import json
-    doc = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": ranks, "symmetric_ctas": 0,
-           "measured": "2026-11-23T18:00:00Z",
-           "classes": [{"min_bytes": m, "kind": {op: k for op in ("all_gather", "reduce_scatter", "all_reduce")}} for m, k in classes]}
-    path.write_text(json.dumps(doc))
-    return str(path)
-
-
-def test_auto_pool_routes_torch_segments_by_the_tensors_they_serve(tmp_path, monkeypatch):
+def test_auto_pool_routes_torch_segments_by_the_tensors_they_serve(sim_profile):
     # Small tensors (torch's 2 MiB segments) unregistered, 1-20 MiB tensors local, larger ones windows.
-    monkeypatch.setenv("NCCLPOOL_PROFILE", _sim_profile(tmp_path / "p.json", 2, [(0, "none"), (2 * MiB, "local"), (32 * MiB, "symmetric")]))
+    sim_profile(2, [(0, "none"), (2 * MiB, "local"), (32 * MiB, "symmetric")])
     world = ncclpool.SimGroup("world", 2, timeout_ms=5000)
     lib = ncclpool.library()
 
@@ -304,8 +295,8 @@ def test_auto_pool_routes_torch_segments_by_the_tensors_they_serve(tmp_path, mon
     assert world.live_registrations == 0
 
 
-def test_auto_pools_that_route_differently_fail_on_every_rank(tmp_path, monkeypatch):
-    monkeypatch.setenv("NCCLPOOL_PROFILE", _sim_profile(tmp_path / "p.json", 2, [(0, "none"), (MiB, "symmetric")]))
+def test_auto_pools_that_route_differently_fail_on_every_rank(sim_profile):
+    sim_profile(2, [(0, "none"), (MiB, "symmetric")])
     world = ncclpool.SimGroup("world", 2, timeout_ms=3000)
 
     def rank(r):
@@ -323,10 +314,10 @@ def test_auto_pools_that_route_differently_fail_on_every_rank(tmp_path, monkeypa
     assert world.live_registrations == 0
 
 
-def test_an_auto_pools_parts_share_max_reserved(tmp_path, monkeypatch):
+def test_an_auto_pools_parts_share_max_reserved(sim_profile):
     # Small requests to the none part, larger ones to the local part (a profile for one rank): each
     # part is a pool of its own, but max_reserved holds for them together.
-    monkeypatch.setenv("NCCLPOOL_PROFILE", _sim_profile(tmp_path / "p.json", 1, [(0, "none"), (MiB, "local")]))
+    sim_profile(1, [(0, "none"), (MiB, "local")])
     p = sim_pool("auto", name="capped", max_reserved=16 * MiB, growth_chunk=8 * MiB)
     c = p.attach_sim(ncclpool.SimGroup("one", 1), 0)
     small = p.alloc(64 << 10)      # none part: an 8 MiB chunk
@@ -344,13 +335,8 @@ def test_an_auto_pools_parts_share_max_reserved(tmp_path, monkeypatch):
     p.close()
 
 
-def test_an_auto_pool_routes_buffers_named_for_a_collective_by_its_profile(tmp_path, monkeypatch):
-    import json
-    doc = {"ncclpool_profile": 1, "gpu": "ncclpool simulator", "nccl_version": 0, "ranks": 1, "symmetric_ctas": 0,
-           "measured": "2026-11-23T18:00:00Z",
-           "classes": [{"min_bytes": 0, "kind": {"all_gather": "local", "reduce_scatter": "none", "all_reduce": "none"}}]}
-    (tmp_path / "p.json").write_text(json.dumps(doc))
-    monkeypatch.setenv("NCCLPOOL_PROFILE", str(tmp_path / "p.json"))
+def test_an_auto_pool_routes_buffers_named_for_a_collective_by_its_profile(sim_profile):
+    sim_profile(1, [(0, {"all_gather": "local", "reduce_scatter": "none", "all_reduce": "none"})])
     p = sim_pool("auto", name="by-op")
     c = p.attach_sim(ncclpool.SimGroup("one", 1), 0)
     lib = ncclpool.library()
