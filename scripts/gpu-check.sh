@@ -328,8 +328,9 @@ if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   T="$BUILD/tools/ncclpool"
   # coll: 100 launches after 10 warm-up (nccl-tests -n 100 -w 10) so that --auto's comparison of
   # two measurements is not lost in launch jitter at small sizes.
-  # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none).
-  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool --iters 100 --warmup 10"; do
+  # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none);
+  # --rounds 3: every point three times, the kinds in rotated order, medians and each row's spread.
+  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool --iters 100 --warmup 10 --rounds 3"; do
     set -- $suite
     name=$1
     timeout "$(within 420)" $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
@@ -345,10 +346,11 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
   done
   # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
-  timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
+  timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --rounds 3 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
   rc=$?
-  row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 200)"
-  # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds.
+  row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 500)"
+  # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds,
+  # each collective alone and beside the compute load (bench coll --compute).
   NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --keep "$OUT/tune-runs" --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
   rc=$?
   cat "$OUT/tune.txt" >>"$LOG"

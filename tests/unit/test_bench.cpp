@@ -234,6 +234,44 @@ TEST(Tune, TheCtaCountIsJudgedWhereTheRunsAgree) {
   EXPECT_NE(report.text().find("those whose runs spread <= 5%"), std::string::npos) << report.text();
 }
 
+// With the compute load beside (bench coll --compute), a count that is faster alone but slows the
+// steps it overlaps with by more than 1% over the best count is not chosen; within 1% it is.
+namespace {
+std::vector<CollRun> runs_with_steps(double step_16, double step_32) {
+  std::vector<CollRun> runs;
+  for (const CollRun& run : recorded_coll_runs()) {
+    if (run.ctas != "32") continue;
+    CollRun with_32 = run, with_16 = run;
+    with_16.ctas = "16";
+    for (CollRun* r : {&with_32, &with_16})
+      for (auto& table : r->doc.object["tables"].array)
+        for (auto& row : table.object["rows"].array) {
+          if (!row.object.count("symmetric_us")) continue;
+          if (r == &with_16) row.object["symmetric_us"].number *= 1.03;  // 16: 3% slower alone
+          for (const char* kind : {"none", "local"}) row.object[std::string(kind) + "_step"] = parse_json("1.0");
+          row.object["symmetric_step"] = parse_json(std::to_string(r == &with_16 ? step_16 : step_32));
+        }
+    runs.push_back(std::move(with_32));
+    runs.push_back(std::move(with_16));
+  }
+  return runs;
+}
+}  // namespace
+
+TEST(Tune, ACountThatSlowsStepsWithComputeBesideIsNotChosen) {
+  Report report;
+  ncclpool::Profile p = build_profile(runs_with_steps(1.02, 1.10), {"NVIDIA H200", 22809, 2}, report);
+  EXPECT_EQ(p.symmetric_ctas, 16) << report.text();
+  EXPECT_NE(report.text().find("with compute beside"), std::string::npos) << report.text();
+  EXPECT_NE(report.text().find("within 1% of the best step: 16"), std::string::npos) << report.text();
+  Report again;
+  p = build_profile(runs_with_steps(1.02, 1.025), {"NVIDIA H200", 22809, 2}, again);
+  EXPECT_EQ(p.symmetric_ctas, 32) << again.text();  // its steps within 1%: the faster alone wins
+  std::size_t step_tables = 0;
+  for (const Table& t : again.tables) step_tables += t.title.find("with compute beside") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(step_tables, 3u);
+}
+
 TEST(Tune, RunsFromTwoMachinesAreRefused) {
   std::vector<CollRun> runs = recorded_coll_runs();
   runs.resize(2);

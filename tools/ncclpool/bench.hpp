@@ -131,6 +131,8 @@ struct CollOptions {
   bool auto_pool = false;               // measure buffers from the library's auto pool (RoutedPool)
   bool graph = false;                   // time `iters` launches captured in a CUDA graph, replayed
   int replays = 5;                      // graph replays timed (with graph)
+  int rounds = 1;                       // every point measured once per round, kinds in rotated order; medians reported
+  bool compute = false;                 // also measure each kind with a compute load beside the collective
 };
 
 struct Args;

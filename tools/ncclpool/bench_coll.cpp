@@ -14,7 +14,8 @@ namespace {
 constexpr const char* kHelp =
     "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric]\n"
     "                           [--min 1K] [--max 1G] [--factor 2] [--warmup 5] [--iters 20] [--ranks N]\n"
-    "                           [--no-check] [--auto] [--auto-pool] [--graph [--replays 5]] [--json]\n"
+    "                           [--no-check] [--auto] [--auto-pool] [--graph [--replays 5]] [--rounds 1] [--compute]\n"
+    "                           [--json]\n"
     "\n"
     "Bus bandwidth and time of collectives on ncclpool memory, one thread per GPU, with no registration,\n"
     "local registration (ncclCommRegister) and symmetric windows, measured with nccl-tests' conventions\n"
@@ -24,7 +25,11 @@ constexpr const char* kHelp =
     "library's auto pool (registration 'auto': routed by size to a none, local or symmetric part as this\n"
     "machine's profile or the built-in routes say), with its ratio to the best kind and to none. --graph captures the --iters launches in a\n"
     "CUDA graph and times --replays replays of it: no host launch cost, so small sizes are resolved (NCCL\n"
-    "may register captured buffers itself, NCCL_GRAPH_REGISTER). Needs GPUs; without, it says why and exits 1.\n";
+    "may register captured buffers itself, NCCL_GRAPH_REGISTER). --rounds N measures every point N times, the kinds in\n"
+    "an order rotated each round, and reports medians and each row's spread (max - min over rounds / median): ratios\n"
+    "within the spread are noise. --compute also runs each collective beside a compute-bound kernel on another\n"
+    "stream, as a training step overlaps them, and reports the collective's time meanwhile and how much longer the\n"
+    "two take than the compute alone (what its CTAs cost the compute). Needs GPUs; without, it says why and exits 1.\n";
 
 std::vector<std::string> split_names(const std::string& option, const std::string& text, const std::vector<std::string>& allowed) {
   std::vector<std::string> out;
@@ -61,6 +66,8 @@ CollOptions parse_coll_options(const Args& a) {
   o.auto_pool = a.has("auto-pool");
   o.graph = a.has("graph");
   o.replays = static_cast<int>(a.get_int("replays", 5, 1, 100000));
+  o.rounds = static_cast<int>(a.get_int("rounds", 1, 1, 1000));
+  o.compute = a.has("compute");
   return o;
 }
 

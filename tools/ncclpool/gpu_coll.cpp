@@ -12,6 +12,7 @@
 // and as windows with a third): exactly the situation ncclpool is for.
 
 #include "bench.hpp"
+#include "compute_load.hpp"
 #include "gpu_device.hpp"
 
 #include "backends/cuda/driver.hpp"
@@ -36,31 +37,58 @@ constexpr int kNone = 0, kLocal = 1, kSymmetric = 2, kAutoPoolGroup = 3;  // gro
 const char* const kKindNames[] = {"none", "local", "symmetric"};
 constexpr double kAutoMargin = 0.02;  // --auto takes a costlier kind only when it is >= 2% faster
 
+double mean_of(const std::vector<double>& values) {
+  double s = 0;
+  for (double v : values) s += v;
+  return values.empty() ? 0 : s / static_cast<double>(values.size());
+}
+
+// One round's measurement of one op, size, kind and placement; each field per rank.
 struct Measurement {
-  std::vector<double> seconds;  // per rank, per operation
-  std::vector<int> wrong;       // per rank
-  [[nodiscard]] double mean() const {
-    double s = 0;
-    for (double v : seconds) s += v;
-    return seconds.empty() ? 0 : s / static_cast<double>(seconds.size());
-  }
-  [[nodiscard]] int wrong_total() const {
-    int w = 0;
-    for (int v : wrong) w += v;
-    return w;
-  }
+  std::vector<double> seconds;  // per operation, alone
+  std::vector<double> beside;   // per operation, with the compute load beside it (--compute)
+  std::vector<double> step;     // (collectives + compute load) time / compute load alone (--compute)
+  std::vector<int> wrong;
 };
+
+// A value of the measurements over the rounds: per round the mean over ranks, then the median
+// over rounds and the spread ((max - min) / median) that says how far one round can be trusted.
+struct OverRounds {
+  double median = 0, spread = 0;
+};
+OverRounds over_rounds(const std::vector<Measurement>& rounds, std::vector<double> Measurement::*field) {
+  std::vector<double> values;
+  for (const Measurement& m : rounds) values.push_back(mean_of(m.*field));
+  if (values.empty()) return {};
+  const double mid = median(values);
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return {mid, mid > 0 ? (*hi - *lo) / mid : 0};
+}
 
 // What all rank threads write into; read by every rank after a barrier (so all make the same choices).
 struct Shared {
   std::mutex mutex;
-  std::map<std::string, Measurement> results;  // key: op/bytes/kind/placement
-  Measurement& at(const std::string& key, int ranks) {
+  std::map<std::string, std::vector<Measurement>> results;  // key: op/bytes/kind/placement; one entry per round
+  Measurement& at(const std::string& key, int ranks, int round) {
     std::lock_guard lock(mutex);
-    Measurement& m = results[key];
-    m.seconds.resize(static_cast<std::size_t>(ranks));
+    std::vector<Measurement>& rounds = results[key];
+    if (rounds.size() <= static_cast<std::size_t>(round)) rounds.resize(static_cast<std::size_t>(round) + 1);
+    Measurement& m = rounds[static_cast<std::size_t>(round)];
+    for (auto* field : {&m.seconds, &m.beside, &m.step}) field->resize(static_cast<std::size_t>(ranks));
     m.wrong.resize(static_cast<std::size_t>(ranks));
     return m;
+  }
+  // Median and spread over the rounds so far (after a barrier: every rank's values are in).
+  OverRounds get(const std::string& key, std::vector<double> Measurement::*field = &Measurement::seconds) {
+    std::lock_guard lock(mutex);
+    return over_rounds(results[key], field);
+  }
+  int wrong(const std::string& key) {
+    std::lock_guard lock(mutex);
+    int w = 0;
+    for (const Measurement& m : results[key])
+      for (int v : m.wrong) w += v;
+    return w;
   }
 };
 
@@ -91,7 +119,11 @@ double busbw_gbs(const std::string& op, std::size_t size, double seconds, int n)
 class RankRunner {
  public:
   RankRunner(Team& team, int rank, const CollOptions& o)
-      : d_(cuda::driver()), lib_(nccl::library()), team_(team), rank_(rank), n_(team.ranks()), o_(o), device_(rank, 1), stream_(device_.streams[0]) {
+      : d_(cuda::driver()), lib_(nccl::library()), team_(team), rank_(rank), n_(team.ranks()), o_(o), device_(rank, o.compute ? 2 : 1), stream_(device_.streams[0]) {
+    if (o.compute) {
+      compute_ = std::make_unique<ComputeLoad>(device_.context.device(), device_.streams[1]);
+      events_ = std::make_unique<Events>();
+    }
     PoolConfig c;
     c.name = "bench-coll";
     c.deterministic = true;  // windows: the same offsets on every rank
@@ -135,6 +167,7 @@ class RankRunner {
     pool_->deallocate(recv_);
     pool_.reset();
   }
+  [[nodiscard]] std::string compute_description() const { return compute_ ? compute_->description() : ""; }
 
   // Collective over the ranks: registers the pool's segments with the kind's communicator.
   void attach(int kind) {
@@ -197,13 +230,14 @@ class RankRunner {
       else if (op == "reduce_scatter") in = send, res = send + static_cast<std::size_t>(rank_) * chunk;
       else in = res = recv;
     }
-    auto launch = [&] {
+    auto launch_on = [&](CUstream stream) {
       ncclResult_t r;
-      if (op == "all_gather") r = lib_.ncclAllGather(in, res, count, ncclFloat, comm, stream_);
-      else if (op == "reduce_scatter") r = lib_.ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, stream_);
-      else r = lib_.ncclAllReduce(in, res, count, ncclFloat, ncclSum, comm, stream_);
+      if (op == "all_gather") r = lib_.ncclAllGather(in, res, count, ncclFloat, comm, stream);
+      else if (op == "reduce_scatter") r = lib_.ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, stream);
+      else r = lib_.ncclAllReduce(in, res, count, ncclFloat, ncclSum, comm, stream);
       if (r != ncclSuccess) throw BackendError(op + " on " + label + ": " + nccl::error_text(r));
     };
+    auto launch = [&] { launch_on(stream_); };
     int wrong = 0;
     if (o_.check) {
       const float value = static_cast<float>(rank_ + 1);
@@ -220,15 +254,55 @@ class RankRunner {
     for (int i = 0; i < o_.warmup; ++i) launch();
     cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
     out.wrong[static_cast<std::size_t>(rank_)] = wrong;
+    const auto me = static_cast<std::size_t>(rank_);
     if (o_.graph) {
-      out.seconds[static_cast<std::size_t>(rank_)] = time_graph(launch, sync);
-      return;
+      out.seconds[me] = time_graph(launch, sync);
+    } else {
+      sync.wait();
+      const auto t = BenchClock::now();
+      for (int i = 0; i < o_.iters; ++i) launch();
+      cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+      out.seconds[me] = seconds_since(t) / o_.iters;
     }
+    if (compute_) time_beside_compute(op, count, launch_on, out, sync);
+  }
+
+  // The collective with the compute load beside it, the way a training step overlaps them: each of
+  // `iters` collectives is launched (eagerly, also under --graph) on a stream of the greatest
+  // priority (as FSDP2's collective streams) and then a chunk of compute on a stream of its own, the
+  // two streams joined only at the start and the end. The chunk takes ~1.2x the collective's time at 300 GB/s of bus bandwidth alone, a function
+  // of op and size only, so that every kind and CTA count (a process each under `tune`) faces the
+  // same compute. Records the collective's time per op beside it and the step's time (until both
+  // streams are done) relative to the compute alone.
+  template <class LaunchOn>
+  void time_beside_compute(const std::string& op, std::size_t count, const LaunchOn& launch_on, Measurement& out, RankBarrier& sync) {
+    CUstream side = device_.streams[1];
+    CUstream collectives = compute_->priority_stream();
+    const std::size_t size = count * sizeof(float) * static_cast<std::size_t>(op == "all_reduce" ? 1 : n_);
+    const double chunk_us = 10 + static_cast<double>(size) * busbw_factor(op, n_) / 300e9 * 1e6;
+    // The compute load alone.
+    cuda::check(d_.cuEventRecord(events_->start, side), "cuEventRecord");
+    for (int i = 0; i < o_.iters; ++i) compute_->launch(chunk_us, side);
+    cuda::check(d_.cuEventRecord(events_->compute_end, side), "cuEventRecord");
+    cuda::check(d_.cuEventSynchronize(events_->compute_end), "cuEventSynchronize");
+    const double alone_ms = compute_->elapsed_ms(events_->start, events_->compute_end);
+    // Both, started together on every rank.
     sync.wait();
-    const auto t = BenchClock::now();
-    for (int i = 0; i < o_.iters; ++i) launch();
-    cuda::check(d_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-    out.seconds[static_cast<std::size_t>(rank_)] = seconds_since(t) / o_.iters;
+    cuda::check(d_.cuEventRecord(events_->start, collectives), "cuEventRecord");
+    cuda::check(d_.cuStreamWaitEvent(side, events_->start, 0), "cuStreamWaitEvent");
+    for (int i = 0; i < o_.iters; ++i) {
+      launch_on(collectives);
+      compute_->launch(chunk_us, side);
+    }
+    cuda::check(d_.cuEventRecord(events_->coll_end, collectives), "cuEventRecord");
+    cuda::check(d_.cuEventRecord(events_->compute_end, side), "cuEventRecord");
+    cuda::check(d_.cuEventSynchronize(events_->coll_end), "cuEventSynchronize");
+    cuda::check(d_.cuEventSynchronize(events_->compute_end), "cuEventSynchronize");
+    const double coll_ms = compute_->elapsed_ms(events_->start, events_->coll_end);
+    const double step_ms = std::max(coll_ms, static_cast<double>(compute_->elapsed_ms(events_->start, events_->compute_end)));
+    const auto me = static_cast<std::size_t>(rank_);
+    out.beside[me] = coll_ms / 1e3 / o_.iters;
+    out.step[me] = alone_ms > 0 ? step_ms / alone_ms : 0;
   }
 
   // `iters` launches captured once (this thread's capture: the other ranks' threads keep calling
@@ -292,8 +366,30 @@ class RankRunner {
   Team& team_;
   int rank_, n_;
   const CollOptions& o_;
-  DeviceStreams device_;  // context and stream: synchronized and destroyed after the pool is gone
+  DeviceStreams device_;  // context and streams: synchronized and destroyed after the pool is gone
   CUstream stream_;
+  std::unique_ptr<ComputeLoad> compute_;  // --compute: on device_.streams[1]
+  // The three timing events of time_beside_compute.
+  struct Events {
+    CUevent start = nullptr, coll_end = nullptr, compute_end = nullptr;
+    Events() {
+      try {
+        for (CUevent* e : {&start, &coll_end, &compute_end}) cuda::check(cuda::driver().cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate");
+      } catch (...) {
+        destroy();
+        throw;
+      }
+    }
+    ~Events() { destroy(); }
+    Events(const Events&) = delete;
+    Events& operator=(const Events&) = delete;
+    void destroy() noexcept {
+      for (CUevent e : {start, coll_end, compute_end})
+        if (e != nullptr) cuda::driver().cuEventDestroy_v2(e);
+      start = coll_end = compute_end = nullptr;
+    }
+  };
+  std::unique_ptr<Events> events_;  // --compute
   std::shared_ptr<Pool> pool_;
   std::unique_ptr<Registry> registry_;
   std::vector<int> attached_;
@@ -360,52 +456,65 @@ void run_coll(const CollOptions& o, Report& report) {
   }
 
   Shared shared;
-  Progress progress("bench coll", o.ops.size() * sizes.size() * (kinds.size() + (o.auto_kind ? 1 : 0) + (o.auto_pool ? 1 : 0)));
+  // What a round measures at each point; round r starts r places further along this list, so that
+  // no kind is always measured first (right after the previous size) or last. The benchmark's own
+  // --auto choice depends on the kinds' times and comes after them.
+  std::vector<std::string> columns;
+  for (int k : kinds) columns.push_back(kKindNames[k]);
+  if (o.auto_pool) columns.push_back("pool");
+  Progress progress("bench coll", static_cast<std::size_t>(o.rounds) * o.ops.size() * sizes.size() * (columns.size() + (o.auto_kind ? 1 : 0)));
   std::map<std::string, int> auto_choice;  // op/bytes -> kind
   std::map<std::string, std::string> pool_part;  // op/bytes -> the auto pool's part
-  std::string pool_routes;
+  std::string pool_routes, compute_description;
   std::mutex choice_mutex;
   run_on_ranks(ranks, [&](int rank, RankBarrier& sync) {
     RankRunner runner(*team, rank, o);
+    if (rank == 0) compute_description = runner.compute_description();
     for (int k : kinds) runner.attach(k);  // collective per communicator, same order everywhere
     if (o.auto_pool) {
       runner.attach_auto_pool();
       if (rank == 0) pool_routes = runner.auto_routes();
     }
     sync.wait();
-    for (const auto& op : o.ops) {
-      for (const auto [count, size] : points_for(op, sizes, ranks)) {
-        for (int k : kinds) {
-          if (rank == 0) progress.step(op + " " + format_bytes(size) + " " + kKindNames[k]);
-          for (bool in_place : {false, true}) runner.measure(op, count, k, in_place, shared.at(key_of(op, size, kKindNames[k], in_place), ranks), sync);
-        }
-        if (o.auto_kind) {
-          sync.wait();  // every rank's times are in: all ranks pick the same kind
-          // Kinds are tried from the cheapest to hold (none, local, symmetric: a window costs a
-          // collective registration and whole chunks); a costlier kind wins only where it is
-          // measurably faster, so noise does not flip the choice between equal kinds.
-          std::vector<int> by_cost = kinds;
-          std::sort(by_cost.begin(), by_cost.end());
-          int best = by_cost[0];
-          double best_time = 0;
-          for (int k : by_cost) {
-            const double t = shared.at(key_of(op, size, kKindNames[k], false), ranks).mean() + shared.at(key_of(op, size, kKindNames[k], true), ranks).mean();
-            if (k == by_cost[0] || t < best_time * (1 - kAutoMargin)) best = k, best_time = t;
+    for (int round = 0; round < o.rounds; ++round) {
+      const std::string round_label = o.rounds > 1 ? "round " + std::to_string(round + 1) + "/" + std::to_string(o.rounds) + ": " : "";
+      for (const auto& op : o.ops) {
+        for (const auto [count, size] : points_for(op, sizes, ranks)) {
+          for (std::size_t i = 0; i < columns.size(); ++i) {
+            const std::string& column = columns[(i + static_cast<std::size_t>(round)) % columns.size()];
+            if (rank == 0) progress.step(round_label + op + " " + format_bytes(size) + " " + (column == "pool" ? "auto pool" : column));
+            if (column == "pool") {
+              const std::string part = runner.measure_auto_pool(op, count, size, shared.at(key_of(op, size, "pool", false), ranks, round),
+                                                                shared.at(key_of(op, size, "pool", true), ranks, round), sync);
+              if (rank == 0) {
+                std::lock_guard lock(choice_mutex);
+                pool_part[op + "/" + std::to_string(size)] = part;
+              }
+              continue;
+            }
+            for (bool in_place : {false, true})
+              runner.measure(op, count, kind_index(column), in_place, shared.at(key_of(op, size, column, in_place), ranks, round), sync);
           }
-          if (rank == 0) {
-            std::lock_guard lock(choice_mutex);
-            auto_choice[op + "/" + std::to_string(size)] = best;
-            progress.step(op + " " + format_bytes(size) + " auto (" + kKindNames[best] + ")");
-          }
-          for (bool in_place : {false, true}) runner.measure(op, count, best, in_place, shared.at(key_of(op, size, "auto", in_place), ranks), sync);
-        }
-        if (o.auto_pool) {
-          if (rank == 0) progress.step(op + " " + format_bytes(size) + " auto pool");
-          const std::string part = runner.measure_auto_pool(op, count, size, shared.at(key_of(op, size, "pool", false), ranks),
-                                                            shared.at(key_of(op, size, "pool", true), ranks), sync);
-          if (rank == 0) {
-            std::lock_guard lock(choice_mutex);
-            pool_part[op + "/" + std::to_string(size)] = part;
+          if (o.auto_kind) {
+            sync.wait();  // every rank's times are in: all ranks pick the same kind
+            // Kinds are tried from the cheapest to hold (none, local, symmetric: a window costs a
+            // collective registration and whole chunks); a costlier kind wins only where it is
+            // measurably faster (medians of the rounds so far), so noise does not flip the choice
+            // between equal kinds.
+            std::vector<int> by_cost = kinds;
+            std::sort(by_cost.begin(), by_cost.end());
+            int best = by_cost[0];
+            double best_time = 0;
+            for (int k : by_cost) {
+              const double t = shared.get(key_of(op, size, kKindNames[k], false)).median + shared.get(key_of(op, size, kKindNames[k], true)).median;
+              if (k == by_cost[0] || t < best_time * (1 - kAutoMargin)) best = k, best_time = t;
+            }
+            if (rank == 0) {
+              std::lock_guard lock(choice_mutex);
+              auto_choice[op + "/" + std::to_string(size)] = best;
+              progress.step(round_label + op + " " + format_bytes(size) + " auto (" + kKindNames[best] + ")");
+            }
+            for (bool in_place : {false, true}) runner.measure(op, count, best, in_place, shared.at(key_of(op, size, "auto", in_place), ranks, round), sync);
           }
         }
       }
@@ -414,31 +523,54 @@ void run_coll(const CollOptions& o, Report& report) {
   });
   progress.finish();
 
-  // Tables: one per op, rows per size and placement, nccl-tests' columns per kind.
+  // Tables: one per op, rows per size and placement, nccl-tests' columns per kind; every time is
+  // the median over the rounds.
+  std::vector<std::string> measured;  // the columns' keys, as the table shows them
+  for (int k : kinds) measured.push_back(kKindNames[k]);
+  if (o.auto_kind) measured.push_back("auto");
+  if (o.auto_pool) measured.push_back("pool");
   double worst_auto = 0;
   std::string worst_auto_at;
   double worst_pool = 0, worst_pool_vs_none = 0;  // from 64 KiB (the targets' range), and below it
   double worst_pool_small = 0;
   std::string worst_pool_at, worst_pool_vs_none_at, worst_pool_small_at;
+  std::vector<double> spread_small, spread_large;  // per row, the largest spread of its columns
   int wrong_total = 0;
   for (const auto& op : o.ops) {
     Table t;
-    t.title = op + " (" + std::to_string(ranks) + " ranks): time us, busbw GB/s";
+    t.title = op + " (" + std::to_string(ranks) + " ranks): time us, busbw GB/s" + (o.rounds > 1 ? ", medians of " + std::to_string(o.rounds) + " rounds" : "");
     t.headers = {"size", "count", "place"};
     t.keys = {"bytes", "count", "placement"};
-    for (int k : kinds) {
-      t.headers.push_back(std::string(kKindNames[k]) + " us");
-      t.headers.push_back(std::string(kKindNames[k]) + " busbw");
-      t.keys.push_back(std::string(kKindNames[k]) + "_us");
-      t.keys.push_back(std::string(kKindNames[k]) + "_busbw");
-    }
+    auto add_kind_columns = [&](const std::string& header, const std::string& key) {
+      for (const auto& [h, k] : std::vector<std::pair<std::string, std::string>>{{" us", "_us"}, {" busbw", "_busbw"}}) {
+        t.headers.push_back(header + h);
+        t.keys.push_back(key + k);
+      }
+      if (o.compute) {
+        t.headers.push_back(header + " beside us");
+        t.keys.push_back(key + "_beside_us");
+        t.headers.push_back(header + " step");
+        t.keys.push_back(key + "_step");
+      }
+    };
+    for (int k : kinds) add_kind_columns(kKindNames[k], kKindNames[k]);
     if (o.auto_kind) {
-      for (const char* h : {"auto kind", "auto us", "auto busbw", "auto/best"}) t.headers.push_back(h);
-      for (const char* k : {"auto_kind", "auto_us", "auto_busbw", "auto_vs_best"}) t.keys.push_back(k);
+      t.headers.push_back("auto kind");
+      t.keys.push_back("auto_kind");
+      add_kind_columns("auto", "auto");
+      t.headers.push_back("auto/best");
+      t.keys.push_back("auto_vs_best");
     }
     if (o.auto_pool) {
-      for (const char* h : {"pool part", "pool us", "pool busbw", "pool/best", "pool/none"}) t.headers.push_back(h);
-      for (const char* k : {"pool_part", "pool_us", "pool_busbw", "pool_vs_best", "pool_vs_none"}) t.keys.push_back(k);
+      t.headers.push_back("pool part");
+      t.keys.push_back("pool_part");
+      add_kind_columns("pool", "pool");
+      for (const char* h : {"pool/best", "pool/none"}) t.headers.push_back(h);
+      for (const char* k : {"pool_vs_best", "pool_vs_none"}) t.keys.push_back(k);
+    }
+    if (o.rounds > 1) {
+      t.headers.push_back("spread %");
+      t.keys.push_back("spread_pct");
     }
     t.headers.push_back("wrong");
     t.keys.push_back("wrong");
@@ -446,7 +578,7 @@ void run_coll(const CollOptions& o, Report& report) {
       // auto/best is judged as auto was chosen: per size class, out-of-place + in-place time,
       // against the single kind with the lowest such sum.
       auto class_time = [&](const std::string& kind) {
-        return shared.results[key_of(op, size, kind, false)].mean() + shared.results[key_of(op, size, kind, true)].mean();
+        return shared.get(key_of(op, size, kind, false)).median + shared.get(key_of(op, size, kind, true)).median;
       };
       double best_class = 0;
       for (int k : kinds) best_class = best_class == 0 ? class_time(kKindNames[k]) : std::min(best_class, class_time(kKindNames[k]));
@@ -467,26 +599,38 @@ void run_coll(const CollOptions& o, Report& report) {
       }
       for (bool in_place : {false, true}) {
         std::vector<Cell> row{bytes_cell(size), integer_cell(static_cast<long long>(count)), text_cell(in_place ? "in" : "out")};
-        int wrong = 0;
-        auto add = [&](const Measurement& m) {
-          row.push_back(number_cell(m.mean() * 1e6, 2));
-          row.push_back(number_cell(busbw_gbs(op, size, m.mean(), ranks), 2));
-          wrong += m.wrong_total();
+        double row_spread = 0;
+        auto add = [&](const std::string& name) {
+          const std::string key = key_of(op, size, name, in_place);
+          const OverRounds time = shared.get(key);
+          row.push_back(number_cell(time.median * 1e6, 2));
+          row.push_back(number_cell(busbw_gbs(op, size, time.median, ranks), 2));
+          if (o.compute) {
+            row.push_back(number_cell(shared.get(key, &Measurement::beside).median * 1e6, 2));
+            row.push_back(number_cell(shared.get(key, &Measurement::step).median, 3));
+          }
+          row_spread = std::max(row_spread, time.spread);
+          wrong_total += shared.wrong(key);
         };
-        for (int k : kinds) add(shared.results[key_of(op, size, kKindNames[k], in_place)]);
+        for (int k : kinds) add(kKindNames[k]);
         if (o.auto_kind) {
           row.push_back(text_cell(kKindNames[auto_choice[op + "/" + std::to_string(size)]]));
-          add(shared.results[key_of(op, size, "auto", in_place)]);
+          add("auto");
           row.push_back(number_cell(auto_ratio, 3));
         }
         if (o.auto_pool) {
           row.push_back(text_cell(pool_part[op + "/" + std::to_string(size)]));
-          add(shared.results[key_of(op, size, "pool", in_place)]);
+          add("pool");
           row.push_back(number_cell(pool_ratio, 3));
           row.push_back(number_cell(pool_vs_none, 3));
         }
+        if (o.rounds > 1) {
+          row.push_back(number_cell(row_spread * 100, 1));
+          (size >= 64 * 1024 ? spread_large : spread_small).push_back(row_spread);
+        }
+        int wrong = 0;
+        for (const auto& name : measured) wrong += shared.wrong(key_of(op, size, name, in_place));
         row.push_back(integer_cell(wrong));
-        wrong_total += wrong;
         t.add(std::move(row));
       }
     }
@@ -499,18 +643,14 @@ void run_coll(const CollOptions& o, Report& report) {
   summary.headers = {"op", "kind", "avg busbw", "peak busbw", "at size"};
   summary.keys = {"op", "kind", "avg_busbw", "peak_busbw", "peak_bytes"};
   for (const auto& op : o.ops) {
-    std::vector<std::string> names;
-    for (int k : kinds) names.push_back(kKindNames[k]);
-    if (o.auto_kind) names.push_back("auto");
-    if (o.auto_pool) names.push_back("pool");
-    for (const auto& name : names) {
+    for (const auto& name : measured) {
       double sum = 0, peak = 0;
       std::size_t peak_size = 0;
       int samples = 0;
       for (const Point& point : points_for(op, sizes, ranks)) {
         const std::size_t size = point.size;
         for (bool in_place : {false, true}) {
-          const double busbw = busbw_gbs(op, size, shared.results[key_of(op, size, name, in_place)].mean(), ranks);
+          const double busbw = busbw_gbs(op, size, shared.get(key_of(op, size, name, in_place)).median, ranks);
           sum += busbw;
           ++samples;
           if (busbw > peak) peak = busbw, peak_size = size;
@@ -558,6 +698,26 @@ void run_coll(const CollOptions& o, Report& report) {
                   "> 1 = the pool slower",
                   worst_pool, worst_pool_at.c_str(), worst_pool_small, worst_pool_small_at.c_str(), worst_pool_vs_none, worst_pool_vs_none_at.c_str());
     report.notes.push_back(buf);
+  }
+  report.facts.push_back({"rounds", std::to_string(o.rounds)});
+  if (o.rounds > 1) {
+    auto summary_of = [](std::vector<double> v) {
+      if (v.empty()) return std::string("-");
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.1f%% (max %.1f%%)", median(v) * 100, *std::max_element(v.begin(), v.end()) * 100);
+      return std::string(buf);
+    };
+    report.notes.push_back(std::to_string(o.rounds) + " rounds, each measuring the kinds in an order rotated by one: times are medians over the rounds; "
+                           "spread % = the largest (max - min) / median over rounds of a row's columns, median over rows " + summary_of(spread_small) +
+                           " below 64 KiB, " + summary_of(spread_large) + " from 64 KiB: ratios closer to 1 than that are noise");
+  }
+  if (o.compute) {
+    report.facts.push_back({"compute_load", compute_description});
+    report.notes.push_back("compute beside: each collective launched (eagerly, on a stream of the greatest priority, as FSDP2's) next to a chunk of the "
+                           "compute load on another stream, the streams joined "
+                           "at start and end; the chunk takes 10 us + size x busbw factor / 300 GB/s alone (about 1.2x the collective at "
+                           "H200's NVLink speed). beside us = the collective's time per op meanwhile; step = the time until both are done / "
+                           "the compute load alone (1.000: the collective cost the step nothing)");
   }
   const SymmetricCtas ctas = symmetric_ctas();  // decided at this run's first symmetric attach
   report.facts.push_back({"symmetric_ctas", ctas.decided ? std::to_string(ctas.ctas) : "-"});

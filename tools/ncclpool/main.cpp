@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
     if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
     if (command == "tune")
-      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph"}));
+      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph", "no-compute"}));
     if (command == "bench") {
       if (rest.empty()) throw UsageError("bench needs a suite: alloc, scope, coll or memory");
       const std::string suite = rest[0];
@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       if (suite == "scope")
         return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));
       if (suite == "coll")
-        return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays"}, {"help", "no-check", "auto", "auto-pool", "graph"}));
+        return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays", "rounds"}, {"help", "no-check", "auto", "auto-pool", "graph", "compute"}));
       throw UsageError("unknown bench suite '" + suite + "' (available: alloc, scope, coll, memory)");
     }
     throw UsageError("unknown command '" + command + "'");

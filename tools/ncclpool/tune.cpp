@@ -15,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <sstream>
 #include <unistd.h>
@@ -24,22 +25,82 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: ncclpool tune [--rounds 3] [--ctas nccl,16,32] [--min 16K] [--max 1G] [--factor 4] [--iters 30]\n"
-    "                     [--warmup 5] [--ranks N] [--graph [--replays 5]] [--keep DIR] [--out PATH] [--json]\n"
+    "                     [--warmup 5] [--ranks N] [--graph [--replays 5]] [--no-compute] [--keep DIR] [--out PATH] [--json]\n"
     "       ncclpool tune --from CTAS=FILE[,CTAS=FILE...] [--gpu NAME --nccl-version V --ranks N] [--out PATH]\n"
     "\n"
     "Measures this machine's profile: `bench coll` (none, local and symmetric registration; all-gather,\n"
     "reduce-scatter, all-reduce) once per round and symmetric CTA count (nccl = NCCL's own choice), in\n"
-    "alternating rounds, then picks the CTA count with the fastest symmetric kernels and, per op and\n"
-    "size, the cheapest kind to hold unless a costlier one is >= 2% faster (medians over rounds; the count\n"
-    "is judged where every setting's runs spread by <= 5%). --keep DIR saves each run's JSON. Writes\n"
+    "alternating rounds, each collective alone and beside a compute-bound kernel (bench coll --compute; a\n"
+    "training step overlaps them, and the symmetric kernels' CTAs are SMs the compute does not get). It picks\n"
+    "the CTA count with the fastest symmetric kernels alone among those whose steps with compute beside are\n"
+    "within 1% of the best, and, per op and size, the cheapest kind to hold unless a costlier one is >= 2%\n"
+    "faster alone (medians over rounds; counts are judged where every setting's runs spread by <= 5%).\n"
+    "--no-compute measures alone only (faster). --keep DIR saves each run's JSON. Writes\n"
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
     "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
     "and rank count). --from builds it from `bench coll --json` files instead (no GPU needed). Progress\n"
     "on stderr. --graph times CUDA-graph replays (bench coll --graph): small sizes are resolved, which eager\n"
-    "launches leave to noise. Not measured: the collectives with compute running beside them.\n";
+    "launches leave to noise (the runs beside compute launch eagerly).\n";
 
-// samples[op][bytes][kind or "symmetric@CTAS"] = times in us (out-of-place)
-using Samples = std::map<std::string, std::map<std::size_t, std::map<std::string, std::vector<double>>>>;
+// samples[op][bytes][kind or "symmetric@CTAS"] = one value per run (out-of-place)
+using Kinds = std::map<std::string, std::vector<double>>;
+using Samples = std::map<std::string, std::map<std::size_t, Kinds>>;
+
+// Where the runs resolve a difference of CTA counts: every setting's runs within 5% of their median.
+// Elsewhere (eager launches of small sizes: 10-50% run to run) a median says more about the noise
+// than about the count, and weighing those points like the rest once picked 16 CTAs on 2x H200
+// where 32 was faster at every size from 4 MiB (docs/benchmarks/coll.md).
+constexpr double kResolvedSpread = 0.05;
+
+// The CTA settings' geometric means of symmetric medians (INFINITY where one lacks a point) over the
+// points the runs resolve, or over every point if none is resolved (one round: no spread to judge).
+struct CtaScores {
+  std::map<std::string, double> geomean;
+  std::size_t points = 0, all_points = 0;
+  bool resolved_only = false;
+};
+CtaScores score_ctas(const Samples& samples, const std::vector<std::string>& ctas_values) {
+  auto spread = [](const std::vector<double>& v) {
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    return (*hi - *lo) / median(v);
+  };
+  auto is_resolved = [&](const Kinds& kinds) {
+    return std::all_of(ctas_values.begin(), ctas_values.end(), [&](const std::string& c) {
+      auto it = kinds.find("symmetric@" + c);
+      return it != kinds.end() && spread(it->second) <= kResolvedSpread;
+    });
+  };
+  std::vector<const Kinds*> all, resolved;
+  for (const auto& [op, sizes] : samples)
+    for (const auto& [bytes, kinds] : sizes) {
+      all.push_back(&kinds);
+      if (is_resolved(kinds)) resolved.push_back(&kinds);
+    }
+  CtaScores scores;
+  scores.resolved_only = !resolved.empty();
+  const std::vector<const Kinds*>& judged = scores.resolved_only ? resolved : all;
+  scores.points = judged.size();
+  scores.all_points = all.size();
+  for (const auto& c : ctas_values) {
+    double log_sum = 0;
+    for (const Kinds* kinds : judged) {
+      auto it = kinds->find("symmetric@" + c);
+      log_sum += it == kinds->end() ? INFINITY : std::log(median(it->second));
+    }
+    scores.geomean[c] = judged.empty() ? INFINITY : std::exp(log_sum / static_cast<double>(judged.size()));
+  }
+  return scores;
+}
+
+// "nccl 1.26, 16 1.04, 32 1" (each relative to `best`), "over 20 of 27 points, those whose runs ...".
+std::string describe_scores(const CtaScores& s, const std::vector<std::string>& ctas_values, const std::string& best) {
+  std::ostringstream out;
+  out << std::setprecision(3);
+  for (const auto& c : ctas_values) out << (out.tellp() > 0 ? ", " : "") << c << " " << s.geomean.at(c) / s.geomean.at(best);
+  out << "; over " << s.points << " of " << s.all_points << " points"
+      << (s.resolved_only ? ", those whose runs spread <= 5% for every setting" : ": no point's runs spread <= 5%, so all");
+  return out.str();
+}
 
 std::string fact(const Json& doc, std::string_view key) {
   const Json* facts = doc.find("facts");
@@ -56,10 +117,11 @@ MachineFacts machine_of(const Json& doc, const MachineFacts& given) {
   return m;
 }
 
-Cell spread_cell(const std::vector<double>& v) {
+Cell spread_cell(const std::vector<double>& v, int decimals = 1) {
   if (v.empty()) return text_cell("-");
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f [%.1f-%.1f]", median(v), *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.*f [%.*f-%.*f]", decimals, median(v), decimals, *std::min_element(v.begin(), v.end()), decimals,
+                *std::max_element(v.begin(), v.end()));
   return text_cell(buf);
 }
 
@@ -96,7 +158,8 @@ std::string run_child(const std::string& self, const std::string& ctas, const st
 Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report) {
   if (runs.empty()) throw InvalidArgument("tune: no bench coll runs");
   const MachineFacts machine = machine_of(runs.front().doc, given);
-  Samples samples;
+  Samples samples;  // times in us
+  Samples steps;    // with the compute load beside (bench coll --compute): step time / compute alone
   std::vector<std::string> ctas_values;
   for (const CollRun& run : runs) {
     const MachineFacts m = machine_of(run.doc, given);
@@ -118,11 +181,12 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
         if (placement == nullptr || bytes == nullptr || placement->string != "out") continue;
         if (const Json* wrong = row.find("wrong"); wrong != nullptr && wrong->number != 0)
           throw InvalidArgument("tune: a run has wrong results at " + op + " " + std::to_string(bytes->integer) + " bytes: not used");
-        auto& at = samples[op][static_cast<std::size_t>(bytes->integer)];
+        const auto size = static_cast<std::size_t>(bytes->integer);
         for (const char* kind : {"none", "local", "symmetric"}) {
-          const Json* us = row.find(std::string(kind) + "_us");
-          if (us == nullptr || us->type != Json::Type::number) continue;
-          at[kind == std::string("symmetric") ? "symmetric@" + run.ctas : kind].push_back(us->number);
+          const std::string name = kind == std::string("symmetric") ? "symmetric@" + run.ctas : kind;
+          if (const Json* us = row.find(std::string(kind) + "_us"); us != nullptr && us->type == Json::Type::number) samples[op][size][name].push_back(us->number);
+          if (const Json* step = row.find(std::string(kind) + "_step"); step != nullptr && step->type == Json::Type::number && step->number > 0)
+            steps[op][size][name].push_back(step->number);
         }
       }
     }
@@ -131,53 +195,42 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
     throw InvalidArgument("tune: the runs do not say their GPU, NCCL version and rank count (older bench coll): give --gpu, --nccl-version and --ranks");
   if (samples.empty()) throw InvalidArgument("tune: the runs hold no all-gather, reduce-scatter or all-reduce times");
 
-  // The CTA count: the smallest geometric mean of symmetric medians over the points (op, size)
-  // the runs resolve: where every setting's runs spread by at most kResolvedSpread of their median.
-  // Elsewhere (eager launches of small sizes: 10-50% run to run) a median says more about the noise
-  // than about the count, and weighing those points like the rest once picked 16 CTAs on 2x H200
-  // where 32 was faster at every size from 4 MiB (docs/benchmarks/coll.md). If no point is resolved
-  // (one round: no spread to judge), every point counts.
-  constexpr double kResolvedSpread = 0.05;
-  auto spread = [](const std::vector<double>& v) {
-    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-    return (*hi - *lo) / median(v);
-  };
-  auto is_resolved = [&](const auto& kinds) {
-    return std::all_of(ctas_values.begin(), ctas_values.end(), [&](const std::string& c) {
-      auto it = kinds.find("symmetric@" + c);
-      return it != kinds.end() && spread(it->second) <= kResolvedSpread;
-    });
-  };
-  using Kinds = std::map<std::string, std::vector<double>>;
-  std::vector<const Kinds*> all, resolved;
-  for (const auto& [op, sizes] : samples)
-    for (const auto& [bytes, kinds] : sizes) {
-      all.push_back(&kinds);
-      if (is_resolved(kinds)) resolved.push_back(&kinds);
+  // The CTA count. Alone: the smallest geometric mean of symmetric medians (score_ctas). With the
+  // compute load beside (runs of bench coll --compute), a count that buys collective speed with
+  // SMs the compute needed shows in the steps: the count is then the fastest alone among those whose
+  // steps are within 1% of the best count's, so that a training step that overlaps its collectives
+  // never pays for a faster exposed one. NCCL's own count when within 1% of the choice.
+  const CtaScores alone = score_ctas(samples, ctas_values);
+  std::vector<std::string> eligible = ctas_values;
+  std::string step_note;
+  if (!steps.empty()) {
+    const CtaScores beside = score_ctas(steps, ctas_values);
+    std::string best_step = ctas_values.front();
+    for (const auto& c : ctas_values)
+      if (beside.geomean.at(c) < beside.geomean.at(best_step)) best_step = c;
+    if (std::isfinite(beside.geomean.at(best_step))) {
+      eligible.clear();
+      for (const auto& c : ctas_values)
+        if (beside.geomean.at(c) <= 1.01 * beside.geomean.at(best_step)) eligible.push_back(c);
+      std::string list;
+      for (const auto& c : eligible) list += (list.empty() ? "" : ", ") + c;
+      step_note = "; with compute beside, step time relative to " + best_step + ": " + describe_scores(beside, ctas_values, best_step) +
+                  "; within 1% of the best step: " + list;
     }
-  const std::vector<const Kinds*>& judged = resolved.empty() ? all : resolved;
-  const std::size_t points = judged.size(), all_points = all.size();
-  std::map<std::string, double> log_sum;
-  for (const Kinds* kinds : judged)
-    for (const auto& c : ctas_values) {
-      auto it = kinds->find("symmetric@" + c);
-      log_sum[c] += it == kinds->end() ? INFINITY : std::log(median(it->second));
-    }
-  std::string best = ctas_values.front();
-  for (const auto& c : ctas_values)
-    if (log_sum[c] < log_sum[best]) best = c;
-  if (!std::isfinite(log_sum[best])) {  // no symmetric times at every size (no windows here): NCCL's own
+  }
+  std::string best = eligible.front();
+  for (const auto& c : eligible)
+    if (alone.geomean.at(c) < alone.geomean.at(best)) best = c;
+  const bool symmetric_measured = std::isfinite(alone.geomean.at(best));
+  if (!symmetric_measured) {  // no symmetric times at every size (no windows here): NCCL's own
     best = "nccl";
     report.notes.push_back("symmetric was not measured at every size (windows unsupported?): the profile keeps NCCL's CTA count");
   }
-  if (log_sum.count("nccl") && std::isfinite(log_sum[best]) && std::exp((log_sum["nccl"] - log_sum[best]) / static_cast<double>(points)) <= 1.01)
+  if (symmetric_measured && std::find(eligible.begin(), eligible.end(), "nccl") != eligible.end() && alone.geomean.at("nccl") <= 1.01 * alone.geomean.at(best))
     best = "nccl";
-  std::ostringstream scores;
-  for (const auto& c : ctas_values)
-    scores << (scores.tellp() > 0 ? ", " : "") << c << " " << std::exp((log_sum[c] - log_sum[best]) / static_cast<double>(points));
-  report.notes.push_back("symmetric CTAs: " + best + " (geometric mean of symmetric times relative to it: " + scores.str() + "; over " +
-                         std::to_string(points) + " of " + std::to_string(all_points) + " points" +
-                         (!resolved.empty() ? ", those whose runs spread <= 5% for every setting)" : ": no point's runs spread <= 5%, so all)"));
+  if (symmetric_measured)
+    report.notes.push_back("symmetric CTAs: " + best + " (alone, geometric mean of symmetric times relative to it: " + describe_scores(alone, ctas_values, best) +
+                           step_note + ")");
 
   Profile profile;
   profile.gpu = machine.gpu;
@@ -223,6 +276,23 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}));
       for (const auto& c : ctas_values) row.push_back(spread_cell(kinds.count("symmetric@" + c) ? kinds.at("symmetric@" + c) : std::vector<double>{}));
       row.push_back(text_cell(chosen));
+      t.add(std::move(row));
+    }
+    report.tables.push_back(std::move(t));
+  }
+  for (const auto& [op, sizes] : steps) {  // what each setting's collectives cost a step with compute beside them
+    Table t;
+    t.title = op + " (" + std::to_string(machine.ranks) + " ranks) with compute beside: step time / compute alone, median [min-max] over runs";
+    t.headers = {"size", "none", "local"};
+    t.keys = {"bytes", "none_step", "local_step"};
+    for (const auto& c : ctas_values) {
+      t.headers.push_back("symmetric " + c);
+      t.keys.push_back("symmetric_" + c + "_step");
+    }
+    for (const auto& [bytes, kinds] : sizes) {
+      std::vector<Cell> row{bytes_cell(bytes)};
+      for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}, 3));
+      for (const auto& c : ctas_values) row.push_back(spread_cell(kinds.count("symmetric@" + c) ? kinds.at("symmetric@" + c) : std::vector<double>{}, 3));
       t.add(std::move(row));
     }
     report.tables.push_back(std::move(t));
@@ -278,6 +348,7 @@ int cmd_tune(const Args& a) {
                                           "--iters", a.get("iters", "30"), "--warmup", a.get("warmup", "5")};
     if (given.ranks != 0) coll_args.insert(coll_args.end(), {"--ranks", std::to_string(given.ranks)});
     if (a.has("graph")) coll_args.insert(coll_args.end(), {"--graph", "--replays", std::to_string(a.get_int("replays", 5, 1, 100000))});
+    if (!a.has("no-compute")) coll_args.push_back("--compute");
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) throw BackendError("tune: cannot find this program (/proc/self/exe): " + ec.message());

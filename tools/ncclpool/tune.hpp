@@ -27,9 +27,11 @@ struct MachineFacts {
 
 /// Builds the profile from the runs (pure: tested on CPU with runs recorded on GPUs) and fills
 /// `report` with the medians, spreads and choices. `given` fills facts the runs lack.
-/// Rules: the CTA count whose symmetric times have the smallest geometric mean over every op and
-/// size (NCCL's own choice when within 1% of it); per op and size the cheapest kind to hold
-/// (none < local < symmetric) unless a costlier one's median is >= 2% faster.
+/// Rules: the CTA count whose symmetric times have the smallest geometric mean over the ops and sizes
+/// whose runs agree within 5% (every point if none does), among the counts whose steps with compute
+/// beside (runs of bench coll --compute, where there are) are within 1% of the best; NCCL's own
+/// choice when within 1% of it. Per op and size the cheapest kind to hold (none < local < symmetric)
+/// unless a costlier one's median is >= 2% faster.
 /// @throws InvalidArgument when runs disagree on the machine or lack what is needed.
 Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report);
 
