@@ -48,14 +48,18 @@ expect_rc 2 "$tool" bench coll --ops bcast;    grep -q "not one of all_gather" "
 expect_rc 0 "$tool" bench coll --help;    grep -q -- "--graph captures" "$tmp/out" || fail "coll --graph help"
 grep -q -- "--auto-pool adds" "$tmp/out" || fail "coll --auto-pool help"
 expect_rc 2 "$tool" bench coll --replays 0; grep -q "replays" "$tmp/err" || fail "bad replays"
+expect_rc 2 "$tool" bench coll --rounds 0; grep -q "rounds" "$tmp/err" || fail "bad rounds"
+expect_rc 0 "$tool" bench coll --help;    grep -q -- "--compute also runs" "$tmp/out" || fail "coll --compute help"
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" bench coll; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll without GPUs"
   expect_rc 1 "$tool" bench coll --graph; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll --graph without GPUs"
+  expect_rc 1 "$tool" bench coll --compute --rounds 2; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll --compute without GPUs"
 fi
 # tune: a profile from recorded bench coll runs (no GPU needed), bad arguments, no GPU.
 runs="$data/../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c"
 expect_rc 0 "$tool" tune --help
 expect_rc 2 "$tool" tune --ctas 99;            grep -q "neither 'nccl' nor a count" "$tmp/err" || fail "bad ctas"
+expect_rc 2 "$tool" tune --eager --graph;      grep -q "exclude each other" "$tmp/err" || fail "tune --eager --graph"
 expect_rc 2 "$tool" tune --from "$runs/coll-nccl-1.json"; grep -q "is not CTAS=FILE" "$tmp/err" || fail "bad --from"
 expect_rc 2 "$tool" tune --from "fast=$runs/coll-nccl-1.json"; grep -q "'fast' is neither 'nccl' nor a count" "$tmp/err" || fail "bad --from label"
 printf '{' >"$tmp/broken.json"

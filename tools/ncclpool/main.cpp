@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
     if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
     if (command == "tune")
-      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph", "no-compute"}));
+      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph", "eager", "no-compute"}));
     if (command == "bench") {
       if (rest.empty()) throw UsageError("bench needs a suite: alloc, scope, coll or memory");
       const std::string suite = rest[0];
