@@ -118,8 +118,9 @@ class Pool:
             (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
         growth_chunk: segments for smaller requests are multiples of this (0: 2 MiB, or 1 GiB for
             symmetric pools; auto pools: 1 GiB for their symmetric part, 2 MiB for the others, and
-            ``growth_chunk`` then reads 0); a request of at least max(growth_chunk / 16, reserved / 64)
-            gets a segment of its own size (docs/pool.md).
+            ``growth_chunk`` then reads 0); a request of at least max(growth_chunk / 16, reserved / 64),
+            and any request while the pool is within one chunk, gets a segment of its own size
+            (docs/pool.md).
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.

@@ -412,8 +412,9 @@ TEST_F(NcclRegistry, CheckModeCatchesLayoutsAndBuffersThatDiffer) {
     auto& pool = r.pool;
     Registry& registry = *r.registry;
     auto& world = r.world;
-    // Two same-sized buffers in opposite orders (in one chunk: below chunk / 16): layouts agree,
+    // Two same-sized buffers in opposite orders (in one segment, reserved first): layouts agree,
     // buffer x is at another offset.
+    pool->reserve(256 * MiB);
     void* first = pool->allocate(4 * MiB);
     void* second = pool->allocate(4 * MiB);
     registry.commit();

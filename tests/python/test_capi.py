@@ -187,16 +187,17 @@ def test_symmetric_windows_commit_at_scope_end_across_four_ranks():
             assert ncclpool.library().ncclpool_current_pool() == p.handle.value
             for size in (2 * MiB, 80 * MiB, 2 * MiB):  # torch's segment sizes
                 ptrs.append(lib.ncclpool_torch_alloc(size, 0, None))
-            # Two segments (a 64 MiB chunk for both 2 MiB, 80 MiB of its own: at least chunk / 16)
-            # x two communicators.
-            assert p.pending == 2 * 2
+            # Three segments (2 MiB: within the first chunk's worth a segment is the request's size;
+            # 80 MiB of its own, at least chunk / 16; past one chunk's worth, a 64 MiB chunk for the
+            # last 2 MiB) x two communicators.
+            assert p.pending == 3 * 2
         assert p.pending == 0
         s = cw.stats()
-        assert s["registered_segments"] == 2 and s["kind"] == "symmetric"
-        # A second use with no new segment registers nothing.
+        assert s["registered_segments"] == 3 and s["kind"] == "symmetric"
+        # A second use with no new segment (room in the chunk) registers nothing.
         with p.scope():
             q = lib.ncclpool_torch_alloc(1 * MiB, 0, None)
-        assert cw.stats()["registrations"] == 2 and ce.stats()["registrations"] == 2
+        assert cw.stats()["registrations"] == 3 and ce.stats()["registrations"] == 3
         for ptr in ptrs + [q]:
             lib.ncclpool_torch_free(ptr, 0, 0, None)
         p.check()
@@ -320,13 +321,13 @@ def test_an_auto_pools_parts_share_max_reserved(sim_profile):
     sim_profile(1, [(0, "none"), (MiB, "local")])
     p = sim_pool("auto", name="capped", max_reserved=16 * MiB, growth_chunk=8 * MiB)
     c = p.attach_sim(ncclpool.SimGroup("one", 1), 0)
-    small = p.alloc(64 << 10)      # none part: an 8 MiB chunk
-    large = p.alloc(4 * MiB)       # local part: a segment of its own size (>= chunk / 16)
-    assert p.stats()["reserved_bytes"] == 12 * MiB
+    small = p.alloc(64 << 10)      # none part: a 2 MiB segment (the request's size, to the granularity)
+    large = p.alloc(4 * MiB)       # local part: a segment of its own size
+    assert p.stats()["reserved_bytes"] == 6 * MiB
     with pytest.raises(errors.OutOfMemory, match="shared by its parts"):
-        p.alloc(6 * MiB)           # a 6 MiB segment would make 18 MiB in all
+        p.alloc(12 * MiB)          # a 12 MiB segment would make 18 MiB in all
     p.free(large)
-    again = p.alloc(6 * MiB)       # the local part gives its empty 4 MiB segment back first: 14 MiB
+    again = p.alloc(12 * MiB)      # the local part gives its empty 4 MiB segment back first: 14 MiB
     assert p.stats()["reserved_bytes"] <= 16 * MiB
     for ptr in (small, again):
         p.free(ptr)

@@ -95,7 +95,8 @@ def test_buffers_at_other_offsets_are_named_with_ranks_and_offsets():
     def rank(r):
         p = sim_pool("symmetric", name="shared", growth_chunk=128 * MiB)
         c = p.attach_sim(world, r)
-        first, second = p.alloc(4 * MiB), p.alloc(4 * MiB)  # one chunk (below chunk / 16)
+        p.reserve(128 * MiB)  # one segment for both
+        first, second = p.alloc(4 * MiB), p.alloc(4 * MiB)
         p.commit()
         x = first if r == 0 else second
         try:

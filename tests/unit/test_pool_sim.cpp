@@ -329,6 +329,7 @@ TEST(StreamOrdering, AnUnpublishedBlockPublishedWhileWithheldCrossesWhenPutBack)
 TEST(MemoryBreakdown, SaysWhereTheReservedBytesAre) {
   auto source = sim();
   Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB});
+  pool.reserve(4 * MiB);                // one segment of 4 MiB for the three requests below
   void* a = pool.allocate(1000, 1);     // 1,024-byte block: 24 bytes of rounding
   void* b = pool.allocate(MiB, 1);
   void* c = pool.allocate(MiB, 1);
@@ -360,17 +361,54 @@ std::vector<std::size_t> segment_sizes(const Pool& pool) {
 TEST(Growth, LargeRequestsGetSegmentsOfTheirOwnSizeSmallOnesShareChunks) {
   auto source = sim();
   Pool pool(source, PoolConfig{.growth_chunk = 1024 * MiB});
-  void* large = pool.allocate(100 * MiB + 1);  // >= chunk / 16: its own size, rounded to 2 MiB
-  void* small = pool.allocate(60 * MiB);       // below: a chunk that later requests share
+  // Within the first chunk's worth, every request gets its own size, at least chunk / 128 (8 MiB).
+  void* large = pool.allocate(100 * MiB + 1);  // rounded to the 2 MiB granularity
+  void* small = pool.allocate(MiB);
+  void* beside = pool.allocate(6 * MiB);       // fits beside it
+  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 8 * MiB}));
+  void* big = pool.allocate(900 * MiB);        // past the first chunk, but >= chunk / 16: its own size
+  void* below = pool.allocate(60 * MiB);       // below: a chunk that later requests share
   void* shares = pool.allocate(900 * MiB);     // fits in the chunk
-  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 1024 * MiB}));
+  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 8 * MiB, 900 * MiB, 1024 * MiB}));
   void* huge = pool.allocate(4 * 1024 * MiB + 1);  // larger than a chunk: not rounded to 5 GiB
   EXPECT_EQ(segment_sizes(pool).back(), 4 * 1024 * MiB + 2 * MiB);
   // Past 64 x 64 MiB reserved, the bound is reserved / 64: a 70 MiB request shares a chunk again.
   void* mid = pool.allocate(70 * MiB);
   EXPECT_EQ(segment_sizes(pool).back(), 1024 * MiB) << "70 MiB < reserved / 64 = " << pool.stats().reserved_bytes / 64;
-  for (void* p : {large, small, shares, huge, mid}) pool.deallocate(p);
+  for (void* p : {large, small, beside, big, below, shares, huge, mid}) pool.deallocate(p);
   pool.check_invariants();
+}
+
+// Segments follow the request sequence only: fed the same requests, pools make the same segments
+// (what symmetric pools on different ranks rely on), whatever the addresses.
+TEST(Growth, TheFirstChunksWorthOfSegmentsFollowsTheRequestsOnly) {
+  auto source = sim();
+  Pool a(source, PoolConfig{.growth_chunk = 1024 * MiB, .deterministic = true});
+  Pool b(source, PoolConfig{.growth_chunk = 1024 * MiB, .deterministic = true});
+  std::vector<void*> blocks_a, blocks_b;
+  for (std::size_t i = 0; i < 40; ++i) {
+    const std::size_t size = (i * 7919 % 37 + 1) * 512 * 1024;  // 0.5 .. 18.5 MiB
+    blocks_a.push_back(a.allocate(size));
+    blocks_b.push_back(b.allocate(size));
+    if (i % 3 == 2) {
+      a.deallocate(blocks_a[i - 1]);
+      b.deallocate(blocks_b[i - 1]);
+      blocks_a[i - 1] = blocks_b[i - 1] = nullptr;
+    }
+  }
+  EXPECT_EQ(segment_sizes(a), segment_sizes(b));
+  EXPECT_GT(segment_sizes(a).size(), 1u);
+  EXPECT_LT(a.stats().reserved_bytes, 1024 * MiB) << "a pool smaller than a chunk does not reserve one";
+  for (const SegmentInfo& s : a.segments()) EXPECT_GE(s.size, 8 * MiB);  // chunk / 128
+  ASSERT_EQ(a.live_blocks().size(), b.live_blocks().size());
+  for (std::size_t i = 0; i < a.live_blocks().size(); ++i) {
+    EXPECT_EQ(a.live_blocks()[i].segment_sequence, b.live_blocks()[i].segment_sequence);
+    EXPECT_EQ(a.live_blocks()[i].offset, b.live_blocks()[i].offset);
+  }
+  for (void* p : blocks_a) a.deallocate(p);
+  for (void* p : blocks_b) b.deallocate(p);
+  a.check_invariants();
+  b.check_invariants();
 }
 
 TEST(Growth, SegmentsOfTheirOwnStopAtABudgetThatGrowsWithTheReserve) {
@@ -410,7 +448,11 @@ TEST(Growth, RampedChunksStartSmallAndGrowByAnEighthUpToTheGrowthChunk) {
   EXPECT_LE(ramped.stats().reserved_bytes - 200 * MiB, ramped.stats().reserved_bytes / 8);
   for (int i = 0; i < 400; ++i) a.push_back(ramped.allocate(MiB));  // past 512 MiB: whole 64 MiB chunks
   EXPECT_EQ(segment_sizes(ramped).back(), 64 * MiB);
-  EXPECT_EQ(segment_sizes(fixed), (std::vector<std::size_t>{64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}));
+  // Fixed chunks: the first 64 MiB in segments of the 1 MiB requests' size (2 MiB, the granularity),
+  // then whole chunks.
+  std::vector<std::size_t> expected(32, 2 * MiB);
+  expected.insert(expected.end(), {64 * MiB, 64 * MiB, 64 * MiB});
+  EXPECT_EQ(segment_sizes(fixed), expected);
   for (void* p : a) ramped.deallocate(p);
   for (void* p : b) fixed.deallocate(p);
   Pool small(source, PoolConfig{.growth_chunk = 1024 * MiB, .ramp_up_chunks = true});
@@ -603,8 +645,12 @@ TEST(Config, RejectsBadValues) {
   c = {};
   c.growth_chunk = 3 * MiB;  // rounded up to the 2 MiB granularity
   Pool pool(source, c);
-  void* a = pool.allocate(1);
+  pool.reserve(4 * MiB);    // the first chunk's worth, filled below
+  void* full = pool.allocate(4 * MiB);
+  void* a = pool.allocate(1);  // past it: a whole chunk
   EXPECT_EQ(pool.segment_of(a)->size, 4 * MiB);
+  EXPECT_EQ(pool.stats().segment_count, 2u);
+  pool.deallocate(full);
   pool.deallocate(a);
 }
 

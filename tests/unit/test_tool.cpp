@@ -121,6 +121,28 @@ TEST(TorchSnapshot, SegmentLevelReplaysTorchsSegmentsNotTheTensors) {
   EXPECT_EQ(t.recorded_peak_reserved, 22 * MiB);
 }
 
+// PyTorch's reserve for the trace's tensors: segments made during the recording (pieces of an
+// expandable one included, an unmap cutting a piece in two), plus the trace's tensors that live in
+// segments made before it; a release of such an older segment changes nothing (it held tensors the
+// trace does not have).
+TEST(TorchSnapshot, RecordedReserveCountsOlderSegmentsOnlyThroughTheTracesTensors) {
+  const std::string snapshot =
+      "{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 1000000000, \"size\": 3145728, \"stream\": 0},"
+      " {\"action\": \"segment_free\", \"addr\": 2000000000, \"size\": 67108864, \"stream\": 0},"
+      " {\"action\": \"segment_map\", \"addr\": 4194304, \"size\": 8388608, \"stream\": 0},"
+      " {\"action\": \"alloc\", \"addr\": 4194304, \"size\": 6291456, \"stream\": 0},"
+      " {\"action\": \"segment_unmap\", \"addr\": 10485760, \"size\": 2097152, \"stream\": 0},"
+      " {\"action\": \"free_completed\", \"addr\": 1000000000, \"size\": 3145728, \"stream\": 0},"
+      " {\"action\": \"segment_map\", \"addr\": 10485760, \"size\": 8388608, \"stream\": 0},"
+      " {\"action\": \"alloc\", \"addr\": 11534336, \"size\": 1048576, \"stream\": 0}]]}";
+  const Trace t = parse_torch_snapshot(snapshot, "s.json", {});
+  // 3 MiB older + 8 MiB mapped = 11; the unmap leaves 6 + 3 = 9; the free 6; the new map 6 + 8 = 14
+  // (its tensor is inside it). Without the unmap it would read 16; with the older release, 0.
+  EXPECT_EQ(t.recorded_peak_reserved, 14 * MiB);
+  EXPECT_EQ(t.recorded_older_segment_peak, 3 * MiB);
+  EXPECT_EQ(t.skipped_frees, 0u);
+}
+
 TEST(Replay, SharedPoolAgainstPoolPerGroup) {
   const Trace t = load_trace(kData + "/two_groups.csv", {});
   ReplayOptions o;
@@ -225,11 +247,31 @@ TEST(RecordedTraces, TorchLayerSegmentsStayWithinSixPercent) {
     EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
     EXPECT_LE(static_cast<double>(r.shared.peak_reserved), 1.06 * static_cast<double>(r.shared.peak_live));
     EXPECT_LE(r.shared.segments, 64u);  // windows stay few (~15 ms each per group)
-    // Megatron-FSDP's recording began after some segments existed: its allocator's figure is partial
-    // and the report says so instead of a ratio below 1.
+    // At this level what torch held is what was live: the recording allocator's line reads 1.000,
+    // also for Megatron-FSDP, whose recording released segments made before it began.
+    EXPECT_EQ(r.recorded_peak_reserved, r.shared.peak_live);
+    EXPECT_EQ(r.recorded_older_segment_peak, 0u);
+  }
+}
+
+// The tensors' view, against what PyTorch held for the same tensors: the default pool (1 GiB
+// chunks, as symmetric pools) needs no more than PyTorch's allocator on any recorded trace. The
+// FSDP recordings began after the model existed, and some of their tensors went into its
+// segments: PyTorch's figure is then a lower bound (1.287 and 1.323 over live), and still above the
+// pool's. Decode: a pool below one chunk grows by its requests' sizes, not by a whole chunk.
+TEST(RecordedTraces, TensorsNeedNoMoreThanPyTorchsAllocator) {
+  for (const char* name : {"decode_2gpu.json", "fsdp2_2gpu.json", "fsdp_ep_2gpu.json", "megatron_fsdp_2gpu.json"}) {
+    SCOPED_TRACE(name);
+    TraceOptions tensors;
+    tensors.group_by = GroupBy::stream;
+    const Trace t = load_trace(kData + "/traces/" + name, tensors);
+    const ReplayResult r = replay(t, ReplayOptions{});
+    EXPECT_EQ(r.growth_chunk, 1024 * MiB);
+    EXPECT_GE(r.recorded_peak_reserved, r.shared.peak_live);
+    EXPECT_LE(r.shared.peak_reserved, r.recorded_peak_reserved);
+    const bool fsdp = std::string(name) == "fsdp2_2gpu.json" || std::string(name) == "fsdp_ep_2gpu.json";
+    EXPECT_EQ(r.recorded_older_segment_peak > 100 * MiB, fsdp);
     const std::string text = format_text(r, name);
-    const bool partial = r.recorded_peak_reserved < r.shared.peak_live;
-    EXPECT_EQ(partial, std::string(name) == "megatron_fsdp_2gpu.json");
-    EXPECT_EQ(text.find("misses segments made before the recording began") != std::string::npos, partial) << text;
+    EXPECT_EQ(text.find("a lower bound") != std::string::npos, r.recorded_older_segment_peak > 0) << text;
   }
 }

@@ -90,6 +90,7 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   r.events = trace.events.size();
   r.groups = trace.groups;
   r.recorded_peak_reserved = trace.recorded_peak_reserved;
+  r.recorded_older_segment_peak = trace.recorded_older_segment_peak;
   r.kind = o.kind;
   r.growth_chunk = o.growth_chunk != 0 ? o.growth_chunk : (o.kind == RegistrationKind::symmetric ? 1024 * kMiB : 2 * kMiB);
   r.ramp_up_chunks = o.ramp_up_chunks;
@@ -178,16 +179,16 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
     const auto& p = r.per_group[g];
     row("  " + r.groups[g], p.peak_reserved, p.peak_live, p.segments, p.registrations, static_cast<double>(p.registrations) * r.registration_unit_ms);
   }
-  if (r.recorded_peak_reserved > 0) {  // what PyTorch's own allocator reserved for the same trace
-    // Below the live peak it cannot be a whole figure: the recording began after segments existed.
-    const bool partial = r.recorded_peak_reserved < r.shared.peak_live;
+  if (r.recorded_peak_reserved > 0) {  // what PyTorch's own allocator held for the same tensors
     char ratio[16];
-    std::snprintf(ratio, sizeof ratio, "%.3f", static_cast<double>(r.recorded_peak_reserved) / static_cast<double>(r.shared.peak_live));
+    std::snprintf(ratio, sizeof ratio, "%s%.3f", r.recorded_older_segment_peak > 0 ? ">=" : "",
+                  static_cast<double>(r.recorded_peak_reserved) / static_cast<double>(r.shared.peak_live));
     std::snprintf(line, sizeof line, "%-22s %14s %14s %10s %10s %10s %14s\n", "recording allocator", mib(r.recorded_peak_reserved).c_str(),
-                  mib(r.shared.peak_live).c_str(), partial ? "-" : ratio, "-", "-", "(no registration)");
+                  mib(r.shared.peak_live).c_str(), ratio, "-", "-", "(no registration)");
     out << line;
-    if (partial)
-      out << "  (the recording allocator's figure misses segments made before the recording began: it is below what was live)\n";
+    if (r.recorded_older_segment_peak > 0)
+      out << "  (a lower bound: up to " << mib(r.recorded_older_segment_peak)
+          << " of the trace's tensors sat in segments PyTorch made before the recording began, whose other bytes the trace does not show)\n";
   }
   std::snprintf(line, sizeof line, "\nshared pool: %.1f%% of the peak reserved bytes never held live data; registrations per group:", 100 * r.shared.fragmentation_at_peak);
   out << line;
@@ -231,7 +232,8 @@ std::string format_json(const ReplayResult& r) {
     pool(r.per_group[g]);
   }
   out << "],\"per_group_peak_reserved_bytes\":" << r.per_group_peak_reserved << ",\"per_group_peak_live_bytes\":" << r.per_group_peak_live
-      << ",\"per_group_registration_ms\":" << r.per_group_registration_ms << ",\"recorded_peak_reserved_bytes\":" << r.recorded_peak_reserved << "}";
+      << ",\"per_group_registration_ms\":" << r.per_group_registration_ms << ",\"recorded_peak_reserved_bytes\":" << r.recorded_peak_reserved
+      << ",\"recorded_older_segment_bytes\":" << r.recorded_older_segment_peak << "}";
   return out.str();
 }
 

@@ -50,6 +50,7 @@ struct ReplayResult {
   double per_group_registration_ms = 0;
   double registration_unit_ms = 0;     // the estimate's cost of one registration
   std::size_t recorded_peak_reserved = 0;  // the recording allocator's own (torch traces), 0 if unknown
+  std::size_t recorded_older_segment_peak = 0;  // of the trace's tensors, in segments made before recording (lower bound)
 };
 
 /// @throws TraceError / ncclpool::Error.

@@ -43,6 +43,53 @@ std::uint64_t number(const std::string& s, const std::string& where, const char*
   return v;
 }
 
+// What the recording allocator held for the trace's tensors (Trace::recorded_peak_reserved).
+// Segments made before the recording began are not counted, and neither are their releases: such a
+// segment held tensors allocated before the recording (which the trace cannot replay), and its
+// release goes with their frees. A free or unmap is matched by address range against the segments
+// (or mapped pieces of expandable segments) made during the recording.
+struct RecordedReserve {
+  std::map<std::int64_t, std::int64_t> made;  // base -> size of memory mapped during the recording
+  std::int64_t held = 0;                      // bytes of it still held
+  std::int64_t older_live = 0;                // live trace tensors in segments made before
+  std::int64_t peak = 0;
+  std::int64_t older_live_peak = 0;
+
+  void add(std::int64_t base, std::int64_t size) {
+    if (size <= 0) return;
+    made[base] = size;
+    held += size;
+    note_peak();
+  }
+  // Takes [base, base + size) out of what was made during the recording, splitting ranges it cuts.
+  void remove(std::int64_t base, std::int64_t size) {
+    const std::int64_t end = base + size;
+    auto it = made.upper_bound(base);
+    if (it != made.begin()) --it;
+    while (it != made.end() && it->first < end) {
+      const std::int64_t r_base = it->first, r_end = it->first + it->second;
+      if (r_end <= base) {
+        ++it;
+        continue;
+      }
+      it = made.erase(it);
+      held -= std::min(end, r_end) - std::max(base, r_base);
+      if (r_base < base) made[r_base] = base - r_base;
+      if (r_end > end) it = made.emplace(end, r_end - end).first;
+    }
+  }
+  [[nodiscard]] bool made_during_recording(std::int64_t address) const {
+    auto it = made.upper_bound(address);
+    if (it == made.begin()) return false;
+    --it;
+    return address < it->first + it->second;
+  }
+  void note_peak() {
+    peak = std::max(peak, held + older_live);
+    older_live_peak = std::max(older_live_peak, older_live);
+  }
+};
+
 }  // namespace
 
 Trace parse_csv_trace(const std::string& text, const std::string& name) {
@@ -118,7 +165,7 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
   trace.format = "torch-snapshot";
   std::unordered_map<std::int64_t, std::uint64_t> live;  // address -> id
   std::uint64_t next_id = 0;
-  std::int64_t recorded_reserved = 0;
+  RecordedReserve recorded;
   const bool segments = options.level == TraceLevel::segments;
   auto field = [](const Json& e, const char* key) -> std::int64_t {
     const Json* v = e.find(key);
@@ -133,6 +180,9 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
     live[field(e, "addr")] = id;
     trace.events.push_back(ev);
   };
+  // Tensors only: whether the recording allocator placed this one in a segment made before the
+  // recording (then its bytes count toward the recorded reserve while it lives).
+  std::unordered_map<std::int64_t, std::int64_t> in_older_segment;  // address -> size
   auto add_free = [&](const Json& e) {
     auto it = live.find(field(e, "addr"));
     if (it == live.end()) {
@@ -153,8 +203,8 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
           action->string == "segment_unmap") {
         const std::int64_t size = field(e, "size");
         const bool grows = action->string == "segment_alloc" || action->string == "segment_map";
-        recorded_reserved += grows ? size : -size;
-        trace.recorded_peak_reserved = std::max(trace.recorded_peak_reserved, static_cast<std::size_t>(std::max<std::int64_t>(recorded_reserved, 0)));
+        if (grows) recorded.add(field(e, "addr"), size);
+        else recorded.remove(field(e, "addr"), size);
         if (!segments) continue;
         // The torch layer's view: each segment (or mapped piece of an expandable one) is one request.
         if (!grows) {
@@ -167,16 +217,28 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
       } else if (action->string == "alloc") {
         const std::uint64_t id = next_id++;
         const auto size = static_cast<std::size_t>(field(e, "size"));
-        if (size != 0) add_alloc(e, id, size);
+        if (size == 0) continue;
+        add_alloc(e, id, size);
+        if (!recorded.made_during_recording(field(e, "addr"))) {
+          in_older_segment[field(e, "addr")] = static_cast<std::int64_t>(size);
+          recorded.older_live += static_cast<std::int64_t>(size);
+        }
       } else if (action->string == free_action) {
+        if (auto it = in_older_segment.find(field(e, "addr")); it != in_older_segment.end()) {
+          recorded.older_live -= it->second;
+          in_older_segment.erase(it);
+        }
         add_free(e);
       }
+      recorded.note_peak();
     } catch (const JsonError& err) {
       throw TraceError(name + ": device " + std::to_string(device) + " event " + action->string + ": " + err.what());
     }
   }
   if (trace.events.empty()) throw TraceError(name + ": device " + std::to_string(device) + " has no alloc events");
   trace.live_at_end = live.size();
+  trace.recorded_peak_reserved = static_cast<std::size_t>(recorded.peak);
+  trace.recorded_older_segment_peak = static_cast<std::size_t>(recorded.older_live_peak);
   return trace;
 }
 

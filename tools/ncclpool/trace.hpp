@@ -35,9 +35,15 @@ struct Trace {
   std::vector<TraceEvent> events;
   std::size_t skipped_frees = 0;    // frees of blocks allocated before recording started (torch)
   std::size_t live_at_end = 0;      // blocks never freed
-  /// torch: the most memory the recording allocator (PyTorch's own caching allocator) added to its
-  /// reserve during the recording (segment_alloc minus segment_free events); 0 when not recorded.
+  /// torch: the most memory the recording allocator (PyTorch's own caching allocator) held for the
+  /// trace's own tensors: at each event, the segments it made during the recording and still holds,
+  /// plus the trace's live tensors that sit in segments made before the recording began (their
+  /// other bytes held tensors the trace does not replay, or free memory: unknown, so with any such
+  /// tensor the figure is a lower bound). 0 when the trace has no segment events.
   std::size_t recorded_peak_reserved = 0;
+  /// torch: the most of the trace's live tensors that sat, at one time, in segments made before the
+  /// recording began (0: the figure above is PyTorch's whole reserve for the trace).
+  std::size_t recorded_older_segment_peak = 0;
 
   int group_index(const std::string& name);  // adds the name if new
 };
