@@ -32,6 +32,8 @@ grep -q "one pool per group" "$tmp/out" || fail "replay table"
 expect_rc 0 "$tool" replay "$tmp/c.csv" --kind local --growth-chunk-mib 4 --json; json_ok "$tmp/out"
 expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json" --group-by stream --json; json_ok "$tmp/out"
 grep -q '"stream 7"' "$tmp/out" || fail "torch groups by stream"
+expect_rc 0 "$tool" replay "$data/two_groups.csv" --kind local --scale 2.5; grep -q "sizes x 2.5" "$tmp/out" || fail "replay --scale"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --scale nan; grep -q "scale must be a number" "$tmp/err" || fail "bad scale"
 expect_rc 0 "$tool" bench memory --layers 4 --steps 1 --json; json_ok "$tmp/out"
 # bench alloc / scope on the simulator; coll needs GPUs and says so.
 expect_rc 0 "$tool" bench alloc --sim --sizes 4K,2M --repeats 1 --min-ms 1 --growth-iters 2

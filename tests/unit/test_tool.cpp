@@ -143,6 +143,26 @@ TEST(TorchSnapshot, RecordedReserveCountsOlderSegmentsOnlyThroughTheTracesTensor
   EXPECT_EQ(t.skipped_frees, 0u);
 }
 
+TEST(Trace, ScaleSizesMultipliesEveryAllocationAndDropsTheRecordedFigure) {
+  Trace t = load_trace(kData + "/two_groups.csv", {});
+  std::vector<std::size_t> before;
+  for (const auto& ev : t.events) before.push_back(ev.size);
+  t.recorded_peak_reserved = 1;
+  scale_sizes(t, 2.5);
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    if (t.events[i].op == TraceEvent::Op::alloc) {
+      EXPECT_EQ(t.events[i].size, static_cast<std::size_t>(static_cast<double>(before[i]) * 2.5));
+    }
+  }
+  EXPECT_EQ(t.recorded_peak_reserved, 0u);
+  scale_sizes(t, 1e-9);  // never below one byte
+  for (const auto& ev : t.events) {
+    if (ev.op == TraceEvent::Op::alloc) {
+      EXPECT_EQ(ev.size, 1u);
+    }
+  }
+}
+
 TEST(Replay, SharedPoolAgainstPoolPerGroup) {
   const Trace t = load_trace(kData + "/two_groups.csv", {});
   ReplayOptions o;

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
-    if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert"}, {"help"}));
+    if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert", "scale"}, {"help"}));
     if (command == "tune")
       return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph", "eager", "no-compute"}));
     if (command == "bench") {
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
       const std::string suite = rest[0];
       rest.erase(rest.begin());
       if (suite == "memory")
-        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device", "level"}, {"help"}));
+        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device", "level", "scale"}, {"help"}));
       if (suite == "alloc") return cmd_bench_alloc(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters", "live", "comms"}, {"help", "sim"}));
       if (suite == "scope")
         return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));

@@ -16,7 +16,7 @@ constexpr const char* kReplayHelp =
     "usage: ncclpool replay TRACE [--format auto|csv|torch] [--group-by none|stream] [--device N]\n"
     "                       [--level blocks|segments]\n"
     "                       [--kind symmetric|local] [--growth-chunk-mib N] [--window-ms X]\n"
-    "                       [--timeline FILE.csv] [--convert FILE.csv] [--json]\n"
+    "                       [--scale F] [--timeline FILE.csv] [--convert FILE.csv] [--json]\n"
     "\n"
     "TRACE is ncclpool CSV (alloc,<id>,<bytes>,<stream>,<group> / free,<id>) or a torch memory snapshot\n"
     "written as JSON by scripts/record-torch-trace.py. torch records no group: --group-by stream makes\n"
@@ -26,7 +26,8 @@ constexpr const char* kReplayHelp =
     "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
     "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
     "allocator (the torch layer, whose pools ramp their chunks up from growth_chunk/16); then 'recording\n"
-    "allocator' is what torch reserved without ncclpool.\n";
+    "allocator' is what torch reserved without ncclpool. --scale F multiplies every allocation's size by F\n"
+    "(the same request sequence at another scale, to see whether a figure holds beyond one size mix).\n";
 
 // `level`: what the trace replays; torch's segments are what the torch layer's pools serve, so they
 // are replayed with its ramped chunks.
@@ -87,6 +88,19 @@ int run(const Trace& trace, const Args& a, const ReplayOptions& options, const s
   return 0;
 }
 
+// Loads the trace and applies --scale.
+Trace load_scaled(const std::string& path, const TraceOptions& to, const Args& a, std::string& title) {
+  Trace trace = load_trace(path, to);
+  title += " (" + trace.format + ")";
+  if (a.has("scale")) {
+    const double factor = a.get_double("scale", 1.0, 1e-6);
+    if (!(factor <= 1e6)) throw UsageError("--scale must be a number from 0.000001 to 1000000, not '" + a.get("scale", "") + "'");
+    scale_sizes(trace, factor);
+    title += ", sizes x " + a.get("scale", "");
+  }
+  return trace;
+}
+
 }  // namespace
 
 int cmd_replay(const Args& a) {
@@ -97,14 +111,15 @@ int cmd_replay(const Args& a) {
   if (a.positional.size() != 1) throw UsageError("replay needs exactly one TRACE file");
   const TraceOptions to = trace_options(a);
   const ReplayOptions options = replay_options(a, to.level);  // bad options are reported before the trace is read
-  const Trace trace = load_trace(a.positional[0], to);
-  return run(trace, a, options, "replay of " + a.positional[0] + " (" + trace.format + ")");
+  std::string title = "replay of " + a.positional[0];
+  const Trace trace = load_scaled(a.positional[0], to, a, title);
+  return run(trace, a, options, title);
 }
 
 int cmd_bench_memory(const Args& a) {
   if (a.has("help")) {
     std::fputs("usage: ncclpool bench memory [--trace FILE [replay options]] [--layers N] [--steps N]\n"
-               "                             [--kind symmetric|local] [--growth-chunk-mib N] [--timeline F] [--json]\n"
+               "                             [--kind symmetric|local] [--growth-chunk-mib N] [--scale F] [--timeline F] [--json]\n"
                "Without --trace: one rank of a synthetic FSDP + EP step (dp, edp and ep groups).\n",
                stdout);
     return 0;
@@ -112,8 +127,9 @@ int cmd_bench_memory(const Args& a) {
   if (a.has("trace")) {
     const TraceOptions to = trace_options(a);
     const ReplayOptions options = replay_options(a, to.level);  // bad options are reported before the trace is read
-    const Trace trace = load_trace(a.get("trace", ""), to);
-    return run(trace, a, options, "bench memory: " + a.get("trace", "") + " (" + trace.format + ")");
+    std::string title = "bench memory: " + a.get("trace", "");
+    const Trace trace = load_scaled(a.get("trace", ""), to, a, title);
+    return run(trace, a, options, title);
   }
   const ReplayOptions options = replay_options(a);
   FsdpEpShape shape;

@@ -256,6 +256,13 @@ Trace load_trace(const std::string& path, const TraceOptions& options) {
   return format == TraceFormat::torch ? parse_torch_snapshot(text, path, options) : parse_csv_trace(text, path);
 }
 
+void scale_sizes(Trace& trace, double factor) {
+  for (auto& ev : trace.events)
+    if (ev.op == TraceEvent::Op::alloc) ev.size = std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(ev.size) * factor));
+  trace.recorded_peak_reserved = 0;
+  trace.recorded_older_segment_peak = 0;
+}
+
 std::string to_csv(const Trace& trace) {
   std::ostringstream out;
   out << "# ncclpool trace (from " << trace.format << "): alloc,<id>,<bytes>,<stream>,<group> | free,<id>\n";

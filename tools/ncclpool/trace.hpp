@@ -67,6 +67,10 @@ struct TraceOptions {
 Trace load_trace(const std::string& path, const TraceOptions& options);
 Trace parse_csv_trace(const std::string& text, const std::string& name);
 Trace parse_torch_snapshot(const std::string& text, const std::string& name, const TraceOptions& options);
+/// Multiplies every allocation's size by `factor` (> 0; at least 1 byte each): the same sequence of
+/// requests at another scale (`replay --scale`). The recording allocator's figure no longer applies
+/// and is dropped.
+void scale_sizes(Trace& trace, double factor);
 /// Writes a trace as CSV (what `ncclpool replay --convert` prints).
 std::string to_csv(const Trace& trace);
 
