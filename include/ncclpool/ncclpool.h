@@ -124,10 +124,10 @@ typedef struct ncclpool_pool_options {
   ncclpool_source_t source;
   ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT; AUTO makes an
                                 auto pool (the only kind of pool that attach with AUTO accepts) */
-  size_t growth_chunk;       /* segments for requests below growth_chunk/16 are multiples of it (larger ones,
-                                and every one while the pool is within one chunk, get their own size:
-                                docs/pool.md); 0 = 2 MiB, or 1 GiB when symmetric (auto pools: 1 GiB for
-                                the symmetric part, 2 MiB for the others) */
+  size_t growth_chunk;       /* segments are the requests' own sizes (at least growth_chunk/128) within a
+                                segment budget, multiples of growth_chunk past it (docs/pool.md); 0 = 2 MiB,
+                                or 1 GiB when symmetric (auto pools: 1 GiB for the symmetric part, 2 MiB
+                                for the others) */
   size_t alignment;          /* block alignment, power of two >= 256; 0 = 512 (torch's block size) */
   size_t max_reserved;       /* cap on reserved bytes; 0 = none */
   int deterministic;         /* 1: timing never steers placement (required for symmetric and auto); -1 =

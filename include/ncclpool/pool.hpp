@@ -16,12 +16,12 @@
 ///    `deterministic = true` they never depend on timing either (no event polling).
 ///  * Before growing, a run of adjacent free blocks of different streams that holds the request is
 ///    merged behind waits on those streams (a walk over the blocks, on the growth path only).
-///  * Growth takes a segment of round_up(request, growth_chunk) from the source (with
-///    ramp_up_chunks, a smaller chunk while the pool is small), or one of the request's own size
-///    (rounded to the source granularity) for a request of at least max(growth_chunk / 16,
-///    reserved / 64), or, without ramp_up_chunks, for any request (at least growth_chunk / 128)
-///    while the reserve stays within one growth_chunk (docs/pool.md, "Growth, reserve, trim, OOM").
-///    On a source OOM the pool releases its empty segments and retries once before throwing
+///  * Growth takes a segment of the request's own size (at least growth_chunk / 128, rounded to the
+///    source granularity) within a budget of 64 segments plus one per growth_chunk of reserve, and
+///    a chunk of round_up(request, growth_chunk) past it. With ramp_up_chunks (the torch layer),
+///    only requests of at least max(growth_chunk / 16, reserved / 64) get their own size, the others
+///    a chunk that starts small and grows with the pool (docs/pool.md, "Growth, reserve, trim,
+///    OOM"). On a source OOM the pool releases its empty segments and retries once before throwing
 ///    OutOfMemory.
 ///  * Observers hear of every segment created (with its creation sequence number) and of every
 ///    segment about to be released, before its memory goes back to the source.
@@ -45,7 +45,7 @@ namespace ncclpool {
 struct PoolConfig {
   std::string name = "ncclpool";          ///< used in every message about this pool
   std::size_t alignment = 256;            ///< power of two, 256 .. source alignment (4096 for windows)
-  std::size_t growth_chunk = 2ull << 20;  ///< past the first chunk's worth, segments for requests below growth_chunk / 16 are multiples of it
+  std::size_t growth_chunk = 2ull << 20;  ///< past the segment budget, segments are multiples of it
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
   /// Chunks start at growth_chunk / 16 and grow with the pool (each new chunk an eighth of what is

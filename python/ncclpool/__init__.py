@@ -116,11 +116,10 @@ class Pool:
             parts registered none / local / symmetric and serves each request from the part its size
             class routes to: the profile measured for the first attached communicator's machine
             (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
-        growth_chunk: segments for smaller requests are multiples of this (0: 2 MiB, or 1 GiB for
-            symmetric pools; auto pools: 1 GiB for their symmetric part, 2 MiB for the others, and
-            ``growth_chunk`` then reads 0); a request of at least max(growth_chunk / 16, reserved / 64),
-            and any request while the pool is within one chunk, gets a segment of its own size
-            (docs/pool.md).
+        growth_chunk: within a segment budget (64 plus one per growth_chunk of reserve) every segment
+            is its request's own size (at least growth_chunk / 128); past it segments are multiples of
+            this (0: 2 MiB, or 1 GiB for symmetric pools; auto pools: 1 GiB for their symmetric part,
+            2 MiB for the others, and ``growth_chunk`` then reads 0) (docs/pool.md).
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.

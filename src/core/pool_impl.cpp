@@ -384,25 +384,25 @@ Block* PoolImpl::coalesce(Block* block) {
 // Growth and release (rare paths).
 // ---------------------------------------------------------------------------------------------
 
-// A request that is large next to the chunk and to what the pool already holds gets a segment of its
-// own size, as PyTorch gives large allocations segments of their own: rounding it up to whole chunks
-// left most of the last chunk unused at the peak of every recorded trace (docs/benchmarks/memory.md).
-// The reserved / 64 bound keeps windows few as the pool grows (64 GiB of 128 MiB tensors: 121
-// segments, not 512), and a budget of 64 segments plus one per chunk's worth of reserve caps requests
-// that are each just at the bound (64 GiB: 144, not 242; a window costs ~15 ms per group).
+// Growth within a budget of segments: 64 plus one per chunk's worth of reserve (a window costs
+// ~15 ms per group; 64 GiB of 128 MiB tensors take ~128 segments, ~1.9 s). Every input follows the
+// request sequence only, so ranks of a deterministic pool fed the same requests grow the same
+// segments.
 //
-// Fixed chunks (no ramp_up_chunks): while the pool stays within one chunk, every segment is its
-// request's size too, at least growth_chunk / 128: a process smaller than a chunk never reserves a
-// whole one (the recorded decode trace: 360 MiB for 352 MiB live, not a 1 GiB chunk; PyTorch's
-// allocator 364). The floor keeps small requests from making a window each; the budget bounds them.
-// Every input follows the request sequence only, so ranks of a deterministic pool fed the same
-// requests grow the same segments.
+// Fixed chunks (no ramp_up_chunks): within the budget every segment is its request's own size (at
+// least growth_chunk / 128, rounded to the granularity), as PyTorch gives large allocations segments
+// of their own; past it, whole chunks. Rounding to chunks left most of the last chunk unused at the
+// peak (the decode trace: a 1 GiB chunk for 352 MiB live; Megatron-FSDP's: a 32 MiB tensor opened a
+// 1 GiB chunk at the peak), and how much depended on where the peak fell: over the recorded traces at
+// seven scales the worst peak reserved / live went from 5.81 to 1.23 (docs/benchmarks/memory.md).
+// The floor keeps small requests from making a window each.
+//
+// Ramped chunks (the torch layer: requests are torch's own segments): a request of at least
+// max(growth_chunk / 16, reserved / 64) gets its own size within the budget, others a ramped chunk.
 std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
   if (stats_.segment_count < segment_budget) {
-    const std::size_t room_in_first_chunk = growth_chunk_ - std::min(growth_chunk_, stats_.reserved_bytes);
-    if (!config_.ramp_up_chunks && size <= room_in_first_chunk)
-      return round_up_multiple(std::max(size, growth_chunk_ / 128), granularity_);
+    if (!config_.ramp_up_chunks) return round_up_multiple(std::max(size, growth_chunk_ / 128), granularity_);
     if (size >= std::max(growth_chunk_ / 16, stats_.reserved_bytes / 64)) return round_up_multiple(size, granularity_);
   }
   return round_up_multiple(size, chunk_now());

@@ -187,14 +187,13 @@ def test_symmetric_windows_commit_at_scope_end_across_four_ranks():
             assert ncclpool.library().ncclpool_current_pool() == p.handle.value
             for size in (2 * MiB, 80 * MiB, 2 * MiB):  # torch's segment sizes
                 ptrs.append(lib.ncclpool_torch_alloc(size, 0, None))
-            # Three segments (2 MiB: within the first chunk's worth a segment is the request's size;
-            # 80 MiB of its own, at least chunk / 16; past one chunk's worth, a 64 MiB chunk for the
-            # last 2 MiB) x two communicators.
+            # Three segments (each request's own size, within the segment budget) x two communicators.
             assert p.pending == 3 * 2
         assert p.pending == 0
         s = cw.stats()
         assert s["registered_segments"] == 3 and s["kind"] == "symmetric"
-        # A second use with no new segment (room in the chunk) registers nothing.
+        # A second use with no new segment (it reuses a freed block) registers nothing.
+        lib.ncclpool_torch_free(ptrs.pop(), 0, 0, None)
         with p.scope():
             q = lib.ncclpool_torch_alloc(1 * MiB, 0, None)
         assert cw.stats()["registrations"] == 3 and ce.stats()["registrations"] == 3

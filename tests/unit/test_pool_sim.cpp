@@ -358,30 +358,24 @@ std::vector<std::size_t> segment_sizes(const Pool& pool) {
   return sizes;
 }
 
-TEST(Growth, LargeRequestsGetSegmentsOfTheirOwnSizeSmallOnesShareChunks) {
+TEST(Growth, RequestsGetSegmentsOfTheirOwnSizeWithinTheBudget) {
   auto source = sim();
   Pool pool(source, PoolConfig{.growth_chunk = 1024 * MiB});
-  // Within the first chunk's worth, every request gets its own size, at least chunk / 128 (8 MiB).
-  void* large = pool.allocate(100 * MiB + 1);  // rounded to the 2 MiB granularity
+  // Every request its own size (at least chunk / 128 = 8 MiB), rounded to the 2 MiB granularity.
+  void* large = pool.allocate(100 * MiB + 1);
   void* small = pool.allocate(MiB);
   void* beside = pool.allocate(6 * MiB);       // fits beside it
-  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 8 * MiB}));
-  void* big = pool.allocate(900 * MiB);        // past the first chunk, but >= chunk / 16: its own size
-  void* below = pool.allocate(60 * MiB);       // below: a chunk that later requests share
-  void* shares = pool.allocate(900 * MiB);     // fits in the chunk
-  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 8 * MiB, 900 * MiB, 1024 * MiB}));
+  void* below = pool.allocate(60 * MiB);       // below chunk / 16: its own size too, not a chunk
+  EXPECT_EQ(segment_sizes(pool), (std::vector<std::size_t>{102 * MiB, 8 * MiB, 60 * MiB}));
   void* huge = pool.allocate(4 * 1024 * MiB + 1);  // larger than a chunk: not rounded to 5 GiB
   EXPECT_EQ(segment_sizes(pool).back(), 4 * 1024 * MiB + 2 * MiB);
-  // Past 64 x 64 MiB reserved, the bound is reserved / 64: a 70 MiB request shares a chunk again.
-  void* mid = pool.allocate(70 * MiB);
-  EXPECT_EQ(segment_sizes(pool).back(), 1024 * MiB) << "70 MiB < reserved / 64 = " << pool.stats().reserved_bytes / 64;
-  for (void* p : {large, small, beside, big, below, shares, huge, mid}) pool.deallocate(p);
+  for (void* p : {large, small, beside, below, huge}) pool.deallocate(p);
   pool.check_invariants();
 }
 
 // Segments follow the request sequence only: fed the same requests, pools make the same segments
 // (what symmetric pools on different ranks rely on), whatever the addresses.
-TEST(Growth, TheFirstChunksWorthOfSegmentsFollowsTheRequestsOnly) {
+TEST(Growth, SegmentsFollowTheRequestsOnly) {
   auto source = sim();
   Pool a(source, PoolConfig{.growth_chunk = 1024 * MiB, .deterministic = true});
   Pool b(source, PoolConfig{.growth_chunk = 1024 * MiB, .deterministic = true});
@@ -398,7 +392,7 @@ TEST(Growth, TheFirstChunksWorthOfSegmentsFollowsTheRequestsOnly) {
   }
   EXPECT_EQ(segment_sizes(a), segment_sizes(b));
   EXPECT_GT(segment_sizes(a).size(), 1u);
-  EXPECT_LT(a.stats().reserved_bytes, 1024 * MiB) << "a pool smaller than a chunk does not reserve one";
+  EXPECT_LT(a.stats().reserved_bytes, 512 * MiB) << "a pool smaller than a chunk does not reserve one";
   for (const SegmentInfo& s : a.segments()) EXPECT_GE(s.size, 8 * MiB);  // chunk / 128
   ASSERT_EQ(a.live_blocks().size(), b.live_blocks().size());
   for (std::size_t i = 0; i < a.live_blocks().size(); ++i) {
@@ -448,11 +442,13 @@ TEST(Growth, RampedChunksStartSmallAndGrowByAnEighthUpToTheGrowthChunk) {
   EXPECT_LE(ramped.stats().reserved_bytes - 200 * MiB, ramped.stats().reserved_bytes / 8);
   for (int i = 0; i < 400; ++i) a.push_back(ramped.allocate(MiB));  // past 512 MiB: whole 64 MiB chunks
   EXPECT_EQ(segment_sizes(ramped).back(), 64 * MiB);
-  // Fixed chunks: the first 64 MiB in segments of the 1 MiB requests' size (2 MiB, the granularity),
-  // then whole chunks.
-  std::vector<std::size_t> expected(32, 2 * MiB);
-  expected.insert(expected.end(), {64 * MiB, 64 * MiB, 64 * MiB});
-  EXPECT_EQ(segment_sizes(fixed), expected);
+  // Fixed chunks: segments of the 1 MiB requests' size (2 MiB, the granularity) while the budget
+  // (64 + reserved / chunk) allows, then whole chunks.
+  const std::vector<std::size_t> fixed_sizes = segment_sizes(fixed);
+  std::size_t own = 0;
+  while (own < fixed_sizes.size() && fixed_sizes[own] == 2 * MiB) ++own;
+  EXPECT_EQ(own, 66u) << "64 + 132 MiB / 64 MiB";
+  EXPECT_EQ(std::vector<std::size_t>(fixed_sizes.begin() + static_cast<std::ptrdiff_t>(own), fixed_sizes.end()), (std::vector<std::size_t>{64 * MiB, 64 * MiB}));
   for (void* p : a) ramped.deallocate(p);
   for (void* p : b) fixed.deallocate(p);
   Pool small(source, PoolConfig{.growth_chunk = 1024 * MiB, .ramp_up_chunks = true});
@@ -644,10 +640,11 @@ TEST(Config, RejectsBadValues) {
   EXPECT_THROW(Pool(nullptr), InvalidArgument);
   c = {};
   c.growth_chunk = 3 * MiB;  // rounded up to the 2 MiB granularity
+  c.ramp_up_chunks = true;   // ramped chunks reach growth_chunk from 8 x growth_chunk reserved
   Pool pool(source, c);
-  pool.reserve(4 * MiB);    // the first chunk's worth, filled below
-  void* full = pool.allocate(4 * MiB);
-  void* a = pool.allocate(1);  // past it: a whole chunk
+  pool.reserve(64 * MiB);
+  void* full = pool.allocate(64 * MiB);
+  void* a = pool.allocate(1);  // a whole chunk
   EXPECT_EQ(pool.segment_of(a)->size, 4 * MiB);
   EXPECT_EQ(pool.stats().segment_count, 2u);
   pool.deallocate(full);

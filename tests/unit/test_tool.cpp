@@ -278,7 +278,7 @@ TEST(RecordedTraces, TorchLayerSegmentsStayWithinSixPercent) {
 // chunks, as symmetric pools) needs no more than PyTorch's allocator on any recorded trace. The
 // FSDP recordings began after the model existed, and some of their tensors went into its
 // segments: PyTorch's figure is then a lower bound (1.287 and 1.323 over live), and still above the
-// pool's. Decode: a pool below one chunk grows by its requests' sizes, not by a whole chunk.
+// pool's. Decode: within the segment budget the pool grows by its requests' sizes, not by chunks.
 TEST(RecordedTraces, TensorsNeedNoMoreThanPyTorchsAllocator) {
   for (const char* name : {"decode_2gpu.json", "fsdp2_2gpu.json", "fsdp_ep_2gpu.json", "megatron_fsdp_2gpu.json"}) {
     SCOPED_TRACE(name);
