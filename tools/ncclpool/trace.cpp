@@ -51,7 +51,8 @@ std::uint64_t number(const std::string& s, const std::string& where, const char*
 struct RecordedReserve {
   std::map<std::int64_t, std::int64_t> made;  // base -> size of memory mapped during the recording
   std::int64_t held = 0;                      // bytes of it still held
-  std::int64_t older_live = 0;                // live trace tensors in segments made before
+  std::unordered_map<std::int64_t, std::int64_t> in_older;  // live trace tensors in segments made before: address -> size
+  std::int64_t older_live = 0;                // their bytes
   std::int64_t peak = 0;
   std::int64_t older_live_peak = 0;
 
@@ -76,6 +77,19 @@ struct RecordedReserve {
       held -= std::min(end, r_end) - std::max(base, r_base);
       if (r_base < base) made[r_base] = base - r_base;
       if (r_end > end) it = made.emplace(end, r_end - end).first;
+    }
+  }
+  // A trace tensor: counted while it lives if it sits in a segment made before the recording.
+  void tensor_allocated(std::int64_t address, std::int64_t size) {
+    if (made_during_recording(address)) return;
+    in_older[address] = size;
+    older_live += size;
+    note_peak();
+  }
+  void tensor_freed(std::int64_t address) {
+    if (auto it = in_older.find(address); it != in_older.end()) {
+      older_live -= it->second;
+      in_older.erase(it);
     }
   }
   [[nodiscard]] bool made_during_recording(std::int64_t address) const {
@@ -180,9 +194,6 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
     live[field(e, "addr")] = id;
     trace.events.push_back(ev);
   };
-  // Tensors only: whether the recording allocator placed this one in a segment made before the
-  // recording (then its bytes count toward the recorded reserve while it lives).
-  std::unordered_map<std::int64_t, std::int64_t> in_older_segment;  // address -> size
   auto add_free = [&](const Json& e) {
     auto it = live.find(field(e, "addr"));
     if (it == live.end()) {
@@ -219,18 +230,11 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
         const auto size = static_cast<std::size_t>(field(e, "size"));
         if (size == 0) continue;
         add_alloc(e, id, size);
-        if (!recorded.made_during_recording(field(e, "addr"))) {
-          in_older_segment[field(e, "addr")] = static_cast<std::int64_t>(size);
-          recorded.older_live += static_cast<std::int64_t>(size);
-        }
+        recorded.tensor_allocated(field(e, "addr"), static_cast<std::int64_t>(size));
       } else if (action->string == free_action) {
-        if (auto it = in_older_segment.find(field(e, "addr")); it != in_older_segment.end()) {
-          recorded.older_live -= it->second;
-          in_older_segment.erase(it);
-        }
+        recorded.tensor_freed(field(e, "addr"));
         add_free(e);
       }
-      recorded.note_peak();
     } catch (const JsonError& err) {
       throw TraceError(name + ": device " + std::to_string(device) + " event " + action->string + ": " + err.what());
     }
