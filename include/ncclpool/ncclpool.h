@@ -135,9 +135,9 @@ typedef struct ncclpool_pool_options {
   size_t sim_capacity;       /* SIM only: simulated device memory; 0 = 64 GiB */
   int check;                 /* check mode (docs/registry.md): 0 off, 1 layout, 2 collectives;
                                 -1 = $NCCLPOOL_CHECK (off|layout|collectives or 0|1|2), else off */
-  int ramp_up_chunks;        /* 1: chunks start at growth_chunk/16 and grow with the pool up to growth_chunk
-                                (for coarse, caller-cached requests such as torch's segments; ncclpool.torch
-                                sets it); 0 (default): every chunk is growth_chunk */
+  int ramp_up_chunks;        /* 1: chunks past the segment budget start at growth_chunk/16 and grow with the
+                                pool up to growth_chunk (for coarse, caller-cached requests such as torch's
+                                segments; ncclpool.torch sets it); 0 (default): every chunk is growth_chunk */
 } ncclpool_pool_options_t;
 
 /* Fills *options with the defaults above (device 0, AUTO source, local registration). */

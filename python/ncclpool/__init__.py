@@ -127,8 +127,9 @@ class Pool:
             ranks by name and attach order: give a pool the same name on every rank.
         sim_capacity: simulated device memory for 'sim' (0: 64 GiB).
         check: check mode (docs/registry.md): None ($NCCLPOOL_CHECK), 'off', 'layout', 'collectives'.
-        ramp_up_chunks: chunks start at growth_chunk / 16 and grow with the pool up to growth_chunk
-            (for coarse requests the caller caches, such as torch's segments: ncclpool.torch sets it).
+        ramp_up_chunks: chunks past the segment budget start at growth_chunk / 16 and grow with the
+            pool up to growth_chunk (for coarse requests the caller caches, such as torch's segments:
+            ncclpool.torch sets it).
     """
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,

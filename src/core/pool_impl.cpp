@@ -389,32 +389,25 @@ Block* PoolImpl::coalesce(Block* block) {
 // request sequence only, so ranks of a deterministic pool fed the same requests grow the same
 // segments.
 //
-// Fixed chunks (no ramp_up_chunks): within the budget every segment is its request's own size (at
-// least growth_chunk / 128, rounded to the granularity), as PyTorch gives large allocations segments
-// of their own; past it, whole chunks. Rounding to chunks left most of the last chunk unused at the
-// peak (the decode trace: a 1 GiB chunk for 352 MiB live; Megatron-FSDP's: a 32 MiB tensor opened a
-// 1 GiB chunk at the peak), and how much depended on where the peak fell: over the recorded traces at
-// seven scales the worst peak reserved / live went from 5.81 to 1.23 (docs/benchmarks/memory.md).
-// The floor keeps small requests from making a window each.
-//
-// Ramped chunks (the torch layer: requests are torch's own segments): a request of at least
-// max(growth_chunk / 16, reserved / 64) gets its own size within the budget, others a ramped chunk.
+// Within the budget every segment is its request's own size (at least growth_chunk / 128, rounded
+// to the granularity), as PyTorch gives large allocations segments of their own; past it, chunks.
+// Rounding to chunks left most of the last chunk unused at the peak (the decode trace: a 1 GiB chunk
+// for 352 MiB live; Megatron-FSDP's: a 32 MiB tensor opened a 1 GiB chunk at the peak), and how much
+// depended on where the peak fell: over the recorded traces at seven scales the worst peak reserved /
+// live went from 5.81 to 1.23 for tensors, and from 1.60 to 1.08 for torch's segments (the torch
+// layer's requests; docs/benchmarks/memory.md). The floor keeps small requests from making a window
+// each.
 std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
-  if (stats_.segment_count < segment_budget) {
-    if (!config_.ramp_up_chunks) return round_up_multiple(std::max(size, growth_chunk_ / 128), granularity_);
-    if (size >= std::max(growth_chunk_ / 16, stats_.reserved_bytes / 64)) return round_up_multiple(size, granularity_);
-  }
+  if (stats_.segment_count < segment_budget) return round_up_multiple(std::max(size, growth_chunk_ / 128), granularity_);
   return round_up_multiple(size, chunk_now());
 }
 
-// With ramp_up_chunks: growth_chunk / 16, then reserved / kRampDivisor (the pool grows by 1/8 a
-// chunk), up to growth_chunk. What a chunk adds past the need is then at most max(growth_chunk / 16,
-// reserved / 8): a process that needs 364 MiB of torch segments reserves 384 MiB (doubling, the rule
-// before, reserved 512; a fixed 1 GiB chunk 1,024), and every recorded trace replays as well as or
-// better than with doubling (docs/benchmarks/memory.md). The price is windows while the pool is
-// small: ~2.8 x 8 more chunks before they reach growth_chunk (a 64 GiB pool of 1 GiB chunks: ~86
-// segments instead of ~68, still under 2 s of window registration per group).
+// Past the budget: growth_chunk, or with ramp_up_chunks (the torch layer's pools) growth_chunk / 16,
+// then reserved / kRampDivisor (the pool grows by 1/8), up to growth_chunk, so that a pool that
+// spent its budget on small segments does not add a whole chunk to a few hundred MiB. Ramped
+// chunks take more windows than fixed ones: up to ~144 segments at 64 GiB when every request is a
+// 2 MiB torch segment (fixed chunks: 128).
 std::size_t PoolImpl::chunk_now() const {
   if (!config_.ramp_up_chunks) return growth_chunk_;
   constexpr std::size_t kRampDivisor = 8;

@@ -423,37 +423,38 @@ TEST(Growth, SegmentsOfTheirOwnStopAtABudgetThatGrowsWithTheReserve) {
   pool.check_invariants();
 }
 
-// With ramp_up_chunks, small requests' chunks start at growth_chunk / 16 and are an eighth of what
-// is reserved already, up to growth_chunk: a small pool reserves about what it uses, at most
-// max(growth_chunk / 16, reserved / 8) more.
-TEST(Growth, RampedChunksStartSmallAndGrowByAnEighthUpToTheGrowthChunk) {
+// Past the segment budget, ramp_up_chunks makes chunks of an eighth of what is reserved (at least
+// growth_chunk / 16) up to growth_chunk, where fixed pools add whole chunks: a pool that spent its
+// budget on small segments reserves at most max(growth_chunk / 16, reserved / 8) past its need.
+TEST(Growth, PastTheBudgetRampedChunksGrowByAnEighthUpToTheGrowthChunk) {
   auto source = sim();
   Pool ramped(source, PoolConfig{.growth_chunk = 64 * MiB, .ramp_up_chunks = true});
   Pool fixed(source, PoolConfig{.growth_chunk = 64 * MiB});
   std::vector<void*> a, b;
-  for (int i = 0; i < 200; ++i) {  // 1 MiB each: below growth_chunk / 16, never a segment of its own
+  for (int i = 0; i < 200; ++i) {  // 1 MiB each: own segments of the 2 MiB granularity, then chunks
     a.push_back(ramped.allocate(MiB));
     b.push_back(fixed.allocate(MiB));
   }
-  // 4 MiB until 32 MiB are reserved, then reserved / 8 rounded up to the 2 MiB granularity.
-  EXPECT_EQ(segment_sizes(ramped), (std::vector<std::size_t>{4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB,
-                                                             6 * MiB, 6 * MiB, 6 * MiB, 8 * MiB, 8 * MiB, 10 * MiB, 10 * MiB, 12 * MiB,
-                                                             14 * MiB, 16 * MiB, 18 * MiB, 20 * MiB, 22 * MiB, 24 * MiB}));
+  // Both: segments of the requests' size while the budget (64 + reserved / chunk) allows.
+  for (Pool* pool : {&ramped, &fixed}) {
+    const std::vector<std::size_t> sizes = segment_sizes(*pool);
+    std::size_t own = 0;
+    while (own < sizes.size() && sizes[own] == 2 * MiB) ++own;
+    EXPECT_EQ(own, 66u) << "64 + 132 MiB / 64 MiB";
+  }
+  // Then fixed chunks; ramped: reserved / 8 rounded up to the granularity (132 MiB / 8 -> 18 MiB).
+  const std::vector<std::size_t> fixed_sizes = segment_sizes(fixed);
+  EXPECT_EQ(std::vector<std::size_t>(fixed_sizes.begin() + 66, fixed_sizes.end()), (std::vector<std::size_t>{64 * MiB, 64 * MiB}));
+  const std::vector<std::size_t> ramped_sizes = segment_sizes(ramped);
+  EXPECT_EQ(std::vector<std::size_t>(ramped_sizes.begin() + 66, ramped_sizes.end()), (std::vector<std::size_t>{18 * MiB, 20 * MiB, 22 * MiB, 24 * MiB}));
   EXPECT_LE(ramped.stats().reserved_bytes - 200 * MiB, ramped.stats().reserved_bytes / 8);
   for (int i = 0; i < 400; ++i) a.push_back(ramped.allocate(MiB));  // past 512 MiB: whole 64 MiB chunks
   EXPECT_EQ(segment_sizes(ramped).back(), 64 * MiB);
-  // Fixed chunks: segments of the 1 MiB requests' size (2 MiB, the granularity) while the budget
-  // (64 + reserved / chunk) allows, then whole chunks.
-  const std::vector<std::size_t> fixed_sizes = segment_sizes(fixed);
-  std::size_t own = 0;
-  while (own < fixed_sizes.size() && fixed_sizes[own] == 2 * MiB) ++own;
-  EXPECT_EQ(own, 66u) << "64 + 132 MiB / 64 MiB";
-  EXPECT_EQ(std::vector<std::size_t>(fixed_sizes.begin() + static_cast<std::ptrdiff_t>(own), fixed_sizes.end()), (std::vector<std::size_t>{64 * MiB, 64 * MiB}));
   for (void* p : a) ramped.deallocate(p);
   for (void* p : b) fixed.deallocate(p);
   Pool small(source, PoolConfig{.growth_chunk = 1024 * MiB, .ramp_up_chunks = true});
-  void* p = small.allocate(20 * MiB);  // a torch segment of a small process: not a 1 GiB chunk
-  EXPECT_EQ(segment_sizes(small), (std::vector<std::size_t>{64 * MiB}));
+  void* p = small.allocate(20 * MiB);  // a torch segment of a small process: its own size, not a chunk
+  EXPECT_EQ(segment_sizes(small), (std::vector<std::size_t>{20 * MiB}));
   small.deallocate(p);
   for (Pool* pool : {&ramped, &fixed, &small}) pool->check_invariants();
 }
@@ -642,12 +643,11 @@ TEST(Config, RejectsBadValues) {
   c.growth_chunk = 3 * MiB;  // rounded up to the 2 MiB granularity
   c.ramp_up_chunks = true;   // ramped chunks reach growth_chunk from 8 x growth_chunk reserved
   Pool pool(source, c);
-  pool.reserve(64 * MiB);
-  void* full = pool.allocate(64 * MiB);
-  void* a = pool.allocate(1);  // a whole chunk
+  std::vector<void*> blocks;  // 2 MiB segments of their own spend the budget (64 + reserved / 4 MiB)
+  for (int i = 0; i < 200; ++i) blocks.push_back(pool.allocate(2 * MiB));
+  void* a = pool.allocate(1);  // past it: a whole (rounded) chunk
   EXPECT_EQ(pool.segment_of(a)->size, 4 * MiB);
-  EXPECT_EQ(pool.stats().segment_count, 2u);
-  pool.deallocate(full);
+  for (void* p : blocks) pool.deallocate(p);
   pool.deallocate(a);
 }
 

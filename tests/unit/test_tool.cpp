@@ -250,27 +250,35 @@ TEST(RecordedTraces, DecodeWithGraphsReplays) {
   EXPECT_EQ(r.shared.peak_live, r.per_group_peak_live);
 }
 
-// The torch layer's view (`replay --level segments`: torch's segments, ramped chunks as the layer's
-// pools run): on every recorded trace the shared pool reserves at most 6% over the segments torch
-// holds. With chunks that doubled (the ramp before) decode reserved 512 MiB for 364 MiB (1.41).
-TEST(RecordedTraces, TorchLayerSegmentsStayWithinSixPercent) {
+// The torch layer's view (`replay --level segments`: torch's segments, as the layer's pools run):
+// on every recorded trace the shared pool reserves at most 4% over the segments torch holds, and at
+// most 9% at any of seven scales of the same request sequence (the last ramped chunk past the
+// segment budget: Megatron-FSDP x0.75, 1.082). With whole ramped chunks below the budget (before
+// own sizes) decode x1.25 reserved 1.60 times what torch held; with chunks that doubled, 1.41 at x1.
+TEST(RecordedTraces, TorchLayerSegmentsStayCloseToWhatTorchHolds) {
   for (const char* name : {"decode_2gpu.json", "fsdp2_2gpu.json", "fsdp_ep_2gpu.json", "megatron_fsdp_2gpu.json"}) {
-    SCOPED_TRACE(name);
     TraceOptions segments;
     segments.group_by = GroupBy::stream;
     segments.level = TraceLevel::segments;
-    const Trace t = load_trace(kData + "/traces/" + name, segments);
-    ReplayOptions o;
-    o.ramp_up_chunks = true;
-    const ReplayResult r = replay(t, o);
-    EXPECT_EQ(r.growth_chunk, 1024 * MiB);
-    EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
-    EXPECT_LE(static_cast<double>(r.shared.peak_reserved), 1.06 * static_cast<double>(r.shared.peak_live));
-    EXPECT_LE(r.shared.segments, 64u);  // windows stay few (~15 ms each per group)
-    // At this level what torch held is what was live: the recording allocator's line reads 1.000,
-    // also for Megatron-FSDP, whose recording released segments made before it began.
-    EXPECT_EQ(r.recorded_peak_reserved, r.shared.peak_live);
-    EXPECT_EQ(r.recorded_older_segment_peak, 0u);
+    const Trace recorded = load_trace(kData + "/traces/" + name, segments);
+    for (double scale : {0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0}) {
+      SCOPED_TRACE(std::string(name) + " x" + std::to_string(scale));
+      Trace t = recorded;
+      if (scale != 1.0) scale_sizes(t, scale);
+      ReplayOptions o;
+      o.ramp_up_chunks = true;
+      const ReplayResult r = replay(t, o);
+      EXPECT_EQ(r.growth_chunk, 1024 * MiB);
+      EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
+      const double bound = scale == 1.0 ? 1.04 : 1.09;
+      EXPECT_LE(static_cast<double>(r.shared.peak_reserved), bound * static_cast<double>(r.shared.peak_live));
+      EXPECT_LE(r.shared.segments, 64u + r.shared.peak_reserved / r.growth_chunk);  // the budget: windows stay few
+      if (scale != 1.0) continue;
+      // At this level what torch held is what was live: the recording allocator's line reads 1.000,
+      // also for Megatron-FSDP, whose recording released segments made before it began.
+      EXPECT_EQ(r.recorded_peak_reserved, r.shared.peak_live);
+      EXPECT_EQ(r.recorded_older_segment_peak, 0u);
+    }
   }
 }
 

@@ -25,9 +25,10 @@ constexpr const char* kReplayHelp =
     "15, measured on 4x H200) per window or 7 us per local registration. --timeline writes memory over\n"
     "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
     "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
-    "allocator (the torch layer, whose pools ramp their chunks up from growth_chunk/16); then 'recording\n"
-    "allocator' is what torch reserved without ncclpool. --scale F multiplies every allocation's size by F\n"
-    "(the same request sequence at another scale, to see whether a figure holds beyond one size mix).\n";
+    "allocator (the torch layer, whose pools ramp chunks past the segment budget up from growth_chunk/16);\n"
+    "then 'recording allocator' is what torch reserved without ncclpool. --scale F multiplies every\n"
+    "allocation's size by F (the same request sequence at another scale, to see whether a figure holds\n"
+    "beyond one size mix).\n";
 
 // `level`: what the trace replays; torch's segments are what the torch layer's pools serve, so they
 // are replayed with its ramped chunks.
