@@ -100,7 +100,7 @@ def main():
     n = 8 * MiB // 4  # 8 MiB of float32 per rank
     state = {}
 
-    @check("first use registers each chunk once per group")
+    @check("first use registers each segment once per group")
     def _():
         with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
             state["ag_in"] = torch.full((n,), float(rank + 1), device="cuda")
@@ -108,15 +108,15 @@ def main():
             state["rs_in"] = torch.full((n * edp.size(),), float(rank + 1), device="cuda")
             state["rs_out"] = torch.empty(n, device="cuda")
             state["ar"] = torch.full((n,), float(rank + 1), device="cuda")
-            state["small"] = torch.ones(1000, device="cuda")  # a 2 MiB torch segment in the same chunk
+            state["small"] = torch.ones(1000, device="cuda")  # a 2 MiB torch segment (torch's small pool)
         assert npool.pending == 0
-        chunks = npool.stats()["segment_count"]
+        segments = npool.stats()["segment_count"]
         for comm in npool.communicators:
             s = comm.stats()
-            assert s["kind"] == "symmetric" and s["registered_segments"] == chunks, s
+            assert s["kind"] == "symmetric" and s["registered_segments"] == segments, s
             for t in state.values():
                 assert comm.handle_of(t.data_ptr()), f"{comm} has no window for a pool tensor"
-        log(f"      {chunks} chunk(s) of {npool.growth_chunk // MiB} MiB for {len(state)} tensors "
+        log(f"      {segments} segment(s) (growth chunk {npool.growth_chunk // MiB} MiB) for {len(state)} tensors "
             f"({npool.stats()['allocation_count']} torch segments); {len(npool.communicators)} groups")
         npool.check()
 
@@ -332,13 +332,13 @@ def main():
         skip = nccl_allocator.create_nccl_mem_pool(symmetric=True, growth_chunk=64 * MiB, name="skip")
         keep = []
         with nccl_allocator.nccl_mem(skip, group=world):
-            # a 2 MiB torch segment with 1 MiB left, in the pool's first chunk, on every rank
+            # a 2 MiB torch segment with 1 MiB left, in the pool's first segment, on every rank
             keep.append(torch.empty(MiB, dtype=torch.uint8, device="cuda"))
         now = None
         try:
             with nccl_allocator.nccl_mem(skip, group=world):
-                # rank 0 needs a new segment (80 MiB: more than the chunk has left), the others fit
-                # in the chunk they have (as torch's caching allocator may decide from event timing)
+                # rank 0 needs a new segment (80 MiB: more than the segment has left), the others fit
+                # in the torch segment they have (as torch's caching allocator may decide from event timing)
                 keep.append(torch.empty(80 * MiB if rank == 0 else MiB, dtype=torch.uint8, device="cuda"))
         except ncclpool.AgreementError as e:
             now = str(e)
