@@ -125,7 +125,8 @@ typedef struct ncclpool_pool_options {
   ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT; AUTO makes an
                                 auto pool (the only kind of pool that attach with AUTO accepts) */
   size_t growth_chunk;       /* segments are the requests' own sizes (at least growth_chunk/128) within a
-                                segment budget, multiples of growth_chunk past it (docs/pool.md); 0 = 2 MiB,
+                                segment budget; past it chunks that start at growth_chunk/16 and grow with
+                                the pool up to growth_chunk (docs/pool.md); 0 = 2 MiB,
                                 or 1 GiB when symmetric (auto pools: 1 GiB for the symmetric part, 2 MiB
                                 for the others) */
   size_t alignment;          /* block alignment, power of two >= 256; 0 = 512 (torch's block size) */
@@ -135,9 +136,6 @@ typedef struct ncclpool_pool_options {
   size_t sim_capacity;       /* SIM only: simulated device memory; 0 = 64 GiB */
   int check;                 /* check mode (docs/registry.md): 0 off, 1 layout, 2 collectives;
                                 -1 = $NCCLPOOL_CHECK (off|layout|collectives or 0|1|2), else off */
-  int ramp_up_chunks;        /* 1: chunks past the segment budget start at growth_chunk/16 and grow with the
-                                pool up to growth_chunk (for coarse, caller-cached requests such as torch's
-                                segments; ncclpool.torch sets it); 0 (default): every chunk is growth_chunk */
 } ncclpool_pool_options_t;
 
 /* Fills *options with the defaults above (device 0, AUTO source, local registration). */

@@ -18,9 +18,8 @@
 ///    merged behind waits on those streams (a walk over the blocks, on the growth path only).
 ///  * Growth takes a segment of the request's own size (at least growth_chunk / 128, rounded to the
 ///    source granularity) within a budget of 64 segments plus one per growth_chunk of reserve, and
-///    a chunk of round_up(request, growth_chunk) past it; with ramp_up_chunks (the torch layer) the
-///    chunks past the budget start small and grow with the pool (docs/pool.md, "Growth, reserve,
-///    trim, OOM"). On a source OOM the pool releases its empty segments and retries once before
+///    a chunk past it, which starts at growth_chunk / 16 and grows with the pool up to growth_chunk
+///    (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the pool releases its empty segments and retries once before
 ///    throwing OutOfMemory.
 ///  * Observers hear of every segment created (with its creation sequence number) and of every
 ///    segment about to be released, before its memory goes back to the source.
@@ -47,13 +46,6 @@ struct PoolConfig {
   std::size_t growth_chunk = 2ull << 20;  ///< past the segment budget, segments are multiples of it
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
-  /// Past the segment budget, chunks start at growth_chunk / 16 and grow with the pool (each new
-  /// chunk an eighth of what is reserved already) up to growth_chunk: a pool that spent its budget
-  /// on small segments does not add a whole chunk, and a chunk adds at most
-  /// max(growth_chunk / 16, reserved / 8) past the need. For pools whose requests are coarse and
-  /// cached by the caller (torch's segments: ncclpool.torch sets it); costs up to ~16 more segments
-  /// at 64 GiB than fixed chunks (docs/pool.md).
-  bool ramp_up_chunks = false;
 };
 
 /// A segment as observers and callers see it.

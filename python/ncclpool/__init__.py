@@ -117,8 +117,8 @@ class Pool:
             class routes to: the profile measured for the first attached communicator's machine
             (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
         growth_chunk: within a segment budget (64 plus one per growth_chunk of reserve) every segment
-            is its request's own size (at least growth_chunk / 128); past it segments are multiples of
-            this (0: 2 MiB, or 1 GiB for symmetric pools; auto pools: 1 GiB for their symmetric part,
+            is its request's own size (at least growth_chunk / 128); past it chunks that start at
+            1/16 of this and grow with the pool up to it (0: 2 MiB, or 1 GiB for symmetric pools; auto pools: 1 GiB for their symmetric part,
             2 MiB for the others, and ``growth_chunk`` then reads 0) (docs/pool.md).
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
@@ -127,14 +127,11 @@ class Pool:
             ranks by name and attach order: give a pool the same name on every rank.
         sim_capacity: simulated device memory for 'sim' (0: 64 GiB).
         check: check mode (docs/registry.md): None ($NCCLPOOL_CHECK), 'off', 'layout', 'collectives'.
-        ramp_up_chunks: chunks past the segment budget start at growth_chunk / 16 and grow with the
-            pool up to growth_chunk (for coarse requests the caller caches, such as torch's segments:
-            ncclpool.torch sets it).
     """
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
                  alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
-                 name: str = "ncclpool", sim_capacity: int = 0, check=None, ramp_up_chunks: bool = False):
+                 name: str = "ncclpool", sim_capacity: int = 0, check=None):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
         if registration not in ("local", "symmetric", "auto"):
@@ -152,7 +149,6 @@ class Pool:
         options.deterministic = -1 if deterministic is None else int(bool(deterministic))
         options.sim_capacity = _size(sim_capacity, "sim_capacity")
         options.check = _check_level(check)
-        options.ramp_up_chunks = int(bool(ramp_up_chunks))
         handle = c_void_p()
         call("ncclpool_pool_create", byref(options), byref(handle))
         self._handle = handle
@@ -167,7 +163,6 @@ class Pool:
         self.alignment = resolved.alignment
         self.deterministic = bool(resolved.deterministic)
         self.check_level = _CHECK_NAMES[resolved.check]
-        self.ramp_up_chunks = bool(resolved.ramp_up_chunks)
         self.source_description = lib.ncclpool_pool_source_description(handle).decode()
 
     # -- lifetime --

@@ -33,7 +33,6 @@ class PoolOptions(ctypes.Structure):
         ("deterministic", c_int),
         ("sim_capacity", c_size_t),
         ("check", c_int),
-        ("ramp_up_chunks", c_int),
     ]
 
 

@@ -120,7 +120,7 @@ std::string full_json(ncclpool_pool_s& p) {
   out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_quote(r.parts().front().pool->source_properties().description)
       << ",\"kind\":\"" << (r.is_auto() ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
-      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"ramp_up_chunks\":" << (p.options.ramp_up_chunks ? "true" : "false")
+      << ",\"growth_chunk\":" << p.options.growth_chunk
       << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(registry.check_level()) << "\""
       << ",\"stats\":" << to_json(r.stats());
@@ -166,7 +166,6 @@ PoolConfig pool_config(const ncclpool_pool_options_t& o, const std::string& name
   config.growth_chunk = o.growth_chunk;
   config.max_reserved = o.max_reserved;
   config.deterministic = o.deterministic == 1;
-  config.ramp_up_chunks = o.ramp_up_chunks != 0;
   return config;
 }
 

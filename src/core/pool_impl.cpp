@@ -403,13 +403,12 @@ std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   return round_up_multiple(size, chunk_now());
 }
 
-// Past the budget: growth_chunk, or with ramp_up_chunks (the torch layer's pools) growth_chunk / 16,
-// then reserved / kRampDivisor (the pool grows by 1/8), up to growth_chunk, so that a pool that
-// spent its budget on small segments does not add a whole chunk to a few hundred MiB. Ramped
-// chunks take more windows than fixed ones: up to ~144 segments at 64 GiB when every request is a
-// 2 MiB torch segment (fixed chunks: 128).
+// Past the budget: growth_chunk / 16, then reserved / kRampDivisor (the pool grows by 1/8), up to
+// growth_chunk, so that a pool that spent its budget on small segments does not add a whole chunk
+// to a few hundred MiB (3.0x reserved / live at 511 MiB of 1-4 MiB tensors with whole 1 GiB chunks,
+// 1.13 at worst ramped). Ramped chunks take more windows than whole ones: up to ~144 segments at
+// 64 GiB when every request is 8 MiB or less (whole chunks: 128).
 std::size_t PoolImpl::chunk_now() const {
-  if (!config_.ramp_up_chunks) return growth_chunk_;
   constexpr std::size_t kRampDivisor = 8;
   const std::size_t first = std::min(growth_chunk_, round_up_multiple(growth_chunk_ / 16, granularity_));
   return std::clamp(round_up_multiple(stats_.reserved_bytes / kRampDivisor, granularity_), first, growth_chunk_);

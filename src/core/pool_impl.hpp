@@ -99,7 +99,7 @@ class PoolImpl {
   SegmentInfo info(const Segment& segment) const;
   const Segment* segment_containing(std::uintptr_t address) const;
   std::size_t segment_size_for(std::size_t size) const;
-  std::size_t chunk_now() const;  // the chunk a segment past the budget is a multiple of (ramped with ramp_up_chunks)
+  std::size_t chunk_now() const;  // the chunk a segment past the budget is a multiple of (ramped up to growth_chunk)
   [[noreturn]] void throw_bad_free(void* ptr) const;
   std::string describe() const;  // "pool 'name' (device 0, sim)"
 

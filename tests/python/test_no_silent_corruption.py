@@ -249,10 +249,17 @@ def test_a_torch_context_that_fails_leaves_no_scope_open(torch_layer, monkeypatc
     layer.release_mem_pool(mempool)  # refused while a scope of the pool is open
 
 
-def test_torch_layer_pools_ramp_their_chunks_up(torch_layer):
-    # torch asks for coarse segments and caches them: the layer's pools start with small chunks.
+def test_pools_grow_by_their_requests_then_by_chunks_that_grow(torch_layer):
+    # A torch segment of a small process gets a segment of its own size, not a 1 GiB chunk; past the
+    # segment budget chunks start at 1/16 and grow with the pool (docs/pool.md).
     layer = torch_layer
-    pool = layer.ncclpool_pool(layer.create_nccl_mem_pool(symmetric=True, source="sim"))
-    assert pool.ramp_up_chunks and pool.stats_json()["ramp_up_chunks"] is True
-    assert "chunks grow to it from 1/16 with the pool" in pool.memory_summary()
-    assert ncclpool.Pool(source="sim").ramp_up_chunks is False  # plain pools keep fixed chunks
+    MiB = 1 << 20
+    for pool in (layer.ncclpool_pool(layer.create_nccl_mem_pool(symmetric=True, source="sim")),
+                 ncclpool.Pool(source="sim", registration="symmetric")):
+        assert pool.growth_chunk == 1024 * MiB
+        ptr = pool.alloc(20 * MiB)
+        assert pool.stats()["reserved_bytes"] == 20 * MiB and pool.stats()["segment_count"] == 1
+        assert "chunks past the segment budget grow to it from 1/16" in pool.memory_summary()
+        pool.free(ptr)
+
+

@@ -265,9 +265,7 @@ TEST(RecordedTraces, TorchLayerSegmentsStayCloseToWhatTorchHolds) {
       SCOPED_TRACE(std::string(name) + " x" + std::to_string(scale));
       Trace t = recorded;
       if (scale != 1.0) scale_sizes(t, scale);
-      ReplayOptions o;
-      o.ramp_up_chunks = true;
-      const ReplayResult r = replay(t, o);
+      const ReplayResult r = replay(t, ReplayOptions{});
       EXPECT_EQ(r.growth_chunk, 1024 * MiB);
       EXPECT_GE(r.shared.peak_reserved, r.shared.peak_live);
       const double bound = scale == 1.0 ? 1.04 : 1.09;

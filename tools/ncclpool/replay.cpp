@@ -29,7 +29,6 @@ struct ReplayPool {
     config.growth_chunk = chunk;
     config.alignment = o.alignment;
     config.deterministic = o.kind == RegistrationKind::symmetric;
-    config.ramp_up_chunks = o.ramp_up_chunks;
     outcome.name = name;
     registry = std::make_unique<Registry>(std::make_shared<Pool>(std::make_shared<SimSource>(sim), config));
     for (const auto& g : group_names) {
@@ -93,7 +92,6 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   r.recorded_older_segment_peak = trace.recorded_older_segment_peak;
   r.kind = o.kind;
   r.growth_chunk = o.growth_chunk != 0 ? o.growth_chunk : (o.kind == RegistrationKind::symmetric ? 1024 * kMiB : 2 * kMiB);
-  r.ramp_up_chunks = o.ramp_up_chunks;
   ReplayPool shared("shared", trace.groups, o, r.growth_chunk);
   std::vector<std::unique_ptr<ReplayPool>> per_group;
   for (const auto& g : trace.groups) per_group.push_back(std::make_unique<ReplayPool>("group " + g, std::vector<std::string>{g}, o, r.growth_chunk));
@@ -155,8 +153,8 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
   std::ostringstream out;
   char line[256];
   out << title << "\n";
-  std::snprintf(line, sizeof line, "%zu events, %zu group(s), %s registration, growth chunk %s%s\n\n", r.events, r.groups.size(),
-                to_string(r.kind), mib(r.growth_chunk).c_str(), r.ramp_up_chunks ? " (ramped up from 1/16, as the torch layer's pools)" : "");
+  std::snprintf(line, sizeof line, "%zu events, %zu group(s), %s registration, growth chunk %s\n\n", r.events, r.groups.size(),
+                to_string(r.kind), mib(r.growth_chunk).c_str());
   out << line;
   std::snprintf(line, sizeof line, "%-22s %14s %14s %10s %10s %10s %14s\n", "", "peak reserved", "peak live", "reserved/", "segments",
                 "registr.", "registr. time");
@@ -220,7 +218,7 @@ std::string format_json(const ReplayResult& r) {
         << ",\"other_streams_only\":" << p.at_peak.other_streams_only << ",\"empty_segments\":" << p.at_peak.empty_segments << "}}";
   };
   out << "{\"events\":" << r.events << ",\"kind\":\"" << to_string(r.kind) << "\",\"growth_chunk\":" << r.growth_chunk
-      << ",\"ramp_up_chunks\":" << (r.ramp_up_chunks ? "true" : "false") << ",\"groups\":[";
+      << ",\"groups\":[";
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << (g ? "," : "") << json_quote(r.groups[g]);
   out << "],\"shared\":";
   pool(r.shared);

@@ -17,7 +17,6 @@ namespace ncclpool::tool {
 struct ReplayOptions {
   RegistrationKind kind = RegistrationKind::symmetric;
   std::size_t growth_chunk = 0;   // 0: 1 GiB for symmetric, 2 MiB for local
-  bool ramp_up_chunks = false;    // PoolConfig::ramp_up_chunks (the torch layer's pools: segment-level traces)
   std::size_t alignment = 512;
   double window_ms = 15.0;        // measured cost of one window registration (4x H200)
   double local_us = 7.0;          // measured cost of one local registration
@@ -44,7 +43,6 @@ struct ReplayResult {
   std::size_t per_group_peak_reserved = 0;  // peak of the sum over the per-group pools
   std::size_t per_group_peak_live = 0;
   std::size_t growth_chunk = 0;
-  bool ramp_up_chunks = false;
   RegistrationKind kind = RegistrationKind::symmetric;
   double shared_registration_ms = 0;   // estimated with window_ms / local_us
   double per_group_registration_ms = 0;

@@ -25,16 +25,12 @@ constexpr const char* kReplayHelp =
     "15, measured on 4x H200) per window or 7 us per local registration. --timeline writes memory over\n"
     "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
     "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
-    "allocator (the torch layer, whose pools ramp chunks past the segment budget up from growth_chunk/16);\n"
-    "then 'recording allocator' is what torch reserved without ncclpool. --scale F multiplies every\n"
-    "allocation's size by F (the same request sequence at another scale, to see whether a figure holds\n"
-    "beyond one size mix).\n";
+    "allocator (the torch layer); then 'recording allocator' is what torch reserved without ncclpool.\n"
+    "--scale F multiplies every allocation's size by F (the same request sequence at another scale, to\n"
+    "see whether a figure holds beyond one size mix).\n";
 
-// `level`: what the trace replays; torch's segments are what the torch layer's pools serve, so they
-// are replayed with its ramped chunks.
-ReplayOptions replay_options(const Args& a, TraceLevel level = TraceLevel::blocks) {
+ReplayOptions replay_options(const Args& a) {
   ReplayOptions o;
-  o.ramp_up_chunks = level == TraceLevel::segments;
   const std::string kind = a.get("kind", "symmetric");
   if (kind == "symmetric") o.kind = RegistrationKind::symmetric;
   else if (kind == "local") o.kind = RegistrationKind::local;
@@ -111,7 +107,7 @@ int cmd_replay(const Args& a) {
   }
   if (a.positional.size() != 1) throw UsageError("replay needs exactly one TRACE file");
   const TraceOptions to = trace_options(a);
-  const ReplayOptions options = replay_options(a, to.level);  // bad options are reported before the trace is read
+  const ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
   std::string title = "replay of " + a.positional[0];
   const Trace trace = load_scaled(a.positional[0], to, a, title);
   return run(trace, a, options, title);
@@ -127,7 +123,7 @@ int cmd_bench_memory(const Args& a) {
   }
   if (a.has("trace")) {
     const TraceOptions to = trace_options(a);
-    const ReplayOptions options = replay_options(a, to.level);  // bad options are reported before the trace is read
+    const ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
     std::string title = "bench memory: " + a.get("trace", "");
     const Trace trace = load_scaled(a.get("trace", ""), to, a, title);
     return run(trace, a, options, title);

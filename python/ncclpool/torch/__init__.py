@@ -130,7 +130,7 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
         # torch's caching allocator asks for coarse segments and caches them itself: chunks that
         # start small and grow with the pool cost a small process no whole chunk (docs/pool.md).
         pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk,
-                        name=name or f"torch-pool-{_pools_created}", check=check, ramp_up_chunks=True)
+                        name=name or f"torch-pool-{_pools_created}", check=check)
         _pools_created += 1
         if pool.check_level == "collectives":
             check_collectives(True)
