@@ -16,7 +16,8 @@ two builds side by side in one run; and environment variables for its runs, ``MO
 any ``@LIB``, repeatable), e.g. ``ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl`` beside
 ``ncclpool-symmetric``: NCCL's own symmetric CTA count against ncclpool's default.
 
-Each run launches torchrun on every GPU of the host (2, or 4 where there are 4) with ``--worker``; rank 0
+Each run launches torchrun on 2 GPUs (4 where there are 4; ``--gpus N`` sets it, 1 for one rank's
+memory and code paths) with ``--worker``; rank 0
 prints one line 'BENCH {...}': steady step (median, min, max over the steps after the second), device
 memory in use from before the model to the end as cudaMemGetInfo sees it (includes NCCL's own buffers
 and memory outside torch's allocator), torch's peak reserved, the ncclpool pool's reserved bytes and
@@ -154,9 +155,10 @@ def drive(args, passthrough):
         if mode not in MODES or any("=" not in v for v in env_vars):
             sys.exit(f"fsdp2_bench: unknown mode '{m}' (one of {', '.join(MODES)}, optionally MODE@LIBRARY and +VAR=VALUE)")
     gpus = gpu_count()
-    if gpus < 2:
-        sys.exit(f"fsdp2_bench: needs 2 GPUs, found {gpus}")
-    nproc = 4 if gpus >= 4 else 2
+    nproc = args.gpus or (4 if gpus >= 4 else 2)
+    if nproc > gpus or nproc < 1:
+        sys.exit(f"fsdp2_bench: {nproc} GPU(s) asked for, {gpus} found (--gpus 1 runs one rank: memory and "
+                 "code paths, no communication to measure)")
     os.makedirs(args.out, exist_ok=True)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     python_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
@@ -237,6 +239,7 @@ def main():
     ap.add_argument("--out", default="build/fsdp2")
     ap.add_argument("--json", default="", help="also write every run's BENCH result here")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per run")
+    ap.add_argument("--gpus", type=int, default=0, help="ranks per run (default: 4 where there are 4 GPUs, else 2)")
     model_args = (("--layers", 12), ("--dim", 4096), ("--batch", 4), ("--seq", 1024), ("--steps", 25), ("--seed", 1234))
     for flag, default in model_args:
         ap.add_argument(flag, type=int, default=default)
