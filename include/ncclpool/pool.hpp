@@ -19,8 +19,8 @@
 ///  * Growth takes a segment of the request's own size (at least growth_chunk / 128, rounded to the
 ///    source granularity) within a budget of 64 segments plus one per growth_chunk of reserve, and
 ///    a chunk past it, which starts at growth_chunk / 16 and grows with the pool up to growth_chunk
-///    (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the pool releases its empty segments and retries once before
-///    throwing OutOfMemory.
+///    (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the pool releases its empty
+///    segments and retries once before throwing OutOfMemory.
 ///  * Observers hear of every segment created (with its creation sequence number) and of every
 ///    segment about to be released, before its memory goes back to the source.
 ///  * Thread safe: one lock per pool. Observer callbacks run under it and must not call the pool.
@@ -43,7 +43,7 @@ namespace ncclpool {
 struct PoolConfig {
   std::string name = "ncclpool";          ///< used in every message about this pool
   std::size_t alignment = 256;            ///< power of two, 256 .. source alignment (4096 for windows)
-  std::size_t growth_chunk = 2ull << 20;  ///< past the segment budget, segments are multiples of it
+  std::size_t growth_chunk = 2ull << 20;  ///< past the segment budget, chunks ramp up to it
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
 };

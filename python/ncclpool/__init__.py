@@ -118,8 +118,9 @@ class Pool:
             (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
         growth_chunk: within a segment budget (64 plus one per growth_chunk of reserve) every segment
             is its request's own size (at least growth_chunk / 128); past it chunks that start at
-            1/16 of this and grow with the pool up to it (0: 2 MiB, or 1 GiB for symmetric pools; auto pools: 1 GiB for their symmetric part,
-            2 MiB for the others, and ``growth_chunk`` then reads 0) (docs/pool.md).
+            1/16 of this and grow with the pool up to it (0: 2 MiB, or 1 GiB for symmetric pools;
+            auto pools: 1 GiB for their symmetric part, 2 MiB for the others, and ``growth_chunk``
+            then reads 0) (docs/pool.md).
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.

@@ -261,5 +261,3 @@ def test_pools_grow_by_their_requests_then_by_chunks_that_grow(torch_layer):
         assert pool.stats()["reserved_bytes"] == 20 * MiB and pool.stats()["segment_count"] == 1
         assert "chunks past the segment budget grow to it from 1/16" in pool.memory_summary()
         pool.free(ptr)
-
-

@@ -127,8 +127,8 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
     registration = _registration_of(symmetric, kind)
     global _pools_created
     with _lock:
-        # torch's caching allocator asks for coarse segments and caches them itself: chunks that
-        # start small and grow with the pool cost a small process no whole chunk (docs/pool.md).
+        # torch's caching allocator asks for coarse segments and caches them itself: the pool grows
+        # by their own sizes within its segment budget, so it holds about what torch holds (docs/pool.md).
         pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk,
                         name=name or f"torch-pool-{_pools_created}", check=check)
         _pools_created += 1
