@@ -380,25 +380,34 @@ TEST(Growth, SegmentsFollowTheRequestsOnly) {
   Pool a(source, PoolConfig{.growth_chunk = 1024 * MiB, .deterministic = true});
   Pool b(source, PoolConfig{.growth_chunk = 1024 * MiB, .deterministic = true});
   std::vector<void*> blocks_a, blocks_b;
-  for (std::size_t i = 0; i < 40; ++i) {
-    const std::size_t size = (i * 7919 % 37 + 1) * 512 * 1024;  // 0.5 .. 18.5 MiB
-    blocks_a.push_back(a.allocate(size));
-    blocks_b.push_back(b.allocate(size));
-    if (i % 3 == 2) {
-      a.deallocate(blocks_a[i - 1]);
-      b.deallocate(blocks_b[i - 1]);
-      blocks_a[i - 1] = blocks_b[i - 1] = nullptr;
+  auto feed = [&](std::size_t requests) {
+    for (std::size_t i = blocks_a.size(); i < requests; ++i) {
+      const std::size_t size = (i * 7919 % 37 + 1) * 512 * 1024;  // 0.5 .. 18.5 MiB
+      blocks_a.push_back(a.allocate(size));
+      blocks_b.push_back(b.allocate(size));
+      if (i % 3 == 2) {
+        a.deallocate(blocks_a[i - 1]);
+        b.deallocate(blocks_b[i - 1]);
+        blocks_a[i - 1] = blocks_b[i - 1] = nullptr;
+      }
     }
-  }
-  EXPECT_EQ(segment_sizes(a), segment_sizes(b));
+  };
+  auto expect_the_same = [&] {
+    EXPECT_EQ(segment_sizes(a), segment_sizes(b));
+    ASSERT_EQ(a.live_blocks().size(), b.live_blocks().size());
+    for (std::size_t i = 0; i < a.live_blocks().size(); ++i) {
+      EXPECT_EQ(a.live_blocks()[i].segment_sequence, b.live_blocks()[i].segment_sequence);
+      EXPECT_EQ(a.live_blocks()[i].offset, b.live_blocks()[i].offset);
+    }
+  };
+  feed(40);
+  expect_the_same();
   EXPECT_GT(segment_sizes(a).size(), 1u);
   EXPECT_LT(a.stats().reserved_bytes, 512 * MiB) << "a pool smaller than a chunk does not reserve one";
   for (const SegmentInfo& s : a.segments()) EXPECT_GE(s.size, 8 * MiB);  // chunk / 128
-  ASSERT_EQ(a.live_blocks().size(), b.live_blocks().size());
-  for (std::size_t i = 0; i < a.live_blocks().size(); ++i) {
-    EXPECT_EQ(a.live_blocks()[i].segment_sequence, b.live_blocks()[i].segment_sequence);
-    EXPECT_EQ(a.live_blocks()[i].offset, b.live_blocks()[i].offset);
-  }
+  feed(1500);  // past the segment budget: ramped chunks, the same on both
+  expect_the_same();
+  EXPECT_GT(a.stats().segment_count, 64 + a.stats().reserved_bytes / (1024 * MiB));
   for (void* p : blocks_a) a.deallocate(p);
   for (void* p : blocks_b) b.deallocate(p);
   a.check_invariants();
