@@ -38,12 +38,16 @@ class RandomSequence : public ::testing::TestWithParam<unsigned> {};
 TEST_P(RandomSequence, InvariantsHoldAfterEveryStep) {
   std::mt19937_64 rng(GetParam());
   SimSourceConfig sc;
-  sc.capacity = 96ull << 20;  // small enough that OOM paths run
-  auto source = std::make_shared<SimSource>(sc);
   PoolConfig config;
   config.deterministic = (GetParam() % 2) == 0;
-  config.growth_chunk = (GetParam() % 3 == 0) ? (8u << 20) : (2u << 20);
+  // Seeds 1 and 4: 256 MiB chunks on 512 MiB, enough segments of their own to spend the segment
+  // budget and grow by ramped chunks past it; the others small enough that OOM paths run.
+  const bool past_budget = GetParam() % 3 == 1;
+  sc.capacity = past_budget ? (512ull << 20) : (96ull << 20);
+  config.growth_chunk = past_budget ? (256u << 20) : (GetParam() % 3 == 0) ? (8u << 20) : (2u << 20);
+  auto source = std::make_shared<SimSource>(sc);
   Pool pool(source, config);
+  std::size_t most_past_budget = 0;  // segments beyond 64 + reserved / chunk, the most seen
   std::vector<Live> live;
   std::uint64_t next_tag = 1;
   int ooms = 0;
@@ -51,7 +55,9 @@ TEST_P(RandomSequence, InvariantsHoldAfterEveryStep) {
     const auto op = static_cast<unsigned>(rng() % 100);
     if (op < 50) {
       // Mostly small, sometimes large sizes.
-      const std::size_t size = (rng() % 10 == 0) ? 16 + rng() % (12u << 20) : 16 + rng() % (64u << 10);
+      // Past-budget seeds: a third 1-4 MiB, each likely a segment of its own.
+      const std::size_t size = past_budget ? ((rng() % 3 == 0) ? (1u << 20) + rng() % (3u << 20) : 16 + rng() % (64u << 10))
+                               : (rng() % 10 == 0) ? 16 + rng() % (12u << 20) : 16 + rng() % (64u << 10);
       const stream_t stream = rng() % 4;
       try {
         Live b{pool.allocate(size, stream), size, next_tag++};
@@ -98,6 +104,11 @@ TEST_P(RandomSequence, InvariantsHoldAfterEveryStep) {
     ASSERT_EQ(m.requested + m.rounding + m.free_in_used_segments + m.empty_segments, m.reserved) << "step " << step;
     ASSERT_LE(m.never_used, m.free_in_used_segments);
     ASSERT_EQ(source->live_segments(), pool.stats().segment_count);
+    const std::size_t budget = 64 + st.reserved_bytes / config.growth_chunk;
+    if (st.segment_count > budget) most_past_budget = std::max(most_past_budget, st.segment_count - budget);
+  }
+  if (past_budget) {
+    EXPECT_GT(most_past_budget, 0u) << "the sequence never went past the segment budget";
   }
   for (const Live& b : live) {
     ASSERT_TRUE(intact(b));
