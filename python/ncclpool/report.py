@@ -55,7 +55,7 @@ def _pool_lines(pool) -> list[str]:
     lines = [
         f"pool '{j['name']}'  device {j['device']}  source: {j['source']}",
         (f"  growth chunk per part (below)" if j.get("routes") else f"  growth chunk {format_bytes(j['growth_chunk'])}")
-        + f"{'' if j.get('routes') else ' (chunks past the segment budget grow to it from 1/16)'}, "
+        + f"{'' if j.get('routes') else ' (past the segment budget, chunks ramp up to it)'}, "
         f"{'deterministic' if j['deterministic'] else 'adaptive'} placement",
         f"  {'':22}{'now':>14}{'peak':>14}",
         f"  {'allocated':22}{format_bytes(live):>14}{format_bytes(s['peak_allocated_bytes']):>14}",

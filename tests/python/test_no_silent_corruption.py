@@ -259,5 +259,5 @@ def test_pools_grow_by_their_requests_then_by_chunks_that_grow(torch_layer):
         assert pool.growth_chunk == 1024 * MiB
         ptr = pool.alloc(20 * MiB)
         assert pool.stats()["reserved_bytes"] == 20 * MiB and pool.stats()["segment_count"] == 1
-        assert "chunks past the segment budget grow to it from 1/16" in pool.memory_summary()
+        assert "past the segment budget, chunks ramp up to it" in pool.memory_summary()
         pool.free(ptr)
