@@ -2,6 +2,7 @@
 
 #include "commands.hpp"
 
+#include <cmath>
 #include <cstdlib>
 
 namespace ncclpool::tool {
@@ -57,12 +58,15 @@ long long Args::get_int(const std::string& name, long long fallback, long long m
   return v;
 }
 
-double Args::get_double(const std::string& name, double fallback, double min) const {
+double Args::get_double(const std::string& name, double fallback, double min, double max) const {
   if (!has(name)) return fallback;
   const std::string& s = options.at(name);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || v < min) throw UsageError("--" + name + " must be a number >= " + std::to_string(min) + ", not '" + s + "'");
+  if (s.empty() || *end != '\0' || !(v >= min && v <= max)) {
+    const std::string range = std::isinf(max) ? ">= " + std::to_string(min) : "from " + std::to_string(min) + " to " + std::to_string(max);
+    throw UsageError("--" + name + " must be a number " + range + ", not '" + s + "'");
+  }
   return v;
 }
 

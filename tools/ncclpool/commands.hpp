@@ -1,6 +1,7 @@
 #pragma once
 // The subcommands of the `ncclpool` tool and the argument reader they share.
 
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -26,7 +27,9 @@ struct Args {
   [[nodiscard]] bool has(const std::string& name) const { return options.count(name) != 0; }
   [[nodiscard]] std::string get(const std::string& name, const std::string& fallback) const;
   [[nodiscard]] long long get_int(const std::string& name, long long fallback, long long min, long long max) const;
-  [[nodiscard]] double get_double(const std::string& name, double fallback, double min) const;
+  /// A number in [min, max] (NaN is refused), or fallback when the option is absent.
+  [[nodiscard]] double get_double(const std::string& name, double fallback, double min,
+                                  double max = std::numeric_limits<double>::infinity()) const;
 };
 
 int cmd_info(const Args& args);

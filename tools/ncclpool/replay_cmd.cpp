@@ -85,17 +85,19 @@ int run(const Trace& trace, const Args& a, const ReplayOptions& options, const s
   return 0;
 }
 
-// Loads the trace and applies --scale.
-Trace load_scaled(const std::string& path, const TraceOptions& to, const Args& a, std::string& title) {
+// Replays the trace at `path` with the replay options (bad ones are reported before the trace is
+// read), its sizes times --scale if given.
+int replay_file(const Args& a, const std::string& path, const std::string& title_prefix) {
+  const TraceOptions to = trace_options(a);
+  const ReplayOptions options = replay_options(a);
+  const double scale = a.get_double("scale", 1.0, 1e-6, 1e6);
   Trace trace = load_trace(path, to);
-  title += " (" + trace.format + ")";
+  std::string title = title_prefix + path + " (" + trace.format + ")";
   if (a.has("scale")) {
-    const double factor = a.get_double("scale", 1.0, 1e-6);
-    if (!(factor <= 1e6)) throw UsageError("--scale must be a number from 0.000001 to 1000000, not '" + a.get("scale", "") + "'");
-    scale_sizes(trace, factor);
+    scale_sizes(trace, scale);
     title += ", sizes x " + a.get("scale", "");
   }
-  return trace;
+  return run(trace, a, options, title);
 }
 
 }  // namespace
@@ -106,11 +108,7 @@ int cmd_replay(const Args& a) {
     return 0;
   }
   if (a.positional.size() != 1) throw UsageError("replay needs exactly one TRACE file");
-  const TraceOptions to = trace_options(a);
-  const ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
-  std::string title = "replay of " + a.positional[0];
-  const Trace trace = load_scaled(a.positional[0], to, a, title);
-  return run(trace, a, options, title);
+  return replay_file(a, a.positional[0], "replay of ");
 }
 
 int cmd_bench_memory(const Args& a) {
@@ -121,13 +119,7 @@ int cmd_bench_memory(const Args& a) {
                stdout);
     return 0;
   }
-  if (a.has("trace")) {
-    const TraceOptions to = trace_options(a);
-    const ReplayOptions options = replay_options(a);  // bad options are reported before the trace is read
-    std::string title = "bench memory: " + a.get("trace", "");
-    const Trace trace = load_scaled(a.get("trace", ""), to, a, title);
-    return run(trace, a, options, title);
-  }
+  if (a.has("trace")) return replay_file(a, a.get("trace", ""), "bench memory: ");
   const ReplayOptions options = replay_options(a);
   FsdpEpShape shape;
   shape.layers = static_cast<int>(a.get_int("layers", shape.layers, 1, 10000));
