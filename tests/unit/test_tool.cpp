@@ -14,6 +14,8 @@ using namespace ncclpool::tool;
 namespace {
 constexpr std::size_t MiB = 1ull << 20;
 const std::string kData = NCCLPOOL_TEST_DATA;
+// The traces recorded on 2x H200 (scripts/record-torch-trace.py), under kData/traces/.
+constexpr const char* kRecordedTraces[] = {"decode_2gpu.json", "fsdp2_2gpu.json", "fsdp_ep_2gpu.json", "megatron_fsdp_2gpu.json"};
 }  // namespace
 
 TEST(Json, ParsesNestedDocuments) {
@@ -256,7 +258,7 @@ TEST(RecordedTraces, DecodeWithGraphsReplays) {
 // segment budget: Megatron-FSDP x0.75, 1.082). With whole ramped chunks below the budget (before
 // own sizes) decode x1.25 reserved 1.60 times what torch held; with chunks that doubled, 1.41 at x1.
 TEST(RecordedTraces, TorchLayerSegmentsStayCloseToWhatTorchHolds) {
-  for (const char* name : {"decode_2gpu.json", "fsdp2_2gpu.json", "fsdp_ep_2gpu.json", "megatron_fsdp_2gpu.json"}) {
+  for (const char* name : kRecordedTraces) {
     TraceOptions segments;
     segments.group_by = GroupBy::stream;
     segments.level = TraceLevel::segments;
@@ -286,7 +288,7 @@ TEST(RecordedTraces, TorchLayerSegmentsStayCloseToWhatTorchHolds) {
 // segments: PyTorch's figure is then a lower bound (1.287 and 1.323 over live), and still above the
 // pool's. Decode: within the segment budget the pool grows by its requests' sizes, not by chunks.
 TEST(RecordedTraces, TensorsNeedNoMoreThanPyTorchsAllocator) {
-  for (const char* name : {"decode_2gpu.json", "fsdp2_2gpu.json", "fsdp_ep_2gpu.json", "megatron_fsdp_2gpu.json"}) {
+  for (const char* name : kRecordedTraces) {
     SCOPED_TRACE(name);
     TraceOptions tensors;
     tensors.group_by = GroupBy::stream;
