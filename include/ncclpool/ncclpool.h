@@ -206,10 +206,16 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_forget(ncclpool_comm_t comm);
 /* An agreement point: registers every pending window after agreement. Collective over every attached
  * symmetric communicator on every call (a rank with nothing pending joins without waiting and learns
- * of a mismatch later: at its next agreement point, ncclpool_poll or scope begin). */
+ * of a mismatch later: from ncclpool_poll, or at its next agreement point, where it votes no so that
+ * every rank fails there together). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool);
-/* Checks earlier agreements whose results arrived; AGREEMENT_ERROR names one that differed. Never
- * waits, nothing collective. */
+/* The agreement point of ncclpool_commit reached on an error path of this rank (code that commits on
+ * every rank, left by an exception): joins the agreement voting no, so every rank fails there and
+ * nothing is registered, instead of leaving the other ranks' agreement to pair with this rank's next
+ * collective. Never reports the agreement's own error (the caller has one): OK, or INVALID_ARGUMENT. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_commit_after_error(ncclpool_pool_t pool);
+/* Checks earlier agreements whose results arrived; AGREEMENT_ERROR names one that differed (reported
+ * once). Never waits, nothing collective. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool);
 /* Collective over comm's communicator: proves that `buffers` (one collective's, same order on every
  * rank) sit at the same offset of the same symmetric window on every rank, or in none (check mode 2
@@ -240,14 +246,23 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, c
  * every one in check mode) it commits pending windows (collective), at the others only what needs
  * no agreement; under CUDA graph capture on the pool's device nothing, and what is pending waits.
  * ncclpool_commit() commits at once. Scopes nest; end() must name the
- * innermost scope's pool (INVALID_STATE otherwise). The scope is closed even when the commit fails. */
+ * innermost scope's pool (INVALID_STATE otherwise). The scope is closed even when the commit fails.
+ * begin() never fails on an earlier agreement found to have differed (whether its result has arrived
+ * is timing): that is this rank's "no" at its next agreement point. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin(ncclpool_pool_t pool);
 /* A scope whose torch allocations are buffers of `collective` (an auto pool routes the segments torch
  * asks for in it by that collective's profile). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin_for(ncclpool_pool_t pool, ncclpool_collective_t collective);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool);
-/* Ends the innermost scope without committing: pending windows wait for a later commit. For code
- * that must not run a collective here (only some ranks allocate, or the caller commits later). */
+/* Ends the innermost scope after an error inside it on this rank: a scope end like ncclpool_scope_end
+ * (counted, so the schedule stays the same on every rank), where this rank votes no if the scope end
+ * is scheduled (enqueued, no wait): every rank fails there together. Never reports the agreement's
+ * own error: OK, or INVALID_STATE when the innermost scope is not `pool`'s. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end_after_error(ncclpool_pool_t pool);
+/* Leaves the innermost scope without a scope end: nothing counted, nothing collective; pending
+ * windows wait for a later commit. Only where every rank leaves this scope so (the program's choice,
+ * e.g. the caller commits right after): a rank that ends a scope while another leaves it would have
+ * another schedule of agreement points from then on. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_leave(ncclpool_pool_t pool);
 /* The pool of the calling thread's innermost scope (NULL if none). */
 NCCLPOOL_C_API ncclpool_pool_t ncclpool_current_pool(void);

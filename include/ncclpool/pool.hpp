@@ -147,8 +147,14 @@ class NCCLPOOL_API Pool {
   /// @brief Ends a withholding: with `release`, frees every withheld segment (observers are told, not
   /// asked: the caller agreed with them) and returns the bytes; else puts them back into use.
   std::size_t release_withheld(bool release);
-  /// @brief Every live block, by segment creation order then offset (check mode compares these).
+  /// @brief Every live block, in allocation order (the order of the allocate calls that handed them
+  /// out): check mode compares these, place by place, across ranks.
   [[nodiscard]] std::vector<BlockLocation> live_blocks() const;
+  /// @brief Out-of-memory recoveries so far (PoolStats::oom_recoveries). Each may have put later
+  /// requests elsewhere than the same requests went on another rank (a device synchronization
+  /// handed other streams' blocks back, or empty segments were released), so a registry's
+  /// agreements carry it: ranks whose symmetric layouts may have parted fail together there.
+  [[nodiscard]] std::uint64_t placement_recoveries() const;
   /// @brief The segment containing ptr, in O(log segments).
   [[nodiscard]] std::optional<SegmentInfo> segment_of(const void* ptr) const;
   /// @brief Segment sequence and offset of the live block that starts at ptr.

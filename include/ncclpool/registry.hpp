@@ -129,8 +129,14 @@ class NCCLPOOL_API Registry {
   /// @throws InvalidState (graph capture with something pending), AgreementError (now, or for an
   /// earlier agreement point of this rank found to have differed), RegistrationError.
   void commit();
+  /// The agreement point of commit(), reached on an error path of this rank (an exception on its
+  /// way out of code that commits on every rank): joins the agreement voting no, so that every rank
+  /// fails there and nothing is registered, instead of leaving the other ranks' agreement to pair
+  /// with this rank's next collective. Never throws (the caller's own error is the one to raise).
+  void commit_after_error() noexcept;
   /// Checks agreements of earlier agreement points whose results arrived (never waits, nothing
-  /// collective). @throws AgreementError for the oldest one that differed.
+  /// collective). @throws AgreementError for the oldest one that differed (reported once: not again
+  /// at the next agreement point).
   void poll();
   /// Collectively (over the symmetric communicators) releases the empty segments. The empty segments
   /// are withheld from allocation first, so no thread can reuse one between the agreement and the
@@ -162,17 +168,22 @@ class NCCLPOOL_API Registry {
  private:
   friend class Scope;
   std::atomic<int>& impl_open_scopes() noexcept;
-  void end_scope();  // Scope::close: commit at the scheduled scope ends, else local pending only
+  void end_scope(bool failed);  // Scope::close: commit at the scheduled scope ends, else local pending only
+  void poll_quietly() noexcept;  // Scope's opening: a mismatch found is kept for the next agreement point
   std::unique_ptr<detail::RegistryImpl> impl_;
 };
 
-/// @brief Routes this thread's allocations to a registry's pool (see current_scope()) and commits on
-/// close(). Nothing collective runs in the destructor: a scope destroyed without close() only pops.
-/// The registry must outlive its open scopes (destroying it first aborts the process with a message).
+/// @brief Routes this thread's allocations to a registry's pool (see current_scope()); its end is a
+/// scope end, which commits on a schedule the same on every rank. Every scope end counts, on every
+/// path: a scope destroyed without close() (an exception on its way through) ends as
+/// close_after_error(). The registry must outlive its open scopes (destroying it first aborts the
+/// process with a message).
 class NCCLPOOL_API Scope {
  public:
-  /// Checks earlier agreements first (Registry::poll). @throws AgreementError (no scope is opened).
+  /// Checks earlier agreements whose results arrived (no wait, never throws: a mismatch found here is
+  /// this rank's "no" at its next agreement point, where every rank fails together).
   explicit Scope(Registry& registry);
+  /// close_after_error() if the scope is still open.
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
@@ -183,6 +194,13 @@ class NCCLPOOL_API Scope {
   /// NCCL's non-symmetric path); call Registry::commit() on every rank to register them now.
   /// Local registrations that fell into a graph capture are made at every scope end.
   void close();
+  /// The scope end of a scope left with an error on this rank: counted like close() (the schedule
+  /// must stay the same on every rank), and at a scheduled scope end this rank joins the agreement
+  /// voting no (enqueued, no wait), so every rank fails there together. Never throws.
+  void close_after_error() noexcept;
+  /// Leaves without a scope end: nothing counted, nothing collective. Only for scopes that every
+  /// rank leaves this way (C ABI ncclpool_scope_leave, Python scope(commit=False)).
+  void abandon() noexcept;
   [[nodiscard]] Registry& registry() noexcept { return *registry_; }
 
  private:

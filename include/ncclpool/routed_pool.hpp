@@ -73,15 +73,20 @@ class NCCLPOOL_API RoutedPool {
   void reserve(std::size_t bytes);
 
   /// @brief Attaches comm. `kind` empty (auto pools only): each part with its placement's kind; a
-  /// kind: every part with that kind. All or nothing: on failure nothing stays attached.
-  /// @throws as Registry::attach; AgreementError when ranks route differently.
+  /// kind: every part with that kind. All or nothing, on every rank together: an auto pool's attach
+  /// always runs its routes agreement (after the local parts, whose failure is this rank's "no"
+  /// there), then the symmetric parts' attaches. On failure nothing stays attached.
+  /// @throws as Registry::attach; AgreementError when ranks route differently or one could not attach.
   void attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind);
   void detach(const Communicator& comm);
   void forget(const Communicator& comm);
-  /// Registry::commit / poll on every part.
+  /// Registry::commit / poll on every part, on every rank, whatever an earlier part threw (the first
+  /// error is raised after the last part).
   void commit();
   void poll();
-  /// Registry::trim on every part; the bytes released in all.
+  /// Registry::commit_after_error on every part. Never throws.
+  void commit_after_error() noexcept;
+  /// Registry::trim on every part, as commit(); the bytes released in all.
   std::size_t trim();
 
   /// Whether comm is attached.
@@ -112,11 +117,16 @@ class NCCLPOOL_API RoutedPool {
   class NCCLPOOL_API ScopeSet {
    public:
     explicit ScopeSet(RoutedPool& pool);
+    /// close_after_error() if still open.
     ~ScopeSet();
     ScopeSet(const ScopeSet&) = delete;
     ScopeSet& operator=(const ScopeSet&) = delete;
     /// Closes every part's scope (in reverse order of opening); throws the first error after all closed.
     void close();
+    /// Scope::close_after_error on every part's scope. Never throws.
+    void close_after_error() noexcept;
+    /// Scope::abandon on every part's scope (no scope end). Never throws.
+    void abandon() noexcept;
 
    private:
     std::vector<std::unique_ptr<Scope>> scopes_;
@@ -133,7 +143,7 @@ class NCCLPOOL_API RoutedPool {
   [[nodiscard]] std::uint64_t routes_digest() const noexcept;
   void fix_routes() noexcept;
   void choose_routes_for(const Communicator& comm);  // under mutex_, before the routes are fixed
-  void agree_on_routes(Communicator& comm) const;
+  void agree_on_routes(Communicator& comm, bool voted_no) const;  // collective; throws AgreementError
 
   std::string name_;
   bool auto_ = false;

@@ -263,7 +263,8 @@ class Pool:
         call("ncclpool_commit", self.handle)
 
     def poll(self) -> None:
-        """Raises AgreementError for an earlier agreement point found to have differed (never waits)."""
+        """Raises AgreementError for an earlier agreement point found to have differed (never waits;
+        reported once: otherwise this rank votes no at its next agreement point, where every rank fails)."""
         call("ncclpool_poll", self.handle)
 
     @property
@@ -283,7 +284,7 @@ class Pool:
         try:
             yield self
         except BaseException:
-            self._scope_finish(commit=False)  # no collective on an error path
+            self._scope_finish(commit, failed=True)  # the same scope end as on every rank, voting no
             raise
         self._scope_finish(commit)
 
@@ -294,9 +295,19 @@ class Pool:
         else:
             call("ncclpool_scope_begin_for", self.handle, _collective(collective))
 
-    def _scope_finish(self, commit: bool) -> None:
-        """commit: a scope end (committing at the scheduled ones); else the scope is only left."""
-        call("ncclpool_scope_end" if commit else "ncclpool_scope_leave", self.handle)
+    def _scope_finish(self, commit: bool, failed: bool = False) -> None:
+        """commit: a scope end (committing at the scheduled ones); else the scope is only left. failed: an
+        error is on its way out of the scope on this rank. The scope end still counts (every rank must
+        keep the same schedule) and, at a scheduled one, this rank votes no, so every rank fails there
+        together instead of one rank's agreement pairing with another's next collective."""
+        if not commit:
+            call("ncclpool_scope_leave", self.handle)
+        else:
+            call("ncclpool_scope_end_after_error" if failed else "ncclpool_scope_end", self.handle)
+
+    def _commit_after_error(self) -> None:
+        """commit() on an error path of this rank: joins the agreement voting no (never raises its error)."""
+        call("ncclpool_commit_after_error", self.handle)
 
     # -- statistics --
     def stats(self) -> dict:

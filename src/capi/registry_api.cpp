@@ -130,6 +130,10 @@ ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool) {
   return guarded("ncclpool_commit", [&] { require(pool, "pool")->routed->commit(); });
 }
 
+ncclpool_status_t ncclpool_commit_after_error(ncclpool_pool_t pool) {
+  return guarded("ncclpool_commit_after_error", [&] { require(pool, "pool")->routed->commit_after_error(); });
+}
+
 ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool) {
   return guarded("ncclpool_poll", [&] { require(pool, "pool")->routed->poll(); });
 }
@@ -184,8 +188,12 @@ ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool) {
   });
 }
 
+ncclpool_status_t ncclpool_scope_end_after_error(ncclpool_pool_t pool) {
+  return guarded("ncclpool_scope_end_after_error", [&] { capi::pop_scope(pool, "scope_end_after_error")->close_after_error(); });
+}
+
 ncclpool_status_t ncclpool_scope_leave(ncclpool_pool_t pool) {
-  return guarded("ncclpool_scope_leave", [&] { capi::pop_scope(pool, "scope_leave"); });  // ~Scope pops, no commit
+  return guarded("ncclpool_scope_leave", [&] { capi::pop_scope(pool, "scope_leave")->abandon(); });
 }
 
 ncclpool_pool_t ncclpool_current_pool(void) { return capi::innermost_pool(); }

@@ -19,6 +19,7 @@ struct Block {
   std::size_t offset = 0;     // from segment->base
   std::size_t size = 0;       // multiple of the pool alignment
   std::size_t requested = 0;  // live blocks: what the caller asked for
+  std::uint64_t allocation = 0;  // live blocks: the pool's allocation number (check mode compares places in this order)
   Block* phys_prev = nullptr; // neighbours in address order within the segment
   Block* phys_next = nullptr;
   Block* free_prev = nullptr; // links in the owner's free list (free blocks only)

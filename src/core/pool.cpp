@@ -72,6 +72,7 @@ std::vector<SegmentInfo> Pool::empty_segments() const { return impl_->empty_segm
 std::vector<SegmentInfo> Pool::withhold_empty_segments() { return impl_->withhold_empty_segments(); }
 std::size_t Pool::release_withheld(bool release) { return impl_->release_withheld(release); }
 std::vector<BlockLocation> Pool::live_blocks() const { return impl_->live_blocks(); }
+std::uint64_t Pool::placement_recoveries() const { return impl_->placement_recoveries(); }
 std::optional<SegmentInfo> Pool::segment_of(const void* ptr) const { return impl_->segment_of(ptr); }
 std::optional<BlockLocation> Pool::locate(const void* ptr) const { return impl_->locate(ptr); }
 void Pool::check_invariants() const { impl_->check_invariants(); }

@@ -87,6 +87,7 @@ void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
   block->is_free = false;
   block->owner = requester;
   block->requested = bytes;
+  block->allocation = stats_.allocation_count + 1;
   ++block->segment->live_blocks;
   block->segment->live_bytes += block->size;
   void* ptr = block->segment->base + block->offset;
@@ -691,13 +692,28 @@ std::size_t PoolImpl::release_withheld(bool release) {
   return released;
 }
 
+// In allocation order: two ranks that hand out the same requests in the same order must put each at
+// the same place. The set of places alone would pass two buffers that traded places (what an
+// out-of-memory recovery on one rank can do).
 std::vector<BlockLocation> PoolImpl::live_blocks() const {
-  std::lock_guard lock(mutex_);
+  std::vector<std::pair<std::uint64_t, BlockLocation>> numbered;
+  {
+    std::lock_guard lock(mutex_);
+    numbered.reserve(stats_.active_allocations);
+    for (const auto& s : segments_)
+      for (const Block* b = s->first; b != nullptr; b = b->phys_next)
+        if (!b->is_free) numbered.emplace_back(b->allocation, BlockLocation{s->sequence, b->offset, b->size});
+  }
+  std::sort(numbered.begin(), numbered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<BlockLocation> out;
-  for (const auto& s : segments_)
-    for (const Block* b = s->first; b != nullptr; b = b->phys_next)
-      if (!b->is_free) out.push_back(BlockLocation{s->sequence, b->offset, b->size});
+  out.reserve(numbered.size());
+  for (const auto& [allocation, location] : numbered) out.push_back(location);
   return out;
+}
+
+std::uint64_t PoolImpl::placement_recoveries() const {
+  std::lock_guard lock(mutex_);
+  return stats_.oom_recoveries;
 }
 
 const Segment* PoolImpl::segment_containing(std::uintptr_t address) const {

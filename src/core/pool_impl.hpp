@@ -69,6 +69,7 @@ class PoolImpl {
   std::vector<SegmentInfo> withhold_empty_segments();
   std::size_t release_withheld(bool release);
   std::vector<BlockLocation> live_blocks() const;
+  std::uint64_t placement_recoveries() const;
   std::optional<SegmentInfo> segment_of(const void* ptr) const;
   std::optional<BlockLocation> locate(const void* ptr) const;
   void check_invariants() const;

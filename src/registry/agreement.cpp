@@ -39,7 +39,7 @@ std::string describe_record(const AgreementRecord& r) {
   std::ostringstream msg;
   msg << "pool '" << name_of(r) << "' (attachment #" << w[word::ordinal] << "), " << phase_name(static_cast<AgreementPhase>(w[word::phase]))
       << " #" << w[word::epoch] << ": ";
-  if (w[word::aborting]) msg << "gave up after an earlier error in this operation; ";
+  if (voted_no_of(w[word::vote])) msg << "voted no after an error on this rank (its own message says which); ";
   msg << w[word::count] << " segment(s), " << w[word::bytes] << " bytes";
   if (w[word::count] != 0) msg << ", sequences " << w[word::first] << ".." << w[word::last] << ", digest " << hex(w[word::digest]);
   const CheckLevel check = check_level_of(w[word::check]);
@@ -47,6 +47,9 @@ std::string describe_record(const AgreementRecord& r) {
   if (check >= CheckLevel::layout) msg << ", " << w[word::live_blocks] << " live block(s) with layout digest " << hex(w[word::layout_digest]);
   if (const int kernels = symmetric_kernels_of(w[word::check]); kernels >= 0)
     msg << ", symmetric kernels' CTAs " << (kernels == 0 ? std::string("NCCL's choice") : std::to_string(kernels));
+  msg << ", scope period " << scope_period_of(w[word::check]);
+  if (const std::uint64_t moved = placement_recoveries_of(w[word::vote]); moved != 0)
+    msg << ", " << moved << " out-of-memory recover" << (moved == 1 ? "y" : "ies") << " that may have moved blocks";
   return msg.str();
 }
 
@@ -96,10 +99,11 @@ AgreementRecord make_agreement(const AgreementInput& in) {
   w[word::digest] = segments.value();
   w[word::first] = in.segments.empty() ? 0 : in.segments.front().first;
   w[word::last] = in.segments.empty() ? 0 : in.segments.back().first;
-  w[word::check] = static_cast<std::uint64_t>(in.check) | static_cast<std::uint64_t>(in.symmetric_kernels + 1) << 8;
+  w[word::check] = static_cast<std::uint64_t>(in.check) | (static_cast<std::uint64_t>(in.symmetric_kernels + 1) & 0xffffff) << 8 |
+                   static_cast<std::uint64_t>(in.scope_period) << 32;
   w[word::layout_digest] = in.layout_digest;
   w[word::live_blocks] = in.live_blocks;
-  w[word::aborting] = in.aborting ? 1 : 0;
+  w[word::vote] = (in.voted_no ? 1 : 0) | std::min<std::uint64_t>(in.placement_recoveries, 0xffffffffu) << 32;
   return r;
 }
 
@@ -130,12 +134,22 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
     std::copy(words.begin(), words.end(), r.words.begin());
     msg << ' ' << rank_list(ranks) << ": " << describe_record(r) << ';';
   }
-  const bool kernels_differ = std::any_of(records.begin(), records.end(), [&](const AgreementRecord& r) {
-    return r.words[word::magic] == kAgreementMagic && symmetric_kernels_of(r.words[word::check]) != symmetric_kernels_of(mine.words[word::check]);
-  });
-  if (kernels_differ)
+  const auto differ = [&](auto field) {
+    return std::any_of(records.begin(), records.end(), [&](const AgreementRecord& r) { return r.words[word::magic] == kAgreementMagic && field(r) != field(mine); });
+  };
+  const bool voted_no = std::any_of(records.begin(), records.end(), [](const AgreementRecord& r) { return voted_no_of(r.words[word::vote]); });
+  if (differ([](const AgreementRecord& r) { return symmetric_kernels_of(r.words[word::check]); }))
     msg << " (the ranks would launch NCCL's symmetric kernels with different CTA counts, which waits forever for "
            "blocks that never come: give every rank the same NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS and profile)";
+  else if (differ([](const AgreementRecord& r) { return scope_period_of(r.words[word::check]); }))
+    msg << " (the ranks' scope periods differ, so their scope ends would agree at different uses: give every rank the "
+           "same RegistryOptions::scope_period and check level)";
+  else if (differ([](const AgreementRecord& r) { return placement_recoveries_of(r.words[word::vote]); }))
+    msg << " (an out-of-memory recovery on some ranks handed other streams' blocks back after a device synchronization, "
+           "so equal requests may now sit at other offsets there than elsewhere: the pool's symmetric layout can no longer "
+           "be trusted; reserve() enough up front, or publish_frees() streams before they go idle, and recreate the pool)";
+  else if (voted_no)
+    msg << " (a rank voted no: see the error raised on that rank)";
   else
     msg << " (ranks must create the same segments in the same order and attach and commit their pools in the same "
            "order, with the same pool names: use deterministic pools fed the same requests)";
@@ -207,7 +221,7 @@ void explain_layout_difference(Communicator& comm, const std::vector<AgreementRe
   for (const auto& b : mine) blocks.push_back({b.segment_sequence + 1, b.offset, b.size});  // 0 = no block
   const TripleExchange x = exchange_until_different(comm, AgreementPhase::layout_detail, blocks, 3, 64);
   if (x.first_difference) {
-    msg << " first difference at live block #" << *x.first_difference << " (in segment creation order, then offset):";
+    msg << " first difference at live block #" << *x.first_difference << " (in allocation order):";
     for (std::size_t i = 0; i < x.at_difference.size(); ++i) {
       const Triple& t = x.at_difference[i];
       msg << " rank " << i << ": ";

@@ -85,7 +85,8 @@ void Registry::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind)
 void Registry::detach(const Communicator& comm) { impl_->detach(comm); }
 void Registry::forget(const Communicator& comm) { impl_->forget(comm); }
 void Registry::commit() { impl_->commit(); }
-void Registry::poll() { impl_->poll(); }
+void Registry::commit_after_error() noexcept { impl_->commit_after_error(); }
+void Registry::poll() { impl_->poll(/*report=*/true); }
 CheckLevel Registry::check_level() const noexcept { return impl_->check_level(); }
 std::uint64_t Registry::scope_ends() const noexcept { return impl_->scope_ends(); }
 unsigned Registry::scope_period() const noexcept { return impl_->scope_period(); }
@@ -104,7 +105,13 @@ std::size_t Registry::attached() const { return impl_->attached(); }
 void Registry::check_invariants() const { impl_->check_invariants(); }
 Pool& Registry::pool() noexcept { return *impl_->pool_; }
 std::atomic<int>& Registry::impl_open_scopes() noexcept { return impl_->open_scopes_; }
-void Registry::end_scope() { impl_->end_scope(); }
+void Registry::end_scope(bool failed) { impl_->end_scope(failed); }
+void Registry::poll_quietly() noexcept {
+  try {
+    impl_->poll(/*report=*/false);
+  } catch (...) {  // a lock that failed: nothing to keep
+  }
+}
 const std::shared_ptr<Pool>& Registry::shared_pool() const noexcept { return impl_->pool_; }
 
 // ---- Scope: a thread-local stack of open scopes ----
@@ -113,16 +120,31 @@ namespace {
 thread_local Scope* innermost = nullptr;
 }
 
-// Opening a scope also reports agreements of earlier agreement points that turned out to differ
-// (poll: no wait), so a rank that had nothing to register there hears of it before it goes on.
+// Opening a scope checks agreements of earlier agreement points whose results arrived (no wait). It
+// never throws: whether a result has arrived is timing, and a rank whose scope did not open would
+// count one scope end fewer than the others from then on. A mismatch found is kept for this rank's
+// next agreement point, where it votes no and every rank fails together.
 Scope::Scope(Registry& registry) : registry_(&registry), previous_(innermost) {
-  registry.poll();
+  registry.poll_quietly();
   innermost = this;
   ++registry.impl_open_scopes();
 }
 
 Scope::~Scope() {
-  if (open_) leave();  // no commit here: nothing collective runs in a destructor
+  if (open_) close_after_error();  // an exception on its way: the scope end still counts
+}
+
+void Scope::close_after_error() noexcept {
+  if (!open_) return;
+  leave();
+  try {
+    registry_->end_scope(/*failed=*/true);
+  } catch (...) {  // the caller has an error of its own on its way out
+  }
+}
+
+void Scope::abandon() noexcept {
+  if (open_) leave();
 }
 
 void Scope::leave() noexcept {
@@ -134,7 +156,7 @@ void Scope::leave() noexcept {
 void Scope::close() {
   if (!open_) throw InvalidState("scope: close() called twice");
   leave();
-  registry_->end_scope();
+  registry_->end_scope(/*failed=*/false);
 }
 
 Scope* current_scope() noexcept { return innermost; }

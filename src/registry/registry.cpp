@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace ncclpool::detail {
 
@@ -139,8 +140,10 @@ std::vector<std::pair<std::uint64_t, std::size_t>> RegistryImpl::describe_segmen
 std::unique_lock<std::mutex> RegistryImpl::lock_for_agreement() {
   std::vector<BlockLocation> layout;
   if (check_ >= CheckLevel::layout) layout = pool_->live_blocks();
+  const std::uint64_t recoveries = pool_->placement_recoveries();
   std::unique_lock lock(mutex_);
   last_layout_ = std::move(layout);
+  last_placement_recoveries_ = recoveries;
   return lock;
 }
 
@@ -151,7 +154,7 @@ std::vector<CommState*> RegistryImpl::symmetric_comms() const {
   return out;
 }
 
-AgreementRecord RegistryImpl::start_agreement(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, bool aborting) {
+void RegistryImpl::start_agreement(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, bool voted_no) {
   AgreementInput in;
   in.phase = phase;
   in.epoch = cs.epoch;
@@ -159,8 +162,10 @@ AgreementRecord RegistryImpl::start_agreement(CommState& cs, AgreementPhase phas
   in.pool_name = &pool_->config().name;
   in.segments = describe_segments(sequences);
   in.check = check_;
-  in.aborting = aborting;
+  in.voted_no = voted_no;
   in.symmetric_kernels = cs.symmetric_kernels;
+  in.scope_period = scope_period_;
+  in.placement_recoveries = last_placement_recoveries_;
   if (check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
     in.layout_digest = layout_digest(last_layout_);
     in.live_blocks = last_layout_.size();
@@ -171,34 +176,56 @@ AgreementRecord RegistryImpl::start_agreement(CommState& cs, AgreementPhase phas
   ++cs.epoch;
   ++cs.stats.agreements;
   cs.outstanding.push_back(Outstanding{std::move(gather), mine});
-  return mine;
 }
 
-// Oldest first, so that an error names the first agreement point that differed. An outstanding
-// agreement is removed before it is checked: each is reported once.
-void RegistryImpl::settle(CommState& cs, bool wait_all) {
+// Oldest first, so that the error kept names the first agreement point that differed. Each
+// outstanding agreement is removed before it is checked: each is reported once.
+void RegistryImpl::check_outstanding(CommState& cs, bool wait_all) noexcept {
   // A rank that never waits would pile agreements up behind a peer that is gone: past a few, wait.
   constexpr std::size_t kMaxInFlight = 16;
   while (!cs.outstanding.empty()) {
-    Outstanding& front = cs.outstanding.front();
-    if (!wait_all && cs.outstanding.size() <= kMaxInFlight && !front.gather->ready()) return;
-    Outstanding o = std::move(front);
+    if (!wait_all && cs.outstanding.size() <= kMaxInFlight && !cs.outstanding.front().gather->ready()) return;
+    Outstanding o = std::move(cs.outstanding.front());
     cs.outstanding.pop_front();
-    const bool late = !wait_all || !cs.outstanding.empty();  // not the agreement this call just started
+    try {
+      std::vector<AgreementRecord> records;
+      {
+        RegistrationTimer timer(cs.stats);
+        records = o.gather->wait();
+      }
+      // Layout details need every rank in a further exchange, which only ranks that waited make.
+      check_agreement(records, o.mine, *cs.comm, /*late=*/true);
+    } catch (...) {
+      if (!cs.found_late) cs.found_late = std::current_exception();
+    }
+  }
+}
+
+bool RegistryImpl::step(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, Vote& vote, bool wait) {
+  check_outstanding(cs, /*wait_all=*/true);  // started long ago on every rank: complete, or a peer is gone
+  if (cs.found_late) vote.fail(std::exchange(cs.found_late, nullptr));
+  try {
+    start_agreement(cs, phase, sequences, !vote.yes());
+  } catch (...) {  // a broken communicator: nothing was started, on any rank that can still tell
+    vote.fail();
+    return false;
+  }
+  if (!wait) return false;  // nothing to act on here; the result is checked at a later point
+  Outstanding o = std::move(cs.outstanding.back());
+  cs.outstanding.pop_back();
+  try {
     std::vector<AgreementRecord> records;
     {
       RegistrationTimer timer(cs.stats);
       records = o.gather->wait();
     }
-    if (wait_all) ++cs.stats.agreements_waited;
+    ++cs.stats.agreements_waited;
     if (only_layouts_differ(records)) explain_layout_difference(*cs.comm, records, last_layout_, pool_->config().name);
-    check_agreement(records, o.mine, *cs.comm, late);
+    check_agreement(records, o.mine, *cs.comm, /*late=*/false);
+  } catch (...) {
+    vote.fail();
   }
-}
-
-void RegistryImpl::agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences) {
-  start_agreement(cs, phase, sequences, /*aborting=*/false);
-  settle(cs, /*wait_all=*/true);
+  return vote.yes();
 }
 
 void RegistryImpl::remove_comm(CommState* cs) {
@@ -281,9 +308,37 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
   const std::string who = comm->describe();
   const std::string pool_name = "pool '" + pool_->config().name + "'";
   const SourceProperties& props = pool_->source_properties();
-  if (comm->device() != props.device)
-    throw InvalidArgument("attach: " + who + " is on device " + std::to_string(comm->device()) + " but " + pool_name + " is on device " + std::to_string(props.device));
-  if (kind == RegistrationKind::symmetric) {
+  const auto wrong_device = [&] {
+    return InvalidArgument("attach: " + who + " is on device " + std::to_string(comm->device()) + " but " + pool_name + " is on device " +
+                           std::to_string(props.device));
+  };
+  const auto already_attached = [&] { return InvalidArgument("attach: " + who + " is already attached to " + pool_name); };
+  if (kind == RegistrationKind::local) {  // not collective: a refusal is this rank's business alone
+    if (comm->device() != props.device) throw wrong_device();
+    const auto lock = lock_for_agreement();
+    if (find(*comm) != nullptr) throw already_attached();
+    auto owned = std::make_unique<CommState>();
+    owned->comm = std::move(comm);
+    owned->kind = owned->stats.kind = kind;
+    std::vector<std::uint64_t> existing;
+    for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
+    if (!existing.empty() && capturing()) {
+      owned->pending = existing;
+      pending_total_ += existing.size();
+    } else {
+      register_existing(*owned, existing);
+    }
+    comms_.push_back(std::move(owned));
+    return;
+  }
+
+  // Symmetric: collective. Every rank attaching this communicator joins the attach agreement, so
+  // every check that can fail on one rank alone is that rank's "no" there, never a reason to leave.
+  // Capture is the program's (every rank captures at the same places): refused before anything.
+  if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach symmetric communicators outside capture");
+  Vote vote;
+  try {
+    if (comm->device() != props.device) throw wrong_device();
     if (!pool_->config().deterministic)
       throw InvalidArgument("attach: symmetric registration needs a deterministic pool (PoolConfig::deterministic = true), so that every rank carves the same layout; " + pool_name + " is not");
     if (!props.window_capable)
@@ -291,52 +346,49 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
                             ", which cannot back NCCL windows: use the `nccl` source (ncclMemAlloc) or the `vmm` source (cuMem with POSIX-FD handles)");
     std::string why;
     if (!comm->supports_windows(&why)) throw Unsupported("attach: " + who + " cannot register windows: " + why);
-    if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach symmetric communicators outside capture");
+  } catch (...) {
+    vote.fail();
   }
   const auto lock = lock_for_agreement();
-  if (find(*comm) != nullptr) throw InvalidArgument("attach: " + who + " is already attached to " + pool_name);
+  if (find(*comm) != nullptr) vote.fail(std::make_exception_ptr(already_attached()));
   auto owned = std::make_unique<CommState>();
   CommState& cs = *owned;
   cs.comm = std::move(comm);
-  cs.kind = kind;
-  cs.stats.kind = kind;
-  std::vector<std::uint64_t> existing;
-  for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
-
-  const bool defer = kind == RegistrationKind::local && !existing.empty() && capturing();
+  cs.kind = cs.stats.kind = kind;
   struct OrdinalGuard {  // the attachment's number on this communicator, given back if attach fails
     std::uintptr_t comm = 0;
-    bool held = false;
+    bool held = true;
     ~OrdinalGuard() {
       if (held) WindowDirectory::instance().detach_comm(comm);
     }
-  } ordinal;
-  if (kind == RegistrationKind::symmetric) {
-    ordinal.comm = cs.comm->native_handle();
-    cs.ordinal = WindowDirectory::instance().attach_comm(ordinal.comm);
-    ordinal.held = true;
+  } ordinal{cs.comm->native_handle()};
+  cs.ordinal = WindowDirectory::instance().attach_comm(ordinal.comm);
+  try {
     cs.symmetric_kernels = cs.comm->prepare_symmetric_kernels();  // compared across ranks by the agreement
-    agree(cs, AgreementPhase::attach, existing);
+  } catch (...) {
+    vote.fail();
   }
-  if (defer) {
-    cs.pending = existing;
-    pending_total_ += existing.size();
-  } else {
-    std::size_t done = 0;
-    try {
-      for (std::uint64_t s : existing) {
-        register_one(cs, entry_of(s));
-        ++done;
-      }
-    } catch (...) {
-      // Undo in reverse: the communicator ends with nothing registered.
-      for (std::size_t i = done; i-- > 0;) deregister_or_report(cs, entry_of(existing[i]), "attach rollback");
-      throw;
-    }
-  }
+  std::vector<std::uint64_t> existing;
+  for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
+  if (!step(cs, AgreementPhase::attach, existing, vote, /*wait=*/true)) vote.rethrow();
+  register_existing(cs, existing);
   comms_.push_back(std::move(owned));
-  if (kind == RegistrationKind::symmetric) ++symmetric_count_;
+  ++symmetric_count_;
   ordinal.held = false;
+}
+
+// Creation order; a failure undoes the ones made (newest first) and throws: nothing stays registered.
+void RegistryImpl::register_existing(CommState& cs, const std::vector<std::uint64_t>& sequences) {
+  std::size_t done = 0;
+  try {
+    for (std::uint64_t s : sequences) {
+      register_one(cs, entry_of(s));
+      ++done;
+    }
+  } catch (...) {
+    for (std::size_t i = done; i-- > 0;) deregister_or_report(cs, entry_of(sequences[i]), "attach rollback");
+    throw;
+  }
 }
 
 // A scope end is an agreement point on a schedule that depends only on how many scope ends the
@@ -346,15 +398,28 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
 // registrations a capture left pending, if any): the steady path's agreement all-gather, ~8 us of
 // NCCL host time per symmetric communicator, is paid once per period. A pending window waits for
 // the next scheduled one; its memory works meanwhile, without the window.
+// A scope that ends with an error on this rank counts like any other (the schedule must stay the
+// same on every rank) and votes no at a scheduled one.
 // Under graph capture a scope end registers nothing and agrees on nothing (skipped on every rank,
 // since ranks capture at the same places); what is pending waits.
-void RegistryImpl::end_scope() {
+void RegistryImpl::end_scope(bool failed) {
   const std::uint64_t n = scope_ends_.fetch_add(1, std::memory_order_relaxed);
   const bool agree = scope_end_commits(n, scope_period_);
   // The steady path: nothing to do, or only windows, which wait for a scheduled scope end.
   if (!agree && (pending_total_.load() == 0 || !local_pending())) return;
   if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return;
-  commit(agree);
+  Vote vote;
+  if (failed) vote.fail(std::make_exception_ptr(InvalidState("a scope of pool '" + pool_->config().name + "' ended with an error on this rank")));
+  commit(agree, std::move(vote));
+}
+
+void RegistryImpl::commit_after_error() noexcept {
+  try {
+    Vote vote;
+    vote.fail(std::make_exception_ptr(InvalidState("commit of pool '" + pool_->config().name + "' after an error on this rank")));
+    commit(/*agree=*/true, std::move(vote));
+  } catch (...) {  // the caller has an error of its own on its way out
+  }
 }
 
 bool RegistryImpl::local_pending() const {
@@ -364,38 +429,25 @@ bool RegistryImpl::local_pending() const {
 
 // Every symmetric communicator joins the agreement, whether or not this rank has pending windows:
 // a rank that skipped it would leave the others' all-gather to pair with its next collective. A rank
-// with nothing to register (and no check mode) does not wait; it checks the result later (settle).
-// Communicators go in attach order, each decided on its own records (identical on its ranks), and a
-// rank that failed on an earlier one tells the later ones (the `aborting` word), so that no rank
-// registers windows that another rank of the same communicator will not.
-void RegistryImpl::commit(bool agree) {
-  if (symmetric_count_.load() == 0 && pending_total_.load() == 0) return;  // no symmetric communicator: O(1)
+// with nothing to register (and no check mode) does not wait; it checks the result later.
+// Communicators go in attach order, each decided on its own records (identical on its ranks), and
+// the vote carries on from one to the next: a rank that failed on an earlier one says no on the later
+// ones, so that no rank registers windows that another rank of the same communicator will not.
+void RegistryImpl::commit(bool agree, Vote vote) {
+  if (symmetric_count_.load() == 0 && pending_total_.load() == 0) return vote.rethrow();  // no symmetric communicator: O(1)
   if (capturing()) {
-    if (pending_total_.load() == 0) return;  // agreement points under capture are skipped on every rank
+    if (pending_total_.load() == 0) return vote.rethrow();  // agreement points under capture are skipped on every rank
     throw InvalidState("commit: a CUDA graph is being captured on device " + std::to_string(pool_->source_properties().device) +
                        "; registration during capture is not allowed: commit after the capture ends");
   }
   const auto lock = lock_for_agreement();
-  FirstError first_error;
   for (auto& owned : comms_) {
     CommState& cs = *owned;
     if (cs.kind == RegistrationKind::symmetric) {
       if (!agree) continue;  // windows wait for the next scheduled agreement point
-      try {
-        start_agreement(cs, AgreementPhase::commit, cs.pending, static_cast<bool>(first_error));
-      } catch (...) {
-        first_error.keep();
-        continue;
-      }
       const bool wait = !cs.pending.empty() || check_ >= CheckLevel::layout;
-      try {
-        settle(cs, wait);
-      } catch (...) {
-        first_error.keep();
-        continue;
-      }
-      if (!wait || first_error) continue;
-    } else if (cs.pending.empty() || first_error) {
+      if (!step(cs, AgreementPhase::commit, cs.pending, vote, wait)) continue;
+    } else if (cs.pending.empty() || !vote.yes()) {
       continue;
     }
     // Creation order; a failure leaves the rest pending (and the failed one unregistered).
@@ -406,25 +458,22 @@ void RegistryImpl::commit(bool agree) {
         --pending_total_;
       }
     } catch (...) {
-      first_error.keep();
+      vote.fail();
     }
   }
-  first_error.rethrow();
+  vote.rethrow();
 }
 
-void RegistryImpl::poll() {
+void RegistryImpl::poll(bool report) {
   if (symmetric_count_.load() == 0) return;
   std::lock_guard lock(mutex_);
-  FirstError first_error;
+  std::exception_ptr first;
   for (auto& cs : comms_) {  // every scope opening comes here: no allocation
     if (cs->kind != RegistrationKind::symmetric) continue;
-    try {
-      settle(*cs, /*wait_all=*/false);
-    } catch (...) {
-      first_error.keep();
-    }
+    check_outstanding(*cs, /*wait_all=*/false);
+    if (report && !first && cs->found_late) first = std::exchange(cs->found_late, nullptr);
   }
-  first_error.rethrow();
+  if (first) std::rethrow_exception(first);
 }
 
 void RegistryImpl::detach(const Communicator& comm) {
@@ -435,7 +484,9 @@ void RegistryImpl::detach(const Communicator& comm) {
     if (segments_.at(base).registered_with(&cs)) registered.push_back(sequence);
   if (cs.kind == RegistrationKind::symmetric) {
     if (capturing()) throw InvalidState("detach: a CUDA graph is being captured; detach symmetric communicators outside capture");
-    agree(cs, AgreementPhase::detach, registered);
+    // Where any rank says no, every rank keeps the communicator and its windows: detach again, or forget.
+    Vote vote;
+    if (!step(cs, AgreementPhase::detach, registered, vote, /*wait=*/true)) vote.rethrow();
   }
   std::string first_error;
   for (std::uint64_t s : registered) {
@@ -456,50 +507,27 @@ void RegistryImpl::forget(const Communicator& comm) {
 
 // The empty segments are withheld from allocation before the ranks compare them, so the set they
 // agree on is the set they release: no thread can reuse one in between. Two rounds per symmetric
-// communicator: the candidates, then each rank's verdict on all of its communicators, so that a rank
-// releases only when every rank it shares a communicator with will (a world communicator reaches all).
+// communicator: the candidates, then each rank's verdict on all of its communicators (its vote
+// carried from the first round), so that a rank releases only when every rank it shares a
+// communicator with will (a world communicator reaches all).
 std::size_t RegistryImpl::trim() {
-  const bool any_symmetric = symmetric_count_.load() > 0;
-  if (any_symmetric && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
+  if (symmetric_count_.load() > 0 && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
   const std::vector<SegmentInfo> withheld = pool_->withhold_empty_segments();  // before mutex_: lock order
-  bool release = true;
-  FirstError first_error;
+  Vote vote;
   try {
     const auto lock = lock_for_agreement();
     std::vector<std::uint64_t> candidates;
     for (const auto& s : withheld)
       if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);
     const std::vector<CommState*> symmetric = symmetric_comms();
-    auto round = [&](AgreementPhase phase, const std::vector<std::uint64_t>& what) {
-      std::vector<CommState*> started;
-      for (CommState* cs : symmetric) {
-        try {
-          start_agreement(*cs, phase, what, !release);
-          started.push_back(cs);
-        } catch (...) {
-          release = false;
-          first_error.keep();
-        }
-      }
-      for (CommState* cs : started) {
-        try {
-          settle(*cs, /*wait_all=*/true);
-        } catch (...) {
-          release = false;
-          first_error.keep();
-        }
-      }
-    };
-    if (!symmetric.empty()) {
-      round(AgreementPhase::trim, candidates);
-      round(AgreementPhase::trim_verdict, {});  // records differ (aborting word) where a rank says no
-    }
-  } catch (...) {  // only host-side failures get here (the rounds catch their own): nothing was released
+    for (CommState* cs : symmetric) step(*cs, AgreementPhase::trim, candidates, vote, /*wait=*/true);
+    for (CommState* cs : symmetric) step(*cs, AgreementPhase::trim_verdict, {}, vote, /*wait=*/true);  // records differ where a rank says no
+  } catch (...) {  // only host-side failures get here (steps keep their own): nothing was released
     pool_->release_withheld(false);
     throw;
   }
-  const std::size_t released = pool_->release_withheld(release);
-  first_error.rethrow();
+  const std::size_t released = pool_->release_withheld(vote.yes());
+  vote.rethrow();
   return released;
 }
 

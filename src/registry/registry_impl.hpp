@@ -1,6 +1,7 @@
 #pragma once
 // RegistryImpl: the segment x communicator table behind ncclpool::Registry.
-//   registry.cpp   attach / detach / forget / commit / trim and the pool hooks
+//   registry.cpp   attach / detach / forget / commit / trim and the pool hooks; every collective
+//                  step goes through step(), which carries this rank's Vote (vote.hpp)
 //   agreement.cpp  the agreement record and its mismatch report; layout proof (check mode)
 //   queries.cpp    lookups, statistics, invariant checks, Scope
 //   verify.cpp     verify_symmetric_buffers (a collective's buffers, same window and offset)
@@ -10,6 +11,8 @@
 // Registry calls that need the pool ask it *before* taking mutex_, never while holding it.
 
 #include <ncclpool/registry.hpp>
+
+#include "vote.hpp"
 
 #include <algorithm>
 #include <array>
@@ -34,7 +37,7 @@ const char* phase_name(AgreementPhase phase);
 namespace word {
 enum : std::size_t {
   magic = 0, phase = 1, epoch = 2, ordinal = 3, name_digest = 4, name_prefix = 5 /* and 6 */, count = 7, bytes = 8,
-  digest = 9, first = 10, last = 11, check = 12, layout_digest = 13, live_blocks = 14, aborting = 15,
+  digest = 9, first = 10, last = 11, check = 12, layout_digest = 13, live_blocks = 14, vote = 15,
 };
 }
 inline constexpr std::uint64_t kAgreementMagic = 0x6e63636c706f6f6cull;  // "ncclpool"
@@ -47,6 +50,9 @@ struct Outstanding {
 
 struct CommState {
   std::shared_ptr<Communicator> comm;
+  // An earlier agreement of this rank (one it did not wait for) found to have differed and not yet
+  // reported: this rank's "no" at its next agreement point on comm, where every rank then fails.
+  std::exception_ptr found_late;
   RegistrationKind kind = RegistrationKind::local;
   CommunicatorStats stats;
   std::vector<std::uint64_t> pending;  // segment sequences, creation order
@@ -77,12 +83,19 @@ struct AgreementInput {
   CheckLevel check = CheckLevel::off;
   std::uint64_t layout_digest = 0;
   std::uint64_t live_blocks = 0;
-  bool aborting = false;  // this rank gave up the operation after an earlier error in it
+  bool voted_no = false;       // this rank failed (Vote): nobody may register or release here
   int symmetric_kernels = -1;  // how the process launches symmetric kernels (-1: nothing to say)
+  unsigned scope_period = 0;   // RegistryOptions::scope_period: ranks must have the same schedule
+  std::uint64_t placement_recoveries = 0;  // Pool::placement_recoveries: placements this rank moved
 };
-// The check word holds the check level (low byte) and the symmetric kernel setting + 1 (above it).
+// The check word holds the check level (bits 0-7), the symmetric kernel setting + 1 (bits 8-31) and
+// the scope period (bits 32-63).
 inline CheckLevel check_level_of(std::uint64_t check_word) { return static_cast<CheckLevel>(check_word & 0xff); }
-inline int symmetric_kernels_of(std::uint64_t check_word) { return static_cast<int>(check_word >> 8) - 1; }
+inline int symmetric_kernels_of(std::uint64_t check_word) { return static_cast<int>((check_word >> 8) & 0xffffff) - 1; }
+inline unsigned scope_period_of(std::uint64_t check_word) { return static_cast<unsigned>(check_word >> 32); }
+// The vote word holds "no" (bit 0) and the pool's placement recoveries (bits 32-63).
+inline bool voted_no_of(std::uint64_t vote_word) { return (vote_word & 1) != 0; }
+inline std::uint64_t placement_recoveries_of(std::uint64_t vote_word) { return vote_word >> 32; }
 AgreementRecord make_agreement(const AgreementInput& in);
 std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks);
 // Throws AgreementError naming the ranks whose records differ (grouped), or returns. `late` says the
@@ -116,9 +129,15 @@ class RegistryImpl final : public PoolObserver {
   void attach(std::shared_ptr<Communicator> comm, RegistrationKind kind);
   void detach(const Communicator& comm);
   void forget(const Communicator& comm);
-  void commit() { commit(/*agree=*/true); }
-  void end_scope();
-  void poll();
+  void commit() { commit(/*agree=*/true, Vote{}); }
+  // An agreement point reached on an error path: joins the commit voting no (never throws).
+  void commit_after_error() noexcept;
+  // A scope end; `failed`: the scope ends with an error on this rank (voting no if it is scheduled).
+  void end_scope(bool failed);
+  // Checks earlier agreements whose results arrived (never waits, nothing collective). report: throws
+  // the first mismatch found; else keeps it for this rank's next agreement point (a scope opening:
+  // whether a result has arrived is timing, so it must not decide whether a scope opens).
+  void poll(bool report);
   std::size_t trim();
   std::optional<SegmentRegistrations> lookup(const void* ptr) const;
   void* handle_of(const void* ptr, const Communicator& comm) const;
@@ -144,24 +163,31 @@ class RegistryImpl final : public PoolObserver {
   CommState& require(const Communicator& comm, const char* operation) const;
   bool capturing() const;
   void register_one(CommState& cs, SegmentEntry& entry);      // throws; records handle + stats
+  void register_existing(CommState& cs, const std::vector<std::uint64_t>& sequences);  // all or none; throws
   void deregister_one(CommState& cs, SegmentEntry& entry);  // throws; no-op if not registered
   void deregister_or_report(CommState& cs, SegmentEntry& entry, const char* context) noexcept;  // stderr
   void drop_pending(std::uint64_t sequence);
   std::vector<std::pair<std::uint64_t, std::size_t>> describe_segments(const std::vector<std::uint64_t>& sequences) const;
   SegmentEntry& entry_of(std::uint64_t sequence);
-  // Agreement points. start_agreement enqueues this rank's record (never waits); settle checks the
-  // started agreements of cs oldest first: all of them (waiting) or only those already complete.
-  AgreementRecord start_agreement(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, bool aborting);
-  void settle(CommState& cs, bool wait_all);
-  void agree(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences);  // start + settle(all)
+  // Agreement points. Every collective step of the registry is one call of step(): it first checks
+  // the agreements cs started earlier (a mismatch found there becomes this rank's "no"), then starts
+  // this step's agreement carrying the vote, and with `wait` checks it. True when every rank said
+  // yes to the same thing: only then may the caller register or release. Never throws: what fails
+  // is in `vote`.
+  bool step(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, Vote& vote, bool wait);
+  void start_agreement(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, bool voted_no);
+  // Checks cs's started agreements oldest first: all of them (waiting), or those already complete.
+  // The first mismatch is kept in cs.found_late; never throws.
+  void check_outstanding(CommState& cs, bool wait_all) noexcept;
   [[nodiscard]] std::vector<CommState*> symmetric_comms() const;
   // Takes mutex_ for an operation that starts agreements. In check mode it first asks the pool for
   // its live blocks (before mutex_: pool -> registry lock order) and keeps them in last_layout_.
   [[nodiscard]] std::unique_lock<std::mutex> lock_for_agreement();
   void remove_comm(CommState* cs);
   // agree: the symmetric communicators' agreement too (every explicit commit, scheduled scope ends);
-  // else only local registrations left pending by a capture.
-  void commit(bool agree);
+  // else only local registrations left pending by a capture. vote: what this rank brings (no after
+  // an error on its way).
+  void commit(bool agree, Vote vote);
   bool local_pending() const;  // takes mutex_: a local communicator has registrations left by a capture
 
   mutable std::mutex mutex_;
@@ -174,22 +200,7 @@ class RegistryImpl final : public PoolObserver {
   unsigned scope_period_ = RegistryOptions::kDefaultScopePeriod;  // 1 in check mode
   std::atomic<std::uint64_t> scope_ends_{0};          // Scope::close calls, ever (the schedule's clock)
   std::vector<BlockLocation> last_layout_;            // check mode: this rank's blocks at the last agreement
-};
-
-// The first error of an operation that goes on past errors (every communicator must still get its
-// part of the collective), rethrown at the end.
-class FirstError {
- public:
-  void keep() noexcept {
-    if (!error_) error_ = std::current_exception();
-  }
-  explicit operator bool() const noexcept { return error_ != nullptr; }
-  void rethrow() const {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::exception_ptr error_;
+  std::uint64_t last_placement_recoveries_ = 0;       // Pool::placement_recoveries at the last agreement
 };
 
 // Adds the wall time of a registration call to a communicator's statistics.

@@ -4,6 +4,7 @@
 #include <ncclpool/routed_pool.hpp>
 
 #include "core/fnv1a.hpp"
+#include "vote.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -13,20 +14,21 @@
 namespace ncclpool {
 namespace {
 
-// The routes agreement: one all-gathered record per rank (it fits 12 classes; more are compared by
-// digest only). Its magic differs from the registry's, so a rank that runs a registry agreement in
-// its place fails both sides.
+// The routes agreement: one all-gathered record per rank (it fits 11 classes; more are compared by
+// digest only), with this rank's vote on the attach so far. Its magic differs from the registry's,
+// so a rank that runs a registry agreement in its place fails both sides.
 constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
-constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 4;
-enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_classes = 4 };
+constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 5;
+enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_classes = 5 };
 
 // w_from_profile: bit 0, the routes came from a profile; bit 1, some collective routes otherwise.
-AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bool from_profile, bool per_collective) {
+AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bool from_profile, bool per_collective, bool voted_no) {
   AgreementRecord r;
   r.words[w_magic] = kRoutesMagic;
   r.words[w_digest] = digest;
   r.words[w_count] = routes.classes().size();
   r.words[w_from_profile] = (from_profile ? 1 : 0) | (per_collective ? 2 : 0);
+  r.words[w_voted_no] = voted_no ? 1 : 0;
   for (std::size_t i = 0; i < routes.classes().size() && i < kRecordClasses; ++i) {
     const SizeRoute& c = routes.classes()[i];
     r.words[w_classes + i] = (static_cast<std::uint64_t>(c.placement) << 62) | (c.min_bytes & ((1ull << 62) - 1));
@@ -37,6 +39,7 @@ AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bo
 std::string describe_routes_record(const AgreementRecord& r) {
   if (r.words[w_magic] != kRoutesMagic)
     return "no routes: this rank ran another collective here (its pool is not an auto pool, or it attached pools in another order)";
+  if (r.words[w_voted_no] != 0) return "could not attach (the error raised on that rank says why)";
   const std::string from = (r.words[w_from_profile] & 1) ? " (from its profile)" : " (built in)";
   if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from;
   std::vector<SizeRoute> classes;
@@ -209,15 +212,19 @@ void RoutedPool::choose_routes_for(const Communicator& comm) {
   routes_fixed_.store(true, std::memory_order_release);
 }
 
-void RoutedPool::agree_on_routes(Communicator& comm) const {
+void RoutedPool::agree_on_routes(Communicator& comm, bool voted_no) const {
   const bool per_collective = std::any_of(routes_.begin() + 1, routes_.end(), [&](const SizeRoutes& r) { return !(r == routes_[0]); });
-  const AgreementRecord mine = routes_record(routes_[0], routes_digest(), routes_source_.rfind("the profile", 0) == 0, per_collective);
+  const AgreementRecord mine = routes_record(routes_[0], routes_digest(), routes_source_.rfind("the profile", 0) == 0, per_collective, voted_no);
   const std::vector<AgreementRecord> all = comm.all_gather(mine);
   if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r == mine; })) return;
   std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
   for (std::size_t rank = 0; rank < all.size(); ++rank) groups[{all[rank].words.begin(), all[rank].words.end()}].push_back(static_cast<int>(rank));
+  const bool someone_voted_no = std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.words[w_magic] == kRoutesMagic && r.words[w_voted_no] != 0; });
   std::ostringstream msg;
-  msg << comm.describe() << ": ranks route the auto pool '" << name_ << "' differently, so its symmetric part would get other requests on each rank; nothing was attached:";
+  if (someone_voted_no)
+    msg << comm.describe() << ": a rank could not attach the auto pool '" << name_ << "', so no rank does; nothing was attached:";
+  else
+    msg << comm.describe() << ": ranks route the auto pool '" << name_ << "' differently, so its symmetric part would get other requests on each rank; nothing was attached:";
   for (const auto& [words, ranks] : groups) {
     AgreementRecord r;
     std::copy(words.begin(), words.end(), r.words.begin());
@@ -225,27 +232,38 @@ void RoutedPool::agree_on_routes(Communicator& comm) const {
     for (std::size_t i = 0; i < ranks.size(); ++i) msg << (i ? "," : "") << ranks[i];
     msg << ": " << describe_routes_record(r) << ';';
   }
-  msg << " (give every rank the same profile, NCCLPOOL_PROFILE, and attach before the first allocation)";
+  if (someone_voted_no)
+    msg << " (that rank's own error says why, e.g. a local registration refused)";
+  else
+    msg << " (give every rank the same profile, NCCLPOOL_PROFILE, and attach before the first allocation)";
   throw AgreementError(msg.str());
 }
 
+// Lockstep: an auto pool's attach makes the same collective steps on every rank, whatever this
+// rank's routes, profile or failures: local parts (not collective; a failure is this rank's "no"),
+// then the routes agreement (always: no rank can tell locally whether another rank's routes make
+// windows), then the symmetric parts' attaches, each its own agreement. All or nothing.
 void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) {
   if (!comm) throw InvalidArgument("attach: communicator is null");
   if (!auto_ && !kind) throw InvalidArgument("attach: pool '" + name_ + "' is not an auto pool: name the kind (local or symmetric)");
   std::lock_guard lock(mutex_);
-  if (find_attachment(*comm) != attachments_.end())
-    throw InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name_ + "'");
-  attachments_.reserve(attachments_.size() + 1);  // so the push below cannot throw
+  attachments_.reserve(attachments_.size() + 1);  // so the pushes below cannot throw
   Attachment done{comm.get(), {}};
-  if (!auto_) {
+  if (!auto_) {  // the registry refuses a second attach itself (for windows, as its vote)
     parts_.front().registry->attach(comm, *kind);
     done.parts.push_back(0);
     attachments_.push_back(std::move(done));
     return;
   }
-  choose_routes_for(*comm);
-  // Parts the routes use, local ones first (not collective), then the collective ones.
-  std::vector<std::pair<std::size_t, RegistrationKind>> plan;
+  detail::Vote vote;
+  if (find_attachment(*comm) != attachments_.end())
+    vote.fail(std::make_exception_ptr(InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name_ + "'")));
+  try {
+    choose_routes_for(*comm);
+  } catch (...) {
+    vote.fail();
+  }
+  std::vector<std::pair<std::size_t, RegistrationKind>> plan;  // parts the routes use, with their kinds
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     const Placement p = parts_[i].placement;
     if (!routes_use(p)) continue;
@@ -255,19 +273,7 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
       plan.emplace_back(i, p == Placement::symmetric ? RegistrationKind::symmetric : RegistrationKind::local);
     }
   }
-  std::stable_sort(plan.begin(), plan.end(), [](const auto& a, const auto& b) { return a.second == RegistrationKind::local && b.second != RegistrationKind::local; });
-  const bool collective = std::any_of(plan.begin(), plan.end(), [](const auto& step) { return step.second == RegistrationKind::symmetric; });
-  if (collective) agree_on_routes(*comm);
-  try {
-    for (const auto& [index, k] : plan) {
-      parts_[index].registry->attach(comm, k);
-      done.parts.push_back(index);
-    }
-  } catch (...) {
-    // Undo what was attached, newest first. With auto placement only local parts precede the
-    // symmetric one (which rolls itself back); with an explicit symmetric kind over several parts an
-    // earlier symmetric part is detached collectively (a failed window attach fails on every rank),
-    // and forgotten if even that fails, so nothing stays registered here.
+  auto undo = [&] {  // newest first; a symmetric part that cannot be detached is forgotten
     for (std::size_t i = done.parts.size(); i-- > 0;) {
       try {
         parts_[done.parts[i]].registry->detach(*comm);
@@ -275,6 +281,35 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
         parts_[done.parts[i]].registry->forget(*comm);
       }
     }
+  };
+  for (const auto& [index, k] : plan) {
+    if (k != RegistrationKind::local || !vote.yes()) continue;
+    try {
+      parts_[index].registry->attach(comm, k);
+      done.parts.push_back(index);
+    } catch (...) {
+      vote.fail();
+    }
+  }
+  try {
+    agree_on_routes(*comm, !vote.yes());
+  } catch (...) {
+    vote.fail();
+  }
+  if (!vote.yes()) {
+    undo();  // local parts only: not collective
+    vote.rethrow();
+  }
+  // Every rank gets here or none does. A symmetric part's attach fails on every rank together (its
+  // agreement carries each rank's vote), so every rank undoes the same parts, collectively.
+  try {
+    for (const auto& [index, k] : plan) {
+      if (k != RegistrationKind::symmetric) continue;
+      parts_[index].registry->attach(comm, k);
+      done.parts.push_back(index);
+    }
+  } catch (...) {
+    undo();
     throw;
   }
   attachments_.push_back(std::move(done));
@@ -314,17 +349,48 @@ std::vector<RoutedPool::Attachment>::iterator RoutedPool::find_attachment(const 
   return std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm == &comm; });
 }
 
+// Every part, on every rank, whatever an earlier part did here: a part's commit and trim are
+// collective steps of their own, and a rank that stopped at the first part that threw would leave
+// the later parts' agreements to pair with its next collective. The first error is raised after.
 void RoutedPool::commit() {
-  for (Part& p : parts_) p.registry->commit();
+  detail::Vote first;
+  for (Part& p : parts_) {
+    try {
+      p.registry->commit();
+    } catch (...) {
+      first.fail();
+    }
+  }
+  first.rethrow();
+}
+
+void RoutedPool::commit_after_error() noexcept {
+  for (Part& p : parts_) p.registry->commit_after_error();
 }
 
 void RoutedPool::poll() {
-  for (Part& p : parts_) p.registry->poll();
+  detail::Vote first;
+  for (Part& p : parts_) {
+    try {
+      p.registry->poll();
+    } catch (...) {
+      first.fail();
+    }
+  }
+  first.rethrow();
 }
 
 std::size_t RoutedPool::trim() {
   std::size_t released = 0;
-  for (Part& p : parts_) released += p.registry->trim();
+  detail::Vote first;
+  for (Part& p : parts_) {
+    try {
+      released += p.registry->trim();
+    } catch (...) {
+      first.fail();
+    }
+  }
+  first.rethrow();
   return released;
 }
 
@@ -411,13 +477,25 @@ RoutedPool::ScopeSet::ScopeSet(RoutedPool& pool) {
   try {
     for (Part& p : pool.parts_) scopes_.push_back(std::make_unique<Scope>(*p.registry));
   } catch (...) {
-    while (!scopes_.empty()) scopes_.pop_back();  // scopes leave innermost first
+    abandon();  // never opened as a whole: no scope end
     throw;
   }
 }
 
-RoutedPool::ScopeSet::~ScopeSet() {
-  while (!scopes_.empty()) scopes_.pop_back();  // innermost first: Scope's destructor pops without committing
+RoutedPool::ScopeSet::~ScopeSet() { close_after_error(); }
+
+void RoutedPool::ScopeSet::close_after_error() noexcept {
+  while (!scopes_.empty()) {  // innermost first
+    scopes_.back()->close_after_error();
+    scopes_.pop_back();
+  }
+}
+
+void RoutedPool::ScopeSet::abandon() noexcept {
+  while (!scopes_.empty()) {
+    scopes_.back()->abandon();
+    scopes_.pop_back();
+  }
 }
 
 void RoutedPool::ScopeSet::close() {

@@ -11,6 +11,7 @@
 
 #include "common/registry_ranks.hpp"
 
+#include <array>
 #include <atomic>
 #include <thread>
 
@@ -122,9 +123,12 @@ TEST(Agreement, ARankWithNothingPendingJoinsWithoutWaitingAndLearnsOfTheMismatch
   EXPECT_FALSE(group->broken());
 }
 
-TEST(Agreement, OpeningAScopeReportsAnEarlierMismatch) {
+// A scope opening never throws (whether the earlier result has arrived is timing, and a rank whose
+// scope did not open would count one scope end fewer from then on): the mismatch it finds is that
+// rank's "no" at the next agreement point, where every rank fails together.
+TEST(Agreement, AMismatchFoundAtAScopeOpeningIsThatRanksNoAtItsNextAgreementPoint) {
   auto group = nccl_like("world", 2);
-  std::string scope_error;
+  std::array<std::string, 2> scope_errors;
   const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
     if (rank == 0) (void)r.pool->allocate(MiB);
     if (rank == 0) std::this_thread::sleep_for(50ms);  // rank 1's commit returns before rank 0's record exists
@@ -132,24 +136,163 @@ TEST(Agreement, OpeningAScopeReportsAnEarlierMismatch) {
       r.registry->commit();
     } catch (const AgreementError&) {
     }
-    if (rank == 1) {
-      comm->user_collective();  // by now rank 0 has sent its record
-      try {
-        Scope scope(*r.registry);
-        scope.close();
-      } catch (const AgreementError& e) {
-        scope_error = e.what();
-      }
-      EXPECT_EQ(current_scope(), nullptr);
-      EXPECT_EQ(r.registry->open_scopes(), 0);
-    } else {
-      comm->user_collective();
+    comm->user_collective();  // by now rank 0 has sent its record
+    Scope scope(*r.registry);  // rank 1 finds the mismatch here: no throw
+    EXPECT_EQ(current_scope(), &scope);
+    try {
+      scope.close();  // a scheduled scope end: rank 1 votes no, rank 0 (still pending) waits and sees it
+    } catch (const AgreementError& e) {
+      scope_errors[static_cast<std::size_t>(rank)] = e.what();
     }
+    EXPECT_EQ(r.registry->open_scopes(), 0);
+    comm->user_collective(77);  // pairs with the other rank's: no stray agreement
     r.registry->forget(*comm);
   });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
-  EXPECT_TRUE(contains(scope_error, "found after the fact")) << scope_error;
+  EXPECT_TRUE(contains(scope_errors[1], "ranks disagree at commit #1")) << scope_errors[1];
+  EXPECT_TRUE(contains(scope_errors[1], "found after the fact")) << scope_errors[1];
+  EXPECT_TRUE(contains(scope_errors[0], "ranks disagree at commit #2")) << scope_errors[0];
+  EXPECT_TRUE(contains(scope_errors[0], "rank 1: pool 'ncclpool' (attachment #0), commit #2: voted no")) << scope_errors[0];
+  EXPECT_FALSE(group->broken());
+}
+
+// ---------------------------------------------------------------- lockstep: local failures are votes
+
+// An exception inside a scope on one rank: the scope end still counts there (a scope destroyed without
+// close() ends as close_after_error), and at a scheduled one that rank votes no, so the other rank's
+// agreement is answered and fails, and both keep one schedule.
+TEST(Lockstep, AScopeLeftByAnExceptionStillCountsAndVotesNo) {
+  auto group = nccl_like("world", 2);
+  std::array<std::string, 2> close_errors;
+  std::array<std::uint64_t, 2> ends{};
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    try {
+      Scope scope(*r.registry);
+      (void)r.pool->allocate(MiB);  // both grow: a window pending on both ranks
+      if (rank == 1) throw std::runtime_error("the application failed inside the scope");
+      scope.close();
+    } catch (const AgreementError& e) {
+      close_errors[static_cast<std::size_t>(rank)] = e.what();
+    } catch (const std::runtime_error&) {
+    }
+    ends[static_cast<std::size_t>(rank)] = r.registry->scope_ends();
+    EXPECT_EQ(r.registry->stats(*comm).registered_segments, 0u) << "nobody registers where a rank said no";
+    comm->user_collective(5);  // pairs with the other rank's
+    // The next scope end agrees again, on both ranks, and registers the window.
+    Scope again(*r.registry);
+    again.close();
+    EXPECT_EQ(r.registry->stats(*comm).registered_segments, 1u);
+    r.registry->check_invariants();
+    r.registry->detach(*comm);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(ends[0], 1u);
+  EXPECT_EQ(ends[1], 1u);
+  EXPECT_TRUE(contains(close_errors[0], "voted no")) << close_errors[0];
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
+// commit_after_error: the commit a rank would have made, made voting no on its error path.
+TEST(Lockstep, ACommitOnAnErrorPathVotesNoInsteadOfSkipping) {
+  auto group = nccl_like("world", 2);
+  std::string commit_error;
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    (void)r.pool->allocate(MiB);
+    if (rank == 1) {
+      r.registry->commit_after_error();  // never throws
+    } else {
+      try {
+        r.registry->commit();
+      } catch (const AgreementError& e) {
+        commit_error = e.what();
+      }
+    }
+    EXPECT_EQ(r.registry->pending(), 1u);
+    comm->user_collective(9);
+    r.registry->commit();  // both again: now it registers
+    EXPECT_EQ(r.registry->pending(), 0u);
+    r.registry->detach(*comm);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(contains(commit_error, "rank 1: pool 'ncclpool' (attachment #0), commit #1: voted no")) << commit_error;
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
+// A check that fails on one rank only (here: its pool cannot back windows) is that rank's no in the
+// attach agreement: both ranks fail at attach, neither is left waiting or attached.
+TEST(Lockstep, ASymmetricAttachRefusedOnOneRankFailsOnEveryRank) {
+  auto group = nccl_like("world", 2);
+  std::array<std::string, 2> attach_errors;
+  const auto errors = on_ranks(2, [&](int rank) {
+    Rank r = make_rank(/*deterministic=*/rank == 0);
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    try {
+      r.registry->attach(comm, RegistrationKind::symmetric);
+    } catch (const Error& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    EXPECT_EQ(r.registry->attached(), 0u);
+    comm->user_collective(3);  // pairs with the other rank's
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(contains(attach_errors[1], "needs a deterministic pool")) << attach_errors[1];
+  EXPECT_TRUE(contains(attach_errors[0], "ranks disagree at attach #0")) << attach_errors[0];
+  EXPECT_TRUE(contains(attach_errors[0], "voted no")) << attach_errors[0];
+}
+
+// Ranks whose scope periods differ would agree at different scope ends: the attach says so.
+TEST(Lockstep, RanksWithOtherScopePeriodsFailAtAttach) {
+  auto group = nccl_like("world", 2);
+  std::array<std::string, 2> attach_errors;
+  const auto errors = on_ranks(2, [&](int rank) {
+    Rank r = make_rank(true, 2 * MiB, 0, "ncclpool", RegistryOptions{CheckLevel::off, rank == 0 ? 16u : 8u});
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    try {
+      r.registry->attach(comm, RegistrationKind::symmetric);
+    } catch (const AgreementError& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  for (const auto& e : attach_errors) {
+    EXPECT_TRUE(contains(e, "scope period 16")) << e;
+    EXPECT_TRUE(contains(e, "scope period 8")) << e;
+    EXPECT_TRUE(contains(e, "scope periods differ")) << e;
+  }
+}
+
+// A mismatch found late at detach: the late rank votes no there, so every rank keeps the
+// communicator and its windows (nobody deregisters alone), and a second detach succeeds on both.
+TEST(Lockstep, AMismatchFoundLateAtDetachKeepsTheCommunicatorOnEveryRank) {
+  auto group = nccl_like("world", 2);
+  std::array<std::string, 2> detach_errors;
+  const auto errors = on_symmetric_ranks(group, [&](Rank& r, const std::shared_ptr<LoopbackCommunicator>& comm, int rank) {
+    if (rank == 0) (void)r.pool->allocate(MiB);
+    if (rank == 0) std::this_thread::sleep_for(50ms);
+    try {
+      r.registry->commit();  // rank 0 fails now; rank 1 enqueues and hears of it at detach
+    } catch (const AgreementError&) {
+    }
+    try {
+      r.registry->detach(*comm);
+    } catch (const AgreementError& e) {
+      detach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    EXPECT_EQ(r.registry->attached(), 1u);
+    r.registry->detach(*comm);  // the mismatch was reported once: now both agree
+    EXPECT_EQ(r.registry->attached(), 0u);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(contains(detach_errors[1], "found after the fact")) << detach_errors[1];
+  EXPECT_TRUE(contains(detach_errors[0], "detach #2")) << detach_errors[0];
+  EXPECT_TRUE(contains(detach_errors[0], "voted no")) << detach_errors[0];
+  EXPECT_EQ(group->live_registrations(), 0);
 }
 
 TEST(Agreement, ARankThatSkipsAnAgreementPointAltogetherIsNamedByTheOthers) {

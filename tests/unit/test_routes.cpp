@@ -357,10 +357,17 @@ TEST(RoutedPool, ScopesOpenAndCloseOnEveryPart) {
   EXPECT_EQ(pool->open_scopes(), 0);
   EXPECT_EQ(current_scope(), nullptr);
   {
-    RoutedPool::ScopeSet left(*pool);  // destroyed without close: pops without committing
+    RoutedPool::ScopeSet failed(*pool);  // destroyed without close (an exception on its way): still a scope end
   }
   EXPECT_EQ(current_scope(), nullptr);
-  EXPECT_EQ(pool->first_registry().scope_ends(), 1u);
+  EXPECT_EQ(pool->first_registry().scope_ends(), 2u);
+  for (const auto& part : pool->parts()) EXPECT_EQ(part.registry->scope_ends(), 2u);
+  {
+    RoutedPool::ScopeSet left(*pool);
+    left.abandon();  // no scope end: what every rank does for a scope(commit=False)
+  }
+  EXPECT_EQ(current_scope(), nullptr);
+  EXPECT_EQ(pool->first_registry().scope_ends(), 2u);
 }
 
 }  // namespace

@@ -323,10 +323,21 @@ class _PoolContext:
             context = self._torch_context()
             context.__enter__()
         except BaseException:
-            npool._scope_finish(commit=False)  # the scope does not outlive a torch context that failed to enter
+            self._finish(npool, failed=True)  # the scope does not outlive a torch context that failed to enter
             raise
         self._open = (npool, context)
         return self
+
+    def _finish(self, npool, failed: bool) -> None:
+        """The scope's end: the same collective steps on every rank, whatever happened on this one (an
+        error here is this rank's "no" in them: docs/registry.md, "Lockstep")."""
+        every = _commit_at_every_exit and self.commit
+        npool._scope_finish(commit=self.commit and not every, failed=failed)
+        if every:
+            if failed:
+                npool._commit_after_error()
+            else:
+                npool.commit()
 
     def __exit__(self, exc_type, exc, tb):
         if not self.enabled:
@@ -335,12 +346,9 @@ class _PoolContext:
         try:
             context.__exit__(exc_type, exc, tb)
         except BaseException:
-            npool._scope_finish(commit=False)  # no collective on an error path
+            self._finish(npool, failed=True)
             raise
-        every = _commit_at_every_exit and self.commit and exc is None
-        npool._scope_finish(commit=self.commit and exc is None and not every)
-        if every:
-            npool.commit()
+        self._finish(npool, failed=exc is not None)
         if exc is not None and library().ncclpool_torch_failures() > self._failures and hasattr(exc, "add_note"):
             exc.add_note(f"ncclpool: {_np.last_error()}")
         return False
@@ -416,20 +424,30 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
         return sum(c.stats()["segments_created_in_capture"] for c in npool.communicators)
 
     def _before_scope(self, npool) -> None:
-        if self.reserve:
-            s = npool.stats()
-            if s["largest_fresh_block"] < self.reserve:  # what a capturing stream can take without a wait
-                npool.reserve(s["reserved_bytes"] + self.reserve)
+        try:
+            if self.reserve:
+                s = npool.stats()
+                if s["largest_fresh_block"] < self.reserve:  # what a capturing stream can take without a wait
+                    npool.reserve(s["reserved_bytes"] + self.reserve)
+        except BaseException:
+            npool._commit_after_error()  # a reserve that failed here alone is this rank's "no"
+            raise
         # Always an agreement point, reserve or not: a rank that reserved and one that did not then
         # disagree here, by name, instead of pairing one rank's agreement with another's collective.
         npool.commit()
         self._in_capture_before = self._created_in_capture(npool)
 
     def __exit__(self, exc_type, exc, tb):
-        result = super().__exit__(exc_type, exc, tb)
         npool = _binding(self.pool).pool
+        try:
+            result = super().__exit__(exc_type, exc, tb)
+        except BaseException:
+            npool._commit_after_error()  # the commit after the capture, as on every rank, voting no
+            raise
         if exc is None:
             npool.commit()  # the windows of what the capture made, now rather than at a later scope end
+        else:
+            npool._commit_after_error()
         made = self._created_in_capture(npool) - self._in_capture_before
         if exc is None and made > 0 and npool.communicators:
             warnings.warn(
