@@ -75,6 +75,42 @@ def test_a_rank_with_nothing_pending_learns_of_the_mismatch_at_its_next_agreemen
     assert now1 is None and "found after the fact" in later1
 
 
+def test_an_exception_inside_a_scope_on_one_rank_counts_its_end_and_fails_every_rank_there():
+    world = ncclpool.SimGroup("world", 2, matching="nccl")
+
+    def rank(r):
+        p = sim_pool("symmetric", name="shared", growth_chunk=4 * MiB)
+        c = p.attach_sim(world, r)
+        seen = None
+        buf = None
+        try:
+            with p.scope():
+                buf = p.alloc(MiB)  # both grow: a window pending on both ranks
+                if r == 1:
+                    raise KeyError("the application failed here, on rank 1 only")
+        except errors.AgreementError as e:
+            seen = str(e)
+        except KeyError:
+            seen = "KeyError"
+        ends = p.stats_json()["scope_ends"]
+        c.sim_user_collective(5)  # pairs with the other rank's: no stray agreement
+        with p.scope():  # the next scope end agrees on both ranks and registers the window
+            pass
+        pending = p.pending
+        p.free(buf)
+        c.detach()
+        p.close()
+        return seen, ends, pending
+
+    results, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    (seen0, ends0, pending0), (seen1, ends1, pending1) = results
+    assert "voted no" in seen0, seen0
+    assert seen1 == "KeyError"
+    assert ends0 == ends1
+    assert pending0 == pending1 == 0
+
+
 def test_check_level_is_an_option_and_an_environment_variable(monkeypatch):
     with sim_pool("symmetric", check="layout") as p:
         assert p.check_level == "layout"
@@ -242,10 +278,13 @@ def test_a_torch_context_that_fails_leaves_no_scope_open(torch_layer, monkeypatc
 
     monkeypatch.setattr(layer.torch.cuda, "use_mem_pool", lambda pool, device=None: Failing())
     mempool = layer.create_nccl_mem_pool(symmetric=False, source="sim")
+    npool = layer._binding(mempool).pool
+    ends = npool.stats_json()["scope_ends"]
     with pytest.raises(RuntimeError, match="torch refused"):
         with layer.use_mem_pool(mempool):
             pass
     assert ncclpool.library().ncclpool_current_pool() is None, "the pool's scope stayed open"
+    assert npool.stats_json()["scope_ends"] == ends + 1, "a failed context is still a scope end, as on every other rank"
     layer.release_mem_pool(mempool)  # refused while a scope of the pool is open
 
 
