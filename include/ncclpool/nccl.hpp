@@ -12,8 +12,15 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ncclpool {
+
+/// An NCCL library mapped in this process.
+struct NcclCopy {
+  std::string path;  ///< the file it was loaded from (as the loader names it)
+  int version = 0;   ///< its ncclGetVersion
+};
 
 struct NcclInfo {
   bool available = false;
@@ -22,9 +29,17 @@ struct NcclInfo {
   int version = 0;           ///< ncclGetVersion, e.g. 22809
   bool windows = false;      ///< ncclCommWindowRegister present and version >= 2.27
   bool reused_loaded = false; ///< the library was already loaded by the process
+  /// NCCL libraries mapped in this process besides the one above, as of this call (normally none).
+  /// A communicator must be used with the library that made it: with two copies loaded (an
+  /// LD_PRELOAD-ed libnccl.so.2 beside the one torch finds through its RPATH, NCCL linked into
+  /// another library), a communicator handed to ncclpool may come from the other one. ncclpool.torch
+  /// refuses such a process ("one NCCL per process"); the same file loaded once is one copy, whatever
+  /// version the caller was built with.
+  std::vector<NcclCopy> other_copies;
 };
 
-/// @brief Loads NCCL if needed and says what was found. Never throws.
+/// @brief Loads NCCL if needed and says what was found (other_copies: looked for at each call).
+/// Never throws.
 NCCLPOOL_API NcclInfo nccl_info();
 
 struct NcclCommunicatorOptions {

@@ -81,6 +81,13 @@ typedef struct ncclpool_features {
   int symmetric_ctas_decided;  /* 1 once this process registered a window (the count is then fixed) */
   int symmetric_ctas;          /* CTAs of NCCL's symmetric kernels asked through NCCL_SYM_CTAS; 0 = NCCL's choice */
   char symmetric_ctas_source[256]; /* where the count comes from (see SymmetricCtas in nccl.hpp) */
+  /* Added in 0.1 after the CTA fields (the same rule: an older struct_size gets none of them). */
+  int nccl_other_copies;       /* NCCL libraries loaded in this process besides nccl_library, as of the
+                                  call: 0 normally; more when another file is loaded too (an LD_PRELOAD-ed
+                                  libnccl.so.2 beside the one torch loads): "one NCCL per process", a
+                                  communicator must be used with the library that made it */
+  int nccl_other_version;      /* ncclGetVersion() of the first of them; 0 if none */
+  char nccl_other_library[512]; /* path of the first of them ("" if none) */
 } ncclpool_features_t;
 /* Fills *features (struct_size must be set; at least up to why_not). Loads the CUDA driver and NCCL
    if needed. */

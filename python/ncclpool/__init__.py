@@ -56,7 +56,10 @@ def last_error() -> str:
 def features() -> dict:
     """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support, and
     the CTA count of NCCL's symmetric kernels (``symmetric_ctas``, 0 = NCCL's choice; fixed at the
-    process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why)."""
+    process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why).
+    ``nccl_other_copies``: how many other NCCL libraries are loaded in this process besides
+    ``nccl_library`` (normally 0; the first is ``nccl_other_library``, version ``nccl_other_version``):
+    looked for at each call."""
     f = Features()
     f.struct_size = ctypes.sizeof(Features)
     call("ncclpool_get_features", byref(f))
@@ -67,6 +70,7 @@ def features() -> dict:
     out["nccl_library"] = f.nccl_library.decode(errors="replace")
     out["why_not"] = f.why_not.decode(errors="replace")
     out["symmetric_ctas_source"] = f.symmetric_ctas_source.decode(errors="replace")
+    out["nccl_other_library"] = f.nccl_other_library.decode(errors="replace")
     out["library"] = library_path()
     return out
 

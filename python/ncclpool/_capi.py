@@ -51,6 +51,9 @@ class Features(ctypes.Structure):
         ("symmetric_ctas_decided", c_int),
         ("symmetric_ctas", c_int),
         ("symmetric_ctas_source", c_char * 256),
+        ("nccl_other_copies", c_int),
+        ("nccl_other_version", c_int),
+        ("nccl_other_library", c_char * 512),
     ]
 
 

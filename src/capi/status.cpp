@@ -94,6 +94,11 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
     out.symmetric_ctas_decided = ctas.decided ? 1 : 0;
     out.symmetric_ctas = ctas.ctas;
     copy(out.symmetric_ctas_source, sizeof out.symmetric_ctas_source, ctas.source);
+    out.nccl_other_copies = static_cast<int>(nccl.other_copies.size());
+    if (!nccl.other_copies.empty()) {
+      out.nccl_other_version = nccl.other_copies.front().version;
+      copy(out.nccl_other_library, sizeof out.nccl_other_library, nccl.other_copies.front().path);
+    }
     out.struct_size = std::min(size, sizeof out);
     std::memcpy(features, &out, out.struct_size);  // a caller's older, smaller struct gets its fields only
   });

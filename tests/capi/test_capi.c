@@ -54,6 +54,18 @@ static void test_status_and_version(void) {
   /* No window was registered in this process: the symmetric kernels' CTA count is not decided yet. */
   EXPECT(features.symmetric_ctas_decided == 0 && features.symmetric_ctas == 0);
   EXPECT(strstr(features.symmetric_ctas_source, "not decided") != NULL);
+  /* No second NCCL is loaded in this test program. */
+  EXPECT(features.nccl_other_copies == 0 && features.nccl_other_version == 0 && features.nccl_other_library[0] == '\0');
+  {
+    /* A caller built before the other-copy fields gets the fields before them only. */
+    const size_t cta_size = offsetof(ncclpool_features_t, nccl_other_copies);
+    memset(&features, 0x5a, sizeof features);
+    features.struct_size = cta_size;
+    OK(ncclpool_get_features(&features));
+    EXPECT(features.struct_size == cta_size);
+    EXPECT(strstr(features.symmetric_ctas_source, "not decided") != NULL);
+    EXPECT(features.nccl_other_copies == 0x5a5a5a5a && features.nccl_other_library[0] == 0x5a);
+  }
   {
     /* A caller built before the CTA fields passes the older size: it gets those fields, and nothing
        is written past them. */

@@ -93,7 +93,10 @@ int cmd_info(const Args& args) {
     o << "{\"cuda\":{\"available\":" << (cuda ? "true" : "false") << ",\"devices\":" << devices << ",\"why_not\":" << json_quote(cuda ? "" : cuda_why)
       << "},\"nccl\":{\"available\":" << (nccl.available ? "true" : "false") << ",\"library\":" << json_quote(nccl.library_path)
       << ",\"version\":" << nccl.version << ",\"windows\":" << (nccl.windows ? "true" : "false")
-      << ",\"reused_loaded\":" << (nccl.reused_loaded ? "true" : "false") << ",\"why_not\":" << json_quote(nccl.why_not) << "},\"gpus\":[";
+      << ",\"reused_loaded\":" << (nccl.reused_loaded ? "true" : "false") << ",\"why_not\":" << json_quote(nccl.why_not) << ",\"other_copies\":[";
+    for (std::size_t i = 0; i < nccl.other_copies.size(); ++i)
+      o << (i ? "," : "") << "{\"library\":" << json_quote(nccl.other_copies[i].path) << ",\"version\":" << nccl.other_copies[i].version << "}";
+    o << "]},\"gpus\":[";
     for (std::size_t i = 0; i < gpus.size(); ++i) {
       const auto& g = gpus[i];
       o << (i ? "," : "") << "{\"ordinal\":" << g.ordinal << ",\"name\":" << json_quote(g.name) << ",\"pci_bus_id\":" << json_quote(g.pci_bus_id)
@@ -125,6 +128,9 @@ int cmd_info(const Args& args) {
                 nccl.reused_loaded ? " (already loaded by the process)" : "", nccl.windows ? "yes" : "no");
   else
     std::printf("NCCL      not available: %s\n", nccl.why_not.c_str());
+  for (const NcclCopy& other : nccl.other_copies)
+    std::printf("NCCL      %d from %s is loaded too: two NCCL libraries in one process (a communicator must be used with the one that made it)\n",
+                other.version, other.path.c_str());
   if (!gpus.empty()) {
     std::printf("\nGPUs\n");
     for (const auto& g : gpus)

@@ -73,8 +73,12 @@ _pools_created = 0     # names pools in creation order (the same on every rank)
 def init() -> None:
     """Loads ncclpool and makes the torch pluggable allocator. Idempotent.
 
-    Raises ncclpool.Unsupported when ncclpool would have to use another NCCL than torch's (a
-    communicator must be used with the library that made it)."""
+    Raises ncclpool.Unsupported when torch has NCCL and another NCCL library is loaded in the process
+    besides the one ncclpool uses (a communicator must be used with the library that made it). The
+    one library torch and ncclpool share may be newer than the NCCL torch was built with (a
+    libnccl.so.2 swapped under nvidia/nccl/lib/ to get a fix): that is allowed; ``ncclpool.features()``
+    says which is loaded (``nccl_version``, ``nccl_library``), ``torch.cuda.nccl.version()`` what torch
+    was built with."""
     global _allocator
     with _lock:
         if _allocator is not None:
@@ -82,18 +86,27 @@ def init() -> None:
         if not torch.cuda.is_available():
             raise errors.Unsupported("ncclpool.torch needs CUDA: torch.cuda.is_available() is False")
         features = _np.features()
-        torch_nccl = _torch_nccl_version()
         if not features["nccl_available"]:
             raise errors.Unsupported(f"ncclpool.torch: NCCL unavailable: {features['why_not']}")
-        if torch_nccl and features["nccl_version"] != torch_nccl:
+        # One NCCL per process, judged on the libraries actually mapped (the C++ loader lists every
+        # loaded object that defines ncclGetVersion, by load address: one file, one copy), not on
+        # torch.cuda.nccl.version(), which is the version torch was built with. With a single copy
+        # loaded, torch's symbols and ncclpool's resolve to it whatever its version.
+        others = features.get("nccl_other_copies", 0)
+        if others and _torch_nccl_version():
+            more = f" and {others - 1} more" if others > 1 else ""
             raise errors.Unsupported(
-                f"ncclpool uses NCCL {features['nccl_version']} from {features['nccl_library']} but torch uses "
-                f"{torch_nccl}: set NCCLPOOL_NCCL_LIBRARY to torch's libnccl.so.2 (one NCCL per process)")
+                f"two NCCL libraries are loaded in this process: ncclpool uses NCCL {features['nccl_version']} from "
+                f"{features['nccl_library']}, and NCCL {features['nccl_other_version']} from "
+                f"{features['nccl_other_library']}{more} is loaded too; torch's communicators may come from either "
+                f"(one NCCL per process). To run torch on another NCCL, replace the libnccl.so.2 that torch loads "
+                f"(nvidia/nccl/lib/ in its environment) instead of loading a second one with LD_PRELOAD (docs/python.md)")
         _allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "ncclpool_torch_alloc", "ncclpool_torch_free")
         _install_destroy_hook()
 
 
 def _torch_nccl_version() -> int:
+    """The NCCL version torch was built with (0: torch without NCCL). Not the loaded library's."""
     try:
         v = torch.cuda.nccl.version()
     except Exception:

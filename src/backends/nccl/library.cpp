@@ -3,8 +3,10 @@
 #include <ncclpool/errors.hpp>
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdlib>
+#include <vector>
 
 namespace ncclpool::nccl {
 
@@ -44,11 +46,61 @@ Library load() {
 #undef NCCLPOOL_RESOLVE_REQUIRED
 #undef NCCLPOOL_RESOLVE_OPTIONAL
   Dl_info dl{};
-  if (::dladdr(reinterpret_cast<void*>(lib.ncclGetVersion), &dl) != 0 && dl.dli_fname != nullptr) info.library_path = dl.dli_fname;
+  if (::dladdr(reinterpret_cast<void*>(lib.ncclGetVersion), &dl) != 0 && dl.dli_fname != nullptr) {
+    info.library_path = dl.dli_fname;
+    lib.base = dl.dli_fbase;
+  }
   lib.ncclGetVersion(&info.version);
   info.windows = info.version >= 22700 && lib.ncclCommWindowRegister != nullptr && lib.ncclCommWindowDeregister != nullptr;
   info.available = true;
   return lib;
+}
+
+// Every NCCL library mapped in this process, told apart by where it is mapped, except the one at
+// `own_base`. An NCCL is an object that itself defines ncclGetVersion (libnccl.so.2 under any name
+// or path, or NCCL linked into another library that exports its API). Names prove nothing: the same
+// file is reached by soname, RPATH, LD_PRELOAD or a full path, and two files can share a name
+// (torch's nvidia/nccl/lib/libnccl.so.2 and an LD_PRELOAD-ed libnccl.so.2 both load, as two copies).
+// Nor does a version: torch.cuda.nccl.version() is the version torch was built with, not the
+// loaded library's. The dynamic loader maps a file at most once per namespace (it compares device and
+// inode), so one load address is one file and one library instance. How: dl_iterate_phdr lists the
+// loaded objects; each is opened by its loader name with RTLD_NOLOAD (never loads anything, only
+// takes a reference, dropped at once; done outside the callback, which holds the loader's list
+// lock), dlsym finds ncclGetVersion in it or its dependencies, and dladdr names the object that
+// defines it. dlsym(RTLD_DEFAULT) covers the executable. Other link-map namespaces (dlmopen) are not
+// looked at: nothing there can hand this namespace a communicator by symbol resolution. Calling
+// ncclGetVersion only writes the version.
+std::vector<NcclCopy> other_copies(const void* own_base) {
+  std::vector<std::string> names;
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* object, std::size_t, void* out) {
+        if (object->dlpi_name != nullptr && object->dlpi_name[0] != '\0')
+          static_cast<std::vector<std::string>*>(out)->emplace_back(object->dlpi_name);
+        return 0;
+      },
+      &names);
+  std::vector<const void*> seen{own_base};
+  std::vector<NcclCopy> out;
+  auto add = [&](void* symbol) {
+    Dl_info dl{};
+    if (symbol == nullptr || ::dladdr(symbol, &dl) == 0) return;
+    for (const void* b : seen)
+      if (b == dl.dli_fbase) return;
+    seen.push_back(dl.dli_fbase);
+    NcclCopy copy;
+    copy.path = dl.dli_fname != nullptr ? dl.dli_fname : "?";
+    reinterpret_cast<decltype(&::ncclGetVersion)>(symbol)(&copy.version);
+    out.push_back(std::move(copy));
+  };
+  add(::dlsym(RTLD_DEFAULT, "ncclGetVersion"));
+  for (const std::string& name : names) {
+    void* handle = ::dlopen(name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == nullptr) continue;
+    add(::dlsym(handle, "ncclGetVersion"));
+    ::dlclose(handle);
+  }
+  ::dlerror();  // failed lookups above leave an error text that is nobody's business
+  return out;
 }
 
 const Library& loaded() {
@@ -78,12 +130,16 @@ std::string error_text(ncclResult_t result) {
 
 namespace ncclpool {
 NcclInfo nccl_info() {
+  NcclInfo info;
+  const void* own_base = nullptr;
   try {
-    return nccl::library().info;
+    const nccl::Library& lib = nccl::library();
+    info = lib.info;
+    own_base = lib.base;
   } catch (const Error& e) {
-    NcclInfo info;
     info.why_not = e.what();
-    return info;
   }
+  info.other_copies = nccl::other_copies(own_base);
+  return info;
 }
 }  // namespace ncclpool

@@ -29,6 +29,7 @@ struct Library {
   NCCLPOOL_NCCL_OPTIONAL(NCCLPOOL_DECLARE_NCCL_FN)
 #undef NCCLPOOL_DECLARE_NCCL_FN
   NcclInfo info;
+  const void* base = nullptr;  // where the library is mapped (dladdr's dli_fbase): its identity in the process
 };
 
 // The loaded library; throws Unsupported (with the reason) when there is none.
