@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ncclpool {
 
@@ -62,6 +63,20 @@ class NCCLPOOL_API LoopbackGroup {
   /// `rank` = every rank): tests of ranks that would launch NCCL's symmetric kernels differently.
   void set_symmetric_kernels(int rank, int setting);
   [[nodiscard]] int symmetric_kernels(int rank) const;
+  /// The collective calls `rank` posted so far, in order: "all_gather", "register_window(<bytes>)",
+  /// "deregister_window(<window>)", "user_collective(<argument>)". Tests compare these across ranks:
+  /// ranks in lockstep have equal logs (a call that failed because the group was broken is not in it).
+  [[nodiscard]] std::vector<std::string> call_log(int rank) const;
+  /// The GPU name `rank`'s communicators report in machine() (-1 = every rank; default "ncclpool
+  /// simulator"): tests of ranks on which a profile applies differently (one node with another GPU).
+  void set_machine_gpu(int rank, const std::string& gpu);
+  [[nodiscard]] std::string machine_gpu(int rank) const;
+  /// While held, a rank that polls an all-gather without waiting (PendingGather::ready) sees it
+  /// complete only after a release_completions() call made once every rank had posted it, as on a GPU
+  /// where the all-gather may still be running; waiting is not affected. Tests that run ranks in steps
+  /// use it so that what a rank that does not wait sees depends on the steps, not on thread timing.
+  void hold_completions(bool hold);
+  void release_completions();
 
   detail::LoopbackState& state() noexcept { return *state_; }
 
@@ -90,8 +105,9 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   void user_collective(std::uint64_t argument = 0);
   /// The group's setting for this rank (LoopbackGroup::set_symmetric_kernels).
   [[nodiscard]] int prepare_symmetric_kernels() override { return group_->symmetric_kernels(rank_); }
-  /// {"ncclpool simulator", 0, size}: a profile written for these keys routes simulated auto pools.
-  [[nodiscard]] MachineKey machine() const override { return MachineKey{"ncclpool simulator", 0, size()}; }
+  /// {"ncclpool simulator", 0, size} (the GPU name as LoopbackGroup::set_machine_gpu set it for this
+  /// rank): a profile written for these keys routes simulated auto pools.
+  [[nodiscard]] MachineKey machine() const override { return MachineKey{group_->machine_gpu(rank_), 0, size()}; }
 
  private:
   std::shared_ptr<LoopbackGroup> group_;

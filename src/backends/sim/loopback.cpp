@@ -8,6 +8,7 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/loopback.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -40,7 +41,8 @@ class LoopbackState {
  public:
   LoopbackState(std::string name, int size, std::chrono::milliseconds timeout, LoopbackMatching matching)
       : name_(std::move(name)), size_(size), timeout_(timeout), matching_(matching), calls_(static_cast<std::size_t>(size), 0),
-        injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)), symmetric_kernels_(static_cast<std::size_t>(size), -1) {}
+        injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)), symmetric_kernels_(static_cast<std::size_t>(size), -1),
+        call_logs_(static_cast<std::size_t>(size)), machine_gpus_(static_cast<std::size_t>(size), "ncclpool simulator") {}
 
   struct Result {
     std::vector<AgreementRecord> records;
@@ -60,6 +62,9 @@ class LoopbackState {
       slot.deadline = std::chrono::steady_clock::now() + timeout_;
     }
     slot.posts[static_cast<std::size_t>(rank)] = Post{op, argument, record, fail_here};
+    // The all-gather's argument is always the record size: leave it out, so logs read as NCCL calls.
+    call_logs_[static_cast<std::size_t>(rank)].push_back(op == kAllGather ? std::string(op_name(op))
+                                                                         : std::string(op_name(op)) + "(" + std::to_string(argument) + ")");
     ++slot.arrived;
     ++collective_calls_;
     cv_.notify_all();
@@ -69,7 +74,17 @@ class LoopbackState {
   bool ready(std::uint64_t k) {
     std::lock_guard lock(mutex_);
     auto it = slots_.find(k);
-    return broken_ || (it != slots_.end() && it->second.arrived == size_);
+    return broken_ || (it != slots_.end() && it->second.arrived == size_ && (!hold_completions_ || k < released_slots_));
+  }
+
+  void hold_completions(bool hold) {
+    std::lock_guard lock(mutex_);
+    hold_completions_ = hold;
+  }
+  // Every slot that every rank has posted becomes visible to ready().
+  void release_completions() {
+    std::lock_guard lock(mutex_);
+    released_slots_ = *std::min_element(calls_.begin(), calls_.end());
   }
 
   // Waits for every rank to post slot k (until the slot's deadline), then returns its outcome.
@@ -130,6 +145,19 @@ class LoopbackState {
   int symmetric_kernels(int rank) {
     std::lock_guard lock(mutex_);
     return symmetric_kernels_[static_cast<std::size_t>(rank)];
+  }
+  std::vector<std::string> call_log(int rank) {
+    std::lock_guard lock(mutex_);
+    return call_logs_[static_cast<std::size_t>(rank)];
+  }
+  void set_machine_gpu(int rank, const std::string& gpu) {
+    std::lock_guard lock(mutex_);
+    for (int r = 0; r < size_; ++r)
+      if (rank < 0 || rank == r) machine_gpus_[static_cast<std::size_t>(r)] = gpu;
+  }
+  std::string machine_gpu(int rank) {
+    std::lock_guard lock(mutex_);
+    return machine_gpus_[static_cast<std::size_t>(rank)];
   }
 
   std::uint64_t next_local_handle() { return ++local_handles_; }  // ranks register locally in parallel
@@ -229,6 +257,10 @@ class LoopbackState {
   std::vector<std::map<int, std::uint64_t>> injected_;
   std::vector<std::map<int, std::uint64_t>> counters_;
   std::vector<int> symmetric_kernels_;  // per rank: what prepare_symmetric_kernels reports
+  std::vector<std::vector<std::string>> call_logs_;  // per rank: its collective calls, in order
+  std::vector<std::string> machine_gpus_;             // per rank: the GPU name machine() reports
+  bool hold_completions_ = false;                      // ready() sees only slots below released_slots_
+  std::uint64_t released_slots_ = 0;
   bool broken_ = false;
   std::string broken_reason_;
   std::uint64_t windows_ = 0;
@@ -277,6 +309,17 @@ void LoopbackGroup::set_symmetric_kernels(int rank, int setting) {
   state_->set_symmetric_kernels(rank, setting);
 }
 int LoopbackGroup::symmetric_kernels(int rank) const { return state_->symmetric_kernels(rank); }
+std::vector<std::string> LoopbackGroup::call_log(int rank) const {
+  if (rank < 0 || rank >= size()) throw InvalidArgument("loopback group '" + name() + "': no rank " + std::to_string(rank));
+  return state_->call_log(rank);
+}
+void LoopbackGroup::set_machine_gpu(int rank, const std::string& gpu) {
+  if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
+  state_->set_machine_gpu(rank, gpu);
+}
+std::string LoopbackGroup::machine_gpu(int rank) const { return state_->machine_gpu(rank); }
+void LoopbackGroup::hold_completions(bool hold) { state_->hold_completions(hold); }
+void LoopbackGroup::release_completions() { state_->release_completions(); }
 
 LoopbackCommunicator::LoopbackCommunicator(std::shared_ptr<LoopbackGroup> group, int rank, int device)
     : group_(std::move(group)), rank_(rank), device_(device) {
