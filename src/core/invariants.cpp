@@ -47,8 +47,9 @@ void PoolImpl::check_invariants() const {
           if (!b->owner->index.contains(b)) fail(at + ": free block missing from its owner's free index", pool);
         }
         if (live_.find(reinterpret_cast<std::uintptr_t>(seg->base + b->offset)) == b) fail(at + ": free block in the live map", pool);
-        // A stream's unpublished block does not coalesce until the stream publishes.
-        const bool waiting = unpublished(b) || (prev != nullptr && unpublished(prev));
+        // A stream's unpublished block does not coalesce until the stream publishes; a withheld
+        // segment's blocks not until release_withheld puts them back (a publish meanwhile skips them).
+        const bool waiting = seg->withheld || unpublished(b) || (prev != nullptr && unpublished(prev));
         if (prev != nullptr && prev->is_free && !waiting && (prev->owner == b->owner || prev->owner->fresh || b->owner->fresh))
           fail(at + ": adjacent free blocks that should have coalesced", pool);
       } else {

@@ -3,6 +3,7 @@
 #include "json.hpp"
 
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
@@ -106,10 +107,8 @@ class Parser {
     v.type = Json::Type::number;
     v.number = std::strtod(token.c_str(), &end);
     if (end != token.c_str() + token.size()) fail("malformed number '" + token + "'");
-    if (integral) {
-      v.is_integer = true;
-      v.integer = std::strtoll(token.c_str(), nullptr, 10);
-    }
+    // Beyond int64 it stays a number but not an exact integer (strtoll saturated it silently).
+    if (integral) v.is_integer = std::from_chars(token.data(), token.data() + token.size(), v.integer).ec == std::errc();
   }
 
   std::string parse_string() {

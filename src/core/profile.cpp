@@ -5,8 +5,10 @@
 
 #include "json.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace ncclpool {
@@ -28,11 +30,22 @@ const Json& member(const Json& object, std::string_view key, Json::Type type, co
   return *v;
 }
 
-int int_member(const Json& object, std::string_view key, const std::string& where, long long min) {
+// An integer member in [min, max], else an error naming the field and the value found.
+std::int64_t integer_member(const Json& object, std::string_view key, const std::string& where, std::int64_t min, std::int64_t max) {
   const Json& v = member(object, key, Json::Type::number, where);
-  if (!v.is_integer || v.integer < min || v.integer > (1LL << 31))
-    throw InvalidArgument(where + ": \"" + std::string(key) + "\" must be an integer >= " + std::to_string(min));
-  return static_cast<int>(v.integer);
+  if (v.is_integer && v.integer >= min && v.integer <= max) return v.integer;
+  std::string found = std::to_string(v.integer);
+  if (!v.is_integer) {  // not integral, or beyond int64
+    char text[32];
+    std::snprintf(text, sizeof text, "%.15g", v.number);
+    found = text;
+  }
+  throw InvalidArgument(where + ": \"" + std::string(key) + "\" must be an integer in " + std::to_string(min) + ".." +
+                        std::to_string(max) + ", not " + found);
+}
+
+int int_member(const Json& object, std::string_view key, const std::string& where, int min) {
+  return static_cast<int>(integer_member(object, key, where, min, std::numeric_limits<int>::max()));
 }
 
 }  // namespace
@@ -68,9 +81,7 @@ Profile parse_profile(std::string_view text, const std::string& name) {
     const std::string at = where + ", class " + std::to_string(p.classes.size());
     if (c.type != Json::Type::object) throw InvalidArgument(at + ": not an object");
     ProfileClass pc;
-    const Json& min = member(c, "min_bytes", Json::Type::number, at);
-    if (!min.is_integer || min.integer < 0) throw InvalidArgument(at + ": \"min_bytes\" must be an integer >= 0");
-    pc.min_bytes = static_cast<std::size_t>(min.integer);
+    pc.min_bytes = static_cast<std::size_t>(integer_member(c, "min_bytes", at, 0, std::numeric_limits<std::int64_t>::max()));
     if (!p.classes.empty() && pc.min_bytes <= p.classes.back().min_bytes) throw InvalidArgument(at + ": classes must ascend by min_bytes");
     for (const auto& [op, kind] : member(c, "kind", Json::Type::object, at).object) {
       if (!one_of(op, kOps)) throw InvalidArgument(at + ": unknown collective \"" + op + "\"");

@@ -324,6 +324,23 @@ TEST(StreamOrdering, AnUnpublishedBlockPublishedWhileWithheldCrossesWhenPutBack)
   pool.check_invariants();
 }
 
+// A publish while a collective trim withholds the segment leaves the block uncoalesced beside its
+// free neighbour (it coalesces when put back): a legal state, not a broken invariant.
+TEST(StreamOrdering, APublishWhileWithheldKeepsTheInvariants) {
+  auto source = sim();
+  Pool pool(source);
+  void* a = pool.allocate(MiB, 1);  // the other half of the 2 MiB segment stays fresh
+  pool.deallocate(a);               // stream 1's unpublished block, beside the fresh one
+  ASSERT_EQ(pool.withhold_empty_segments().size(), 1u);
+  pool.publish_frees(1);  // a is published while withheld
+  pool.check_invariants();
+  EXPECT_EQ(pool.release_withheld(false), 0u);
+  pool.check_invariants();
+  EXPECT_EQ(pool.allocate(2 * MiB, 2), a) << "put back, a and the fresh half coalesce";
+  EXPECT_EQ(pool.stats().segment_count, 1u);
+  pool.check_invariants();
+}
+
 // ---------------------------------------------------------------- memory breakdown
 
 TEST(MemoryBreakdown, SaysWhereTheReservedBytesAre) {

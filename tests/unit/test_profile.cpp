@@ -80,6 +80,31 @@ TEST(Profile, BadDocumentsAreRefusedWithTheirReason) {
   }
 }
 
+// Values beyond what the field holds are refused, naming the field and the value: 2^31 read as a
+// negative int, and a min_bytes beyond int64 was read as INT64_MAX.
+TEST(Profile, OutOfRangeValuesAreRefusedNamingTheFieldAndTheValue) {
+  const std::string good = profile_to_json(h200());
+  auto with = [&](const std::string& from, const std::string& to) { return std::string(good).replace(good.find(from), from.size(), to); };
+  const std::pair<std::string, std::string> cases[] = {
+      {with("\"ranks\": 2", "\"ranks\": 2147483648"), "\"ranks\" must be an integer in 1..2147483647, not 2147483648"},
+      {with("\"symmetric_ctas\": 32", "\"symmetric_ctas\": 2147483648"),
+       "\"symmetric_ctas\" must be an integer in 0..2147483647, not 2147483648"},
+      {with("\"nccl_version\": 22809", "\"nccl_version\": -1"), "\"nccl_version\" must be an integer in 0..2147483647, not -1"},
+      {with("262144", "1000000000000000000000000000000"),
+       "class 1: \"min_bytes\" must be an integer in 0..9223372036854775807, not 1e+30"},
+      {with("262144", "2.5"), "class 1: \"min_bytes\" must be an integer in 0..9223372036854775807, not 2.5"},
+  };
+  for (const auto& [text, why] : cases) {
+    try {
+      const Profile p = parse_profile(text, "bad.json");
+      ADD_FAILURE() << "accepted (ranks " << p.ranks << ", symmetric_ctas " << p.symmetric_ctas << "): " << text;
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), why)) << e.what();
+      EXPECT_TRUE(contains(e.what(), "bad.json")) << e.what();
+    }
+  }
+}
+
 TEST(Profile, LookupUsesOnlyAProfileOfThisMachine) {
   ::unsetenv("NCCLPOOL_PROFILE");
   ProfileFile file(profile_to_json(h200()));

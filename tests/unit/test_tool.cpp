@@ -145,6 +145,31 @@ TEST(TorchSnapshot, RecordedReserveCountsOlderSegmentsOnlyThroughTheTracesTensor
   EXPECT_EQ(t.skipped_frees, 0u);
 }
 
+// Addresses near INT64_MAX made the reserve's signed sums overflow (UBSan): refused, naming the event.
+TEST(TorchSnapshot, AddressRangesThatOverflowAreRefusedNamingTheEvent) {
+  const std::string segment = "{\"action\": \"segment_alloc\", \"addr\": 4194304, \"size\": 2097152, \"stream\": 0}";
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"action\": \"segment_map\", \"addr\": 9223372036854775000, \"size\": 2097152, \"stream\": 0},"
+       " {\"action\": \"alloc\", \"addr\": 9223372036854775000, \"size\": 4096, \"stream\": 0}",
+       "s.json: device 0 event 0 (segment_map): addr 9223372036854775000 + size 2097152 is past the largest address"},
+      {segment + ", {\"action\": \"alloc\", \"addr\": 9223372036854775000, \"size\": 4096, \"stream\": 0}",
+       "s.json: device 0 event 1 (alloc): addr 9223372036854775000 + size 4096 is past the largest address"},
+      {segment + ", {\"action\": \"segment_free\", \"addr\": 4194304, \"size\": -2097152, \"stream\": 0}",
+       "s.json: device 0 event 1 (segment_free): negative addr 4194304 or size -2097152"},
+      {"{\"action\": \"alloc\", \"addr\": 18446744073709551616, \"size\": 4096, \"stream\": 0}",
+       "s.json: device 0 event 0 (alloc): JSON: addr is not an integer"},
+  };
+  for (const auto& [events, why] : cases) {
+    const std::string snapshot = "{\"device_traces\": [[" + events + "]]}";
+    try {
+      (void)parse_torch_snapshot(snapshot, "s.json", {});
+      ADD_FAILURE() << "accepted " << snapshot;
+    } catch (const TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Trace, ScaleSizesMultipliesEveryAllocationAndDropsTheRecordedFigure) {
   Trace t = load_trace(kData + "/two_groups.csv", {});
   std::vector<std::size_t> before;

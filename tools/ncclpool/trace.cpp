@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <unordered_map>
@@ -206,12 +207,23 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
     live.erase(it);
     trace.events.push_back(ev);
   };
-  for (const auto& e : events) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const Json& e = events[i];
     const Json* action = e.find("action");
     if (action == nullptr) continue;
+    auto where = [&] { return name + ": device " + std::to_string(device) + " event " + std::to_string(i) + " (" + action->string + ")"; };
+    // RecordedReserve adds addresses and sizes as int64: [addr, addr + size) must be a range there.
+    auto check_range = [&] {
+      const std::int64_t addr = field(e, "addr"), size = field(e, "size");
+      if (addr < 0 || size < 0)
+        throw TraceError(where() + ": negative addr " + std::to_string(addr) + " or size " + std::to_string(size));
+      if (size > std::numeric_limits<std::int64_t>::max() - addr)
+        throw TraceError(where() + ": addr " + std::to_string(addr) + " + size " + std::to_string(size) + " is past the largest address");
+    };
     try {
       if (action->string == "segment_alloc" || action->string == "segment_map" || action->string == "segment_free" ||
           action->string == "segment_unmap") {
+        check_range();
         const std::int64_t size = field(e, "size");
         const bool grows = action->string == "segment_alloc" || action->string == "segment_map";
         if (grows) recorded.add(field(e, "addr"), size);
@@ -226,6 +238,7 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
       } else if (segments) {
         continue;  // tensors live inside torch's segments: not ncclpool's business at this level
       } else if (action->string == "alloc") {
+        check_range();
         const std::uint64_t id = next_id++;
         const auto size = static_cast<std::size_t>(field(e, "size"));
         if (size == 0) continue;
@@ -236,7 +249,7 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
         add_free(e);
       }
     } catch (const JsonError& err) {
-      throw TraceError(name + ": device " + std::to_string(device) + " event " + action->string + ": " + err.what());
+      throw TraceError(where() + ": " + err.what());
     }
   }
   if (trace.events.empty()) throw TraceError(name + ": device " + std::to_string(device) + " has no alloc events");
