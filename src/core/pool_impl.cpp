@@ -70,9 +70,14 @@ void* PoolImpl::allocate(std::size_t bytes, stream_t stream) {
   if (block == nullptr) {
     try {
       block = grow(size);  // returns a fresh block, not in any index
-    } catch (const OutOfMemory&) {
+    } catch (const OutOfMemory& e) {
       // Other streams' unpublished blocks may hold the memory: after a device synchronization they
-      // are free for anyone. Only here, where the alternative is failing.
+      // are free for anyone. Only here, where the alternative is failing, and never in a
+      // deterministic pool: an out-of-memory is one rank's state, and the blocks it would hand back
+      // put this rank's requests where the same requests do not go on the other ranks (a symmetric
+      // kernel would read their windows at the wrong offsets, silently). Failing keeps every rank's
+      // placement the same.
+      if (config_.deterministic) throw_deterministic_oom(e);
       if (!reclaim_unpublished()) throw;
       --stats_.oom_count;  // the failed growth counted it; a second failure below counts it again
       block = take_free_block(size, requester);
@@ -168,6 +173,15 @@ void PoolImpl::settle_published(StreamState* stream) {
   if (block == nullptr || block->segment->withheld) return;
   stream->index.remove(block);
   stream->index.insert(coalesce(block));
+}
+
+[[noreturn]] void PoolImpl::throw_deterministic_oom(const OutOfMemory& error) const {
+  const bool held = std::any_of(streams_.begin(), streams_.end(), [](const auto& st) { return st->unpublished != nullptr || st->publish_refused; });
+  if (!held) throw error;
+  throw OutOfMemory(std::string(error.what()) +
+                    "; blocks freed on other streams and not yet published are not reclaimed after a device synchronization in a "
+                    "deterministic pool (that would place this rank's requests elsewhere than the other ranks'): call "
+                    "publish_frees(stream) after a stream's last free, or reserve() the working set up front");
 }
 
 // Out of memory with unpublished blocks (or refused publishes) about: waits for the whole device,

@@ -87,6 +87,7 @@ class PoolImpl {
   void publish(StreamState* stream);
   void settle_published(StreamState* stream);
   bool reclaim_unpublished();
+  [[noreturn]] void throw_deterministic_oom(const OutOfMemory& error) const;  // error, plus why nothing was reclaimed
   [[nodiscard]] bool order_after(StreamState* requester, StreamState* producer);
   void absorb_next(Block* block);
   Block* grow(std::size_t size);

@@ -319,17 +319,25 @@ void RoutedPool::detach(const Communicator& comm) {
   std::lock_guard lock(mutex_);
   auto it = find_attachment(comm);
   if (it == attachments_.end()) throw InvalidArgument("detach: " + comm.describe() + " is not attached to pool '" + name_ + "'");
-  // Collective parts first, in the same order on every rank; a part that fails stays attached (and
-  // so does the attachment), the ones detached before it are gone.
+  // Collective parts first, in the same order on every rank. A part whose detach agreement fails (on
+  // every rank together) stays attached, and so does the attachment; the ones before it are gone. A
+  // deregistration that failed on this rank alone (RegistrationError: detached regardless) must not
+  // stop it before the later parts' collective detaches, which the other ranks make.
   std::vector<std::size_t> order = it->parts;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return parts_[a].placement == Placement::symmetric && parts_[b].placement != Placement::symmetric;
   });
+  detail::Vote local_failure;
   for (std::size_t index : order) {
-    parts_[index].registry->detach(comm);
+    try {
+      parts_[index].registry->detach(comm);
+    } catch (const RegistrationError&) {
+      local_failure.fail();
+    }
     std::erase(it->parts, index);
   }
   attachments_.erase(it);
+  local_failure.rethrow();
 }
 
 void RoutedPool::forget(const Communicator& comm) {

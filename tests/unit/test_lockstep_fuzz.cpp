@@ -290,7 +290,9 @@ TEST(Lockstep, RoutesAgreementEveryAttach) {
 // ------------------------------------------------------------------------------------------------
 
 struct OomSwap {
+  std::vector<std::string> alloc_errors;
   std::vector<std::string> commit_errors;
+  std::vector<std::string> poll_errors;
   std::vector<std::string> places;  // per rank: "e: window W offset O, f: window W offset O"
   std::string log_difference;
 };
@@ -298,15 +300,18 @@ struct OomSwap {
 // The same program on both ranks: a (2 MiB, stream 1) fills segment 0, commit, free a on stream 1 (its
 // block stays with stream 1: unpublished), e (2 MiB, stream 2), f (2 MiB, stream 1), commit. Rank 1: e
 // cannot take stream 1's block and grows segment 1; f takes a's block in segment 0. Rank 0 gets one
-// injected OOM at e's growth: the pool synchronizes, hands stream 1's block to everyone and e lands in
-// segment 0, then f grows segment 1. Both ranks have segments {0, 1}: the commit agrees, and e and f
-// sit in swapped windows.
+// injected OOM at e's growth. At c7ebd93 the pool synchronized, handed stream 1's block to everyone and
+// e landed in segment 0, then f grew segment 1: both ranks had segments {0, 1}, the commit agreed, and
+// e and f sat in swapped windows. Now a deterministic pool does not reclaim: e fails on rank 0 (which
+// goes on, as a program catching the error would), and the commit's pending segments differ.
 OomSwap run_oom_swap(CheckLevel check) {
   auto group = nccl_group(2);
   std::vector<Rank> ranks;
   for (int i = 0; i < 2; ++i) ranks.push_back(make_rank(true, 2 * MiB, 0, "ncclpool", {check}));
   OomSwap out;
+  out.alloc_errors.resize(2);
   out.commit_errors.resize(2);
+  out.poll_errors.resize(2);
   out.places.resize(2);
   (void)on_ranks(2, [&](int rank) {
     Rank& r = ranks[static_cast<std::size_t>(rank)];
@@ -316,14 +321,25 @@ OomSwap run_oom_swap(CheckLevel check) {
     r.registry->commit();
     r.pool->deallocate(a, 1);
     if (rank == 0) r.source->inject_oom(1);  // a transient OOM on rank 0 only
-    void* e = r.pool->allocate(2 * MiB, 2);
+    void* e = nullptr;
+    try {
+      e = r.pool->allocate(2 * MiB, 2);
+    } catch (const OutOfMemory& err) {  // the program goes on, as one that catches it would
+      out.alloc_errors[static_cast<std::size_t>(rank)] = describe_error(err);
+    }
     void* f = r.pool->allocate(2 * MiB, 1);
     try {
       r.registry->commit();
     } catch (const std::exception& err) {
       out.commit_errors[static_cast<std::size_t>(rank)] = describe_error(err);
     }
+    try {
+      r.registry->poll();  // a rank that did not wait hears of a mismatch here
+    } catch (const std::exception& err) {
+      out.poll_errors[static_cast<std::size_t>(rank)] = describe_error(err);
+    }
     auto place = [&](void* p) {
+      if (p == nullptr) return std::string("none (its allocation failed)");
       const auto loc = r.pool->locate(p);
       return "window " + std::to_string(reinterpret_cast<std::uintptr_t>(r.registry->handle_of(p, *comm))) + " (segment " +
              std::to_string(loc ? loc->segment_sequence : 999) + ") offset " + std::to_string(loc ? loc->offset : 0);
@@ -335,10 +351,12 @@ OomSwap run_oom_swap(CheckLevel check) {
   return out;
 }
 
-// Once fixed: either e and f sit at the same place on both ranks, or the commit fails on both.
+// Once fixed: either e and f sit at the same place on both ranks, or every rank ends in an error (the
+// failed allocation, the commit, or the mismatch found after it).
 TEST(Lockstep, OomRecoveryPlacementAgreed) {
   const OomSwap run = run_oom_swap(CheckLevel::off);
-  const bool both_failed = !run.commit_errors[0].empty() && !run.commit_errors[1].empty();
+  const auto failed = [&](std::size_t r) { return !run.alloc_errors[r].empty() || !run.commit_errors[r].empty() || !run.poll_errors[r].empty(); };
+  const bool both_failed = failed(0) && failed(1);
   EXPECT_TRUE(run.places[0] == run.places[1] || both_failed)
       << "the commit after rank 0's OOM recovery agreed, but the buffers sit at other places: rank 0: " << run.places[0]
       << "; rank 1: " << run.places[1] << " (commit errors: rank 0: '" << run.commit_errors[0] << "', rank 1: '" << run.commit_errors[1] << "')";
@@ -819,8 +837,8 @@ class FuzzRun {
     if (!first.empty()) throw std::runtime_error(first);
   }
 
-  // Forgets comm part by part: after a part's detach failed "detached regardless", the pool still
-  // lists that part (RoutedPool::forget and stats would throw at it), so each part is asked itself.
+  // Forgets comm part by part, counting the registrations each part drops (a part not attached to
+  // comm says so, and is passed over).
   static void forget_every_part(FuzzRank& fr, RoutedPool& pool) {
     for (const RoutedPool::Part& part : pool.parts()) {
       try {
@@ -906,6 +924,14 @@ class FuzzRun {
       int failed = 0;
       for (int r = 0; r < n_; ++r) failed += errors_[k][static_cast<std::size_t>(r)].empty() ? 0 : 1;
       if (failed != 0 && failed != n_) diverged_ = true;
+      // Every rank may have an error in a step (one's allocation failed, the others' scope end heard
+      // its "no") and still hold other buffers from then on.
+      for (int r = 1; r < n_; ++r) {
+        const auto& a = rank(0).live;
+        const auto& b = rank(r).live;
+        const bool same_ids = a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) { return x.first == y.first; });
+        if (!same_ids) diverged_ = true;
+      }
     }
     for (int r = 0; r < n_; ++r) diverged_ = diverged_ || rank(r).racer_ran || rank(r).stopped;
     if (p_.fault == Fault::profile) diverged_ = true;  // requests route to other parts on one rank

@@ -282,6 +282,34 @@ TEST(StreamOrdering, TrimWaitsForTheStreamOrTheDeviceBeforeReleasing) {
   EXPECT_EQ(source->sim_ordering().synchronize_count(), 1u);
 }
 
+// Issue 27, item 3: an out-of-memory is one rank's state; in a deterministic pool the reclaim would
+// put this rank's next requests elsewhere than the same requests on the other ranks. It fails instead,
+// saying why, and the pool is unchanged (placement the same as on every other rank).
+TEST(StreamOrdering, ADeterministicPoolFailsRatherThanReclaimOnOneRank) {
+  auto source = sim(4 * MiB);
+  Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB, .deterministic = true});
+  pool.reserve(4 * MiB);
+  void* a = pool.allocate(2 * MiB, 1);
+  void* keep = pool.allocate(2 * MiB, 1);
+  pool.deallocate(a);  // stream 1's unpublished block
+  try {
+    (void)pool.allocate(2 * MiB, 2);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("not reclaimed after a device synchronization in a deterministic pool"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("publish_frees"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(source->sim_ordering().device_synchronize_count(), 0u);
+  EXPECT_EQ(pool.stats().oom_recoveries, 0u);
+  EXPECT_EQ(pool.placement_recoveries(), 0u);
+  pool.check_invariants();
+  pool.publish_frees(1);  // what the message says: now stream 2 may take it, behind a wait
+  void* b = pool.allocate(2 * MiB, 2);
+  EXPECT_EQ(b, a);
+  pool.deallocate(b);
+  pool.deallocate(keep);
+}
+
 TEST(StreamOrdering, OutOfMemoryHandsUnpublishedBlocksToOtherStreamsAfterADeviceSync) {
   auto source = sim(4 * MiB);
   Pool pool(source, PoolConfig{.growth_chunk = 4 * MiB});
