@@ -201,8 +201,12 @@ void RegistryImpl::check_outstanding(CommState& cs, bool wait_all) noexcept {
   }
 }
 
+// A step that acts (wait) first waits for every earlier agreement, so that a mismatch among them is in
+// its vote before the record leaves (deciding after would let this rank act where the others do not,
+// or the reverse). A step that only joins checks the ones already complete: its steady-path cost
+// stays an enqueue, and whatever it has not seen yet is found at a later point, as a "no" there.
 bool RegistryImpl::step(CommState& cs, AgreementPhase phase, const std::vector<std::uint64_t>& sequences, Vote& vote, bool wait) {
-  check_outstanding(cs, /*wait_all=*/true);  // started long ago on every rank: complete, or a peer is gone
+  check_outstanding(cs, /*wait_all=*/wait);
   if (cs.found_late) vote.fail(std::exchange(cs.found_late, nullptr));
   try {
     start_agreement(cs, phase, sequences, !vote.yes());
