@@ -29,6 +29,12 @@ struct AgreementRecord {
   friend bool operator==(const AgreementRecord&, const AgreementRecord&) = default;
 };
 
+/// Added to Communicator::prepare_symmetric_kernels()' value when this process registers windows
+/// without NCCL_WIN_COLL_SYMMETRIC, so that NCCL's symmetric kernels never run on them
+/// (SymmetricKernels in nccl.hpp: the NCCL versions whose symmetric kernels can read their input
+/// early). Ranks must agree on it like on the CTA count.
+inline constexpr int kSymmetricKernelsOff = 1 << 16;
+
 /// What a measured profile (profile.hpp) must match for a communicator, and what routes default to.
 struct MachineKey {
   std::string gpu;       ///< device name, e.g. "NVIDIA H200"; the simulator's is "ncclpool simulator"
@@ -77,11 +83,13 @@ class NCCLPOOL_API Communicator {
   /// True after a collective of this communicator timed out or failed asynchronously: it must be
   /// aborted by its owner, and no collective is started on it any more.
   [[nodiscard]] virtual bool broken() const { return false; }
-  /// Called before the communicator's first symmetric agreement: fixes how this process launches
-  /// symmetric kernels (NCCL: the CTA count, SymmetricCtas in nccl.hpp) and returns it (0 = NCCL's
-  /// own choice; -1 = nothing to say). Ranks must return the same: a symmetric kernel whose ranks
-  /// launch different block counts waits for blocks that never come, so the registry's attach
-  /// agreement compares the values and fails on every rank when they differ.
+  /// Called before the communicator's first symmetric agreement (and by auto pools choosing routes):
+  /// fixes how this process launches symmetric kernels and returns it: the CTA count (SymmetricCtas
+  /// in nccl.hpp; 0 = NCCL's own choice), plus kSymmetricKernelsOff when windows are registered
+  /// without the symmetric flag (SymmetricKernels); -1 = nothing to say. Ranks must return the same:
+  /// a symmetric kernel whose ranks launch different block counts (or that runs on some ranks only)
+  /// waits for blocks that never come, so the registry's attach agreement compares the values and
+  /// fails on every rank when they differ.
   [[nodiscard]] virtual int prepare_symmetric_kernels() { return -1; }
   /// The GPU model, NCCL version and size a profile of this communicator's machine was measured with.
   [[nodiscard]] virtual MachineKey machine() const { return MachineKey{"", 0, size()}; }

@@ -95,6 +95,54 @@ NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, cons
 /// @brief What apply_symmetric_ctas decided in this process (decided = false before any window).
 NCCLPOOL_API SymmetricCtas symmetric_ctas();
 
+/// Whether windows are registered for NCCL's symmetric kernels (NCCL_WIN_COLL_SYMMETRIC) or without
+/// them (NCCL_WIN_DEFAULT: still zero-copy, NCCL's ring/tree kernels), decided once per process.
+///
+/// Why: NCCL launches its symmetric kernels with programmatic stream serialization allowed (sm_90+,
+/// driver >= 12.3), so such a kernel may start before the kernel before it on the same stream has
+/// finished; it must call cudaGridDependencySynchronize() before it reads its input. NCCL 2.28.0 to
+/// 2.30.6 left that call out (restored in 2.30.7, NCCL commit 2948185d). After a kernel that triggers
+/// its dependents early (griddepcontrol.launch_dependents: PDL-enabled kernels of flashinfer,
+/// TensorRT-LLM, sgl-kernel, CUTLASS) a symmetric collective on the same stream can read its buffer
+/// before it is written: silently wrong results (SGLang PR #37768). Exposed: any NCCL call enqueued
+/// on the producer's stream, which includes torch's synchronous collectives (ProcessGroupNCCL runs
+/// async_op=False collectives on the current stream since torch 2.8) and every PyNccl-style caller.
+/// Plain memory and windows without the symmetric flag are not affected (their kernels have no PDL).
+///
+/// NCCLPOOL_SYMMETRIC_KERNELS: `auto` (default) uses them except where the hazard exists; `on` uses
+/// them anyway (for callers that know the kernel before each collective never triggers early); `off`
+/// never. Ranks must decide alike (a symmetric kernel on some ranks and a ring kernel on others would
+/// pair wrong collectives): the registry's attach agreement compares the decision, with the CTA count
+/// (Communicator::prepare_symmetric_kernels). Auto pools route no size to windows while they are off.
+struct SymmetricKernels {
+  bool decided = false;  ///< false until the process's first symmetric attach of an NCCL communicator
+  bool enabled = true;   ///< windows carry NCCL_WIN_COLL_SYMMETRIC
+  bool hazard = false;   ///< this NCCL, GPU and driver have the missing grid-dependency sync
+  bool ignored_setting = false;  ///< NCCLPOOL_SYMMETRIC_KERNELS held something else than auto|on|off
+  std::string why;       ///< the decision in words, for `ncclpool info`, stats and logs
+};
+
+/// @brief True for NCCL 2.28.0-2.30.6 on compute capability >= 9.0 with a driver >= 12.3: NCCL
+/// launches symmetric kernels with PDL and they lack cudaGridDependencySynchronize().
+NCCLPOOL_API bool symmetric_kernels_hazard(int nccl_version, int cc_major, int driver_version) noexcept;
+
+/// @brief The decision for NCCLPOOL_SYMMETRIC_KERNELS = `setting` (nullptr: unset). Pure. A value other
+/// than auto|on|off is `auto` with ignored_setting (never an exception: it is decided inside a
+/// collective attach, where one rank throwing would leave the others waiting).
+NCCLPOOL_API SymmetricKernels choose_symmetric_kernels(const char* setting, int nccl_version, int cc_major, int driver_version);
+
+/// @brief Decides (the first call in the process, from NCCLPOOL_SYMMETRIC_KERNELS) and returns the
+/// decision; later calls return the first one.
+NCCLPOOL_API SymmetricKernels apply_symmetric_kernels(int nccl_version, int cc_major, int driver_version);
+
+/// @brief What apply_symmetric_kernels decided in this process (decided = false before).
+NCCLPOOL_API SymmetricKernels symmetric_kernels();
+
+/// @brief The decision of this process, or (decided = false) what its first symmetric attach on GPU
+/// `device` would decide now with the loaded NCCL: for `ncclpool info`, features() and reports.
+/// Never throws (no NCCL or GPU: enabled = false and why says so).
+NCCLPOOL_API SymmetricKernels symmetric_kernels_on(int device);
+
 /// @brief Wraps a caller-owned ncclComm_t (passed as void*). ncclpool never creates or destroys it.
 /// Blocking and non-blocking (ncclInProgress) communicators both work. Destroying the wrapper never
 /// waits for the device.

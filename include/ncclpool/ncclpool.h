@@ -88,6 +88,14 @@ typedef struct ncclpool_features {
                                   communicator must be used with the library that made it */
   int nccl_other_version;      /* ncclGetVersion() of the first of them; 0 if none */
   char nccl_other_library[512]; /* path of the first of them ("" if none) */
+  /* Added in 0.1 after the copies (the same rule). Whether windows carry NCCL_WIN_COLL_SYMMETRIC, so
+     that NCCL's symmetric kernels run on them (SymmetricKernels in nccl.hpp; NCCLPOOL_SYMMETRIC_KERNELS):
+     fixed at the process's first symmetric attach; before it, what it would decide on device 0. */
+  int symmetric_kernels_decided;
+  int symmetric_kernels_enabled;
+  int symmetric_kernels_hazard;  /* this NCCL, GPU and driver launch symmetric kernels that can read
+                                    their input early (NCCL 2.28.0-2.30.6, sm_90+, driver >= 12.3) */
+  char symmetric_kernels_why[512];
 } ncclpool_features_t;
 /* Fills *features (struct_size must be set; at least up to why_not). Loads the CUDA driver and NCCL
    if needed. */

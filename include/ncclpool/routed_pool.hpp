@@ -142,7 +142,7 @@ class NCCLPOOL_API RoutedPool {
   [[nodiscard]] bool routes_use(Placement placement) const noexcept;
   [[nodiscard]] std::uint64_t routes_digest() const noexcept;
   void fix_routes() noexcept;
-  void choose_routes_for(const Communicator& comm);  // under mutex_, before the routes are fixed
+  void choose_routes_for(Communicator& comm);  // under mutex_, before the routes are fixed
   void agree_on_routes(Communicator& comm, bool voted_no) const;  // collective; throws AgreementError
 
   std::string name_;

@@ -59,18 +59,24 @@ def features() -> dict:
     process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why).
     ``nccl_other_copies``: how many other NCCL libraries are loaded in this process besides
     ``nccl_library`` (normally 0; the first is ``nccl_other_library``, version ``nccl_other_version``):
-    looked for at each call."""
+    looked for at each call. ``symmetric_kernels_enabled``: windows carry NCCL's symmetric flag, so its
+    symmetric kernels run on them; off by default on NCCL 2.28.0-2.30.6 on Hopper and newer
+    (``symmetric_kernels_hazard``: those kernels can read their input before the kernel before them on
+    the stream wrote it); ``symmetric_kernels_why`` says why, ``NCCLPOOL_SYMMETRIC_KERNELS=on|off|auto``
+    decides (docs/python.md, "NCCL versions")."""
     f = Features()
     f.struct_size = ctypes.sizeof(Features)
     call("ncclpool_get_features", byref(f))
     out = _struct_to_dict(f)
     del out["struct_size"]
-    for key in ("built_with_cuda", "cuda_available", "nccl_available", "nccl_windows", "nccl_reused_loaded", "symmetric_ctas_decided"):
+    for key in ("built_with_cuda", "cuda_available", "nccl_available", "nccl_windows", "nccl_reused_loaded", "symmetric_ctas_decided",
+                "symmetric_kernels_decided", "symmetric_kernels_enabled", "symmetric_kernels_hazard"):
         out[key] = bool(out[key])
     out["nccl_library"] = f.nccl_library.decode(errors="replace")
     out["why_not"] = f.why_not.decode(errors="replace")
     out["symmetric_ctas_source"] = f.symmetric_ctas_source.decode(errors="replace")
     out["nccl_other_library"] = f.nccl_other_library.decode(errors="replace")
+    out["symmetric_kernels_why"] = f.symmetric_kernels_why.decode(errors="replace")
     out["library"] = library_path()
     return out
 

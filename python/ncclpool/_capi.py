@@ -54,6 +54,10 @@ class Features(ctypes.Structure):
         ("nccl_other_copies", c_int),
         ("nccl_other_version", c_int),
         ("nccl_other_library", c_char * 512),
+        ("symmetric_kernels_decided", c_int),
+        ("symmetric_kernels_enabled", c_int),
+        ("symmetric_kernels_hazard", c_int),
+        ("symmetric_kernels_why", c_char * 512),
     ]
 
 

@@ -75,6 +75,9 @@ def _pool_lines(pool) -> list[str]:
         period = j["scope_period"]
         rule = "every one commits" if period == 1 else f"the first {period} commit, then every {period}th"
         lines.append(f"  scope ends {j['scope_ends']} ({rule}); the next that commits: #{j['next_committing_scope_end']}{waiting}")
+        if "symmetric_kernels" in j:  # whether windows carry NCCL's symmetric flag, and why
+            k = j["symmetric_kernels"]
+            lines.append(f"  symmetric kernels: {k['why']}" + ("" if k["decided"] else " (not decided yet: at the first symmetric attach)"))
         if "symmetric_ctas" in j:  # a library before the field has no line
             lines.append(f"  symmetric kernels' CTAs: {_symmetric_ctas(j['symmetric_ctas'])}")
     if comms:

@@ -128,6 +128,9 @@ std::string full_json(ncclpool_pool_s& p) {
   out << ",\"pending_registrations\":" << r.pending() << ",\"scope_ends\":" << registry.scope_ends()
       << ",\"scope_period\":" << registry.scope_period() << ",\"next_committing_scope_end\":" << registry.next_committing_scope_end();
   if (r.is_auto()) out << ",\"routes\":" << routes_json(r);
+  const SymmetricKernels kernels = symmetric_kernels_on(p.options.device);  // process-wide, as the CTAs
+  out << ",\"symmetric_kernels\":{\"decided\":" << (kernels.decided ? "true" : "false") << ",\"enabled\":" << (kernels.enabled ? "true" : "false")
+      << ",\"hazard\":" << (kernels.hazard ? "true" : "false") << ",\"why\":" << json_quote(kernels.why) << "}";
   const SymmetricCtas ctas = symmetric_ctas();  // process-wide: decided at the first symmetric attach
   out << ",\"symmetric_ctas\":{\"decided\":" << (ctas.decided ? "true" : "false") << ",\"ctas\":" << ctas.ctas
       << ",\"source\":" << json_quote(ctas.source) << "}";

@@ -94,6 +94,11 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
     out.symmetric_ctas_decided = ctas.decided ? 1 : 0;
     out.symmetric_ctas = ctas.ctas;
     copy(out.symmetric_ctas_source, sizeof out.symmetric_ctas_source, ctas.source);
+    const ncclpool::SymmetricKernels kernels = ncclpool::symmetric_kernels_on(0);
+    out.symmetric_kernels_decided = kernels.decided ? 1 : 0;
+    out.symmetric_kernels_enabled = kernels.enabled ? 1 : 0;
+    out.symmetric_kernels_hazard = kernels.hazard ? 1 : 0;
+    copy(out.symmetric_kernels_why, sizeof out.symmetric_kernels_why, kernels.why);
     out.nccl_other_copies = static_cast<int>(nccl.other_copies.size());
     if (!nccl.other_copies.empty()) {
       out.nccl_other_version = nccl.other_copies.front().version;

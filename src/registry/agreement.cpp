@@ -45,8 +45,11 @@ std::string describe_record(const AgreementRecord& r) {
   const CheckLevel check = check_level_of(w[word::check]);
   if (check != CheckLevel::off) msg << ", check " << to_string(check);
   if (check >= CheckLevel::layout) msg << ", " << w[word::live_blocks] << " live block(s) with layout digest " << hex(w[word::layout_digest]);
-  if (const int kernels = symmetric_kernels_of(w[word::check]); kernels >= 0)
-    msg << ", symmetric kernels' CTAs " << (kernels == 0 ? std::string("NCCL's choice") : std::to_string(kernels));
+  if (const int kernels = symmetric_kernels_of(w[word::check]); kernels >= 0) {
+    if ((kernels & kSymmetricKernelsOff) != 0) msg << ", symmetric kernels off (windows without the symmetric flag)";
+    const int ctas = kernels & ~kSymmetricKernelsOff;
+    msg << ", symmetric kernels' CTAs " << (ctas == 0 ? std::string("NCCL's choice") : std::to_string(ctas));
+  }
   msg << ", scope period " << scope_period_of(w[word::check]);
   if (const std::uint64_t moved = placement_recoveries_of(w[word::vote]); moved != 0)
     msg << ", " << moved << " out-of-memory recover" << (moved == 1 ? "y" : "ies") << " that may have moved blocks";
@@ -139,8 +142,9 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
   };
   const bool voted_no = std::any_of(records.begin(), records.end(), [](const AgreementRecord& r) { return voted_no_of(r.words[word::vote]); });
   if (differ([](const AgreementRecord& r) { return symmetric_kernels_of(r.words[word::check]); }))
-    msg << " (the ranks would launch NCCL's symmetric kernels with different CTA counts, which waits forever for "
-           "blocks that never come: give every rank the same NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS and profile)";
+    msg << " (the ranks would launch NCCL's symmetric kernels differently, with different CTA counts or on some ranks only, which "
+           "waits forever for blocks that never come: give every rank the same NCCL, NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS, "
+           "NCCLPOOL_SYMMETRIC_KERNELS and profile)";
   else if (differ([](const AgreementRecord& r) { return scope_period_of(r.words[word::check]); }))
     msg << " (the ranks' scope periods differ, so their scope ends would agree at different uses: give every rank the "
            "same RegistryOptions::scope_period and check level)";

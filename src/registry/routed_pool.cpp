@@ -193,18 +193,23 @@ std::string RoutedPool::routes_source() const {
 
 // The first attach of an auto pool that made nothing yet takes the profile measured for comm's
 // machine; the routes are fixed from then on.
-void RoutedPool::choose_routes_for(const Communicator& comm) {
+void RoutedPool::choose_routes_for(Communicator& comm) {
   if (routes_fixed_.load(std::memory_order_acquire)) return;
   const Part& sym = parts_[static_cast<std::size_t>(Placement::symmetric)];
   std::string why;
-  const bool windows = sym.pool->source_properties().window_capable && comm.supports_windows(&why);
+  bool windows = sym.pool->source_properties().window_capable && comm.supports_windows(&why);
+  if (const int kernels = windows ? comm.prepare_symmetric_kernels() : -1; kernels >= 0 && (kernels & kSymmetricKernelsOff) != 0) {
+    windows = false;  // a window without the symmetric flag is a local registration that costs a collective
+    why = "NCCL's symmetric kernels are off in this process (NCCLPOOL_SYMMETRIC_KERNELS; `ncclpool info` says why)";
+  }
   const MachineKey key = comm.machine();
   const ProfileLookup lookup = find_profile(key.gpu, key.nccl_version, key.ranks);
   if (lookup.profile) {
     for (int c = 0; c < kCollectives; ++c)
       routes_[static_cast<std::size_t>(c)] = routes_from_profile(*lookup.profile, windows, static_cast<Collective>(c));
     routes_source_ = "the profile " + lookup.path + " (measured " + lookup.profile->measured + " on " + lookup.profile->gpu + ", NCCL " +
-                     std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)";
+                     std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)" +
+                     (windows ? "" : ", without windows: " + why);
   } else {
     routes_.fill(builtin_routes(windows));
     routes_source_ = "built-in routes (measured on H200)" + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;

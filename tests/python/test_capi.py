@@ -427,6 +427,13 @@ def test_scope_ends_commit_on_a_schedule_and_commit_is_immediate():
     # The symmetric kernels' CTA count is decided at the first NCCL window; loopback windows are not NCCL's.
     assert j["symmetric_ctas"]["decided"] is False and "not decided" in j["symmetric_ctas"]["source"]
     assert "symmetric kernels' CTAs: not decided yet" in p.memory_summary()
+    # Whether windows carry NCCL's symmetric flag: decided at the first NCCL window too; without NCCL
+    # (this build or machine) the summary says what a first attach would find.
+    assert j["symmetric_kernels"]["decided"] is False and j["symmetric_kernels"]["why"]
+    assert "symmetric kernels: " in p.memory_summary()
+    f = ncclpool.features()
+    assert {"symmetric_kernels_decided", "symmetric_kernels_enabled", "symmetric_kernels_hazard", "symmetric_kernels_why"} <= set(f)
+    assert f["symmetric_kernels_decided"] is False and f["symmetric_kernels_why"]
     p.commit()  # at once
     assert p.pending == 0 and c.stats()["registered_segments"] == 2
     for ptr in (x, y):

@@ -651,6 +651,64 @@ TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
   ::unsetenv("NCCLPOOL_PROFILE");
 }
 
+// Issue 28: NCCL 2.28.0-2.30.6 launch their symmetric kernels with PDL but without the grid-dependency
+// sync. By default windows then go without the symmetric flag; `on` and `off` decide otherwise.
+TEST(SymmetricKernels, OffByDefaultWhereTheKernelsCanReadTheirInputEarly) {
+  struct Case {
+    int nccl, cc, driver;
+    bool hazard;
+  };
+  for (const Case& c : {Case{22709, 9, 13000, false}, Case{22800, 9, 12030, true}, Case{22809, 9, 13000, true}, Case{22907, 10, 13000, true},
+                        Case{23006, 9, 12040, true}, Case{23007, 9, 13000, false}, Case{23203, 9, 13000, false}, Case{22809, 8, 13000, false},
+                        Case{22809, 9, 12020, false}}) {
+    EXPECT_EQ(symmetric_kernels_hazard(c.nccl, c.cc, c.driver), c.hazard) << c.nccl << " cc " << c.cc << " driver " << c.driver;
+    const SymmetricKernels k = choose_symmetric_kernels(nullptr, c.nccl, c.cc, c.driver);
+    EXPECT_TRUE(k.decided);
+    EXPECT_EQ(k.hazard, c.hazard);
+    EXPECT_EQ(k.enabled, !c.hazard) << k.why;
+    EXPECT_EQ(choose_symmetric_kernels("auto", c.nccl, c.cc, c.driver).enabled, !c.hazard);
+    EXPECT_TRUE(choose_symmetric_kernels("on", c.nccl, c.cc, c.driver).enabled);
+    EXPECT_FALSE(choose_symmetric_kernels("off", c.nccl, c.cc, c.driver).enabled);
+  }
+  const SymmetricKernels guarded = choose_symmetric_kernels(nullptr, 22809, 9, 13000);
+  EXPECT_TRUE(contains(guarded.why, "NCCL 2.28.9")) << guarded.why;
+  EXPECT_TRUE(contains(guarded.why, "cudaGridDependencySynchronize")) << guarded.why;
+  EXPECT_TRUE(contains(guarded.why, "NCCLPOOL_SYMMETRIC_KERNELS=on")) << guarded.why;
+  const SymmetricKernels forced = choose_symmetric_kernels("on", 22809, 9, 13000);
+  EXPECT_TRUE(contains(forced.why, "although")) << forced.why;
+  for (const char* bad : {"yes", "1", "ON", " on"}) {
+    const SymmetricKernels k = choose_symmetric_kernels(bad, 22809, 9, 13000);
+    EXPECT_TRUE(k.ignored_setting) << bad;
+    EXPECT_FALSE(k.enabled) << bad;  // auto: the hazard keeps them off
+    EXPECT_TRUE(contains(k.why, "ignored")) << k.why;
+  }
+}
+
+// Ranks that would run NCCL's symmetric kernels on some ranks only (another NCCL, or another
+// NCCLPOOL_SYMMETRIC_KERNELS) fail at attach on every rank, naming both.
+TEST(SymmetricKernels, RanksThatDecideDifferentlyFailAtAttach) {
+  auto group = nccl_like("world", 2);
+  group->set_symmetric_kernels(0, 32);
+  group->set_symmetric_kernels(1, 32 + kSymmetricKernelsOff);
+  std::array<std::string, 2> attach_errors;
+  const auto errors = on_ranks(2, [&](int rank) {
+    Rank r = make_rank();
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    try {
+      r.registry->attach(comm, RegistrationKind::symmetric);
+    } catch (const AgreementError& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    EXPECT_EQ(r.registry->attached(), 0u);
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  for (const auto& e : attach_errors) {
+    EXPECT_TRUE(contains(e, "symmetric kernels off (windows without the symmetric flag)")) << e;
+    EXPECT_TRUE(contains(e, "on some ranks only")) << e;
+  }
+}
+
 TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);

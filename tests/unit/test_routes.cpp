@@ -190,6 +190,30 @@ TEST(RoutedPool, BuffersNamedForACollectiveFollowItsRoutes) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
+// Where NCCL's symmetric kernels are off (NCCLPOOL_SYMMETRIC_KERNELS, or the NCCL versions whose
+// kernels can read their input early), a window is a local registration that costs a collective:
+// auto pools route no size to windows, and say why.
+TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
+  auto group = std::make_shared<LoopbackGroup>("world", 2);
+  group->set_symmetric_kernels(-1, 32 + kSymmetricKernelsOff);
+  std::vector<std::unique_ptr<RoutedPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  const auto errors = on_ranks(2, [&](int rank) {
+    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    pool.attach(comm, std::nullopt);
+    EXPECT_FALSE(pool.routes().uses(Placement::symmetric)) << pool.routes().describe();
+    EXPECT_TRUE(contains(pool.routes_source(), "symmetric kernels are off")) << pool.routes_source();
+    void* big = pool.allocate(8 * MiB);
+    EXPECT_EQ(pool.part_of(big)->placement, Placement::local);
+    EXPECT_EQ(pool.stats(*comm).kind, RegistrationKind::local);
+    pool.deallocate(big);
+    pool.detach(*comm);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
 TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
   auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
   std::vector<std::unique_ptr<RoutedPool>> pools;

@@ -83,9 +83,12 @@ int cmd_info(const Args& args) {
   const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
                                           : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
+  const SymmetricKernels kernels = symmetric_kernels_on(0);
+  const std::string kernels_text = gpus.empty() ? "no GPU" : kernels.why;
   // What an auto pool attached here would route (for communicators of the profile's rank count).
-  const std::string routes_text = lookup.profile ? routes_from_profile(*lookup.profile, symmetric_ok).describe() + " (from the profile)"
-                                                 : builtin_routes(symmetric_ok).describe() + " (built-in routes, measured on H200" +
+  const bool windows_routed = symmetric_ok && kernels.enabled;  // auto pools route no size to windows without the kernels
+  const std::string routes_text = lookup.profile ? routes_from_profile(*lookup.profile, windows_routed).describe() + " (from the profile)"
+                                                 : builtin_routes(windows_routed).describe() + " (built-in routes, measured on H200" +
                                                        (profile.profile && !lookup.why_not.empty() ? "; the profile is not used: " + lookup.why_not : std::string()) + ")";
 
   if (args.json) {
@@ -115,7 +118,9 @@ int cmd_info(const Args& args) {
         << ",\"detail\":" << json_quote(probes[i].detail) << "}";
     o << "],\"registration\":{\"local\":" << (local_ok ? "true" : "false") << ",\"local_why_not\":" << json_quote(local_why)
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
-      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source) << ",\"auto_routes\":" << json_quote(routes_text)
+      << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source)
+      << ",\"symmetric_kernels\":{\"enabled\":" << (kernels.enabled ? "true" : "false") << ",\"hazard\":" << (kernels.hazard ? "true" : "false")
+      << ",\"why\":" << json_quote(kernels_text) << "},\"auto_routes\":" << json_quote(routes_text)
       << "},\"profile\":" << json_quote(profile_text)
       << ",\"simulator\":true}";
     std::puts(o.str().c_str());
@@ -164,6 +169,7 @@ int cmd_info(const Args& args) {
   std::printf("  %-24s %-4s %s\n", "local (ncclCommRegister)", local_ok ? "ok" : "no", local_ok ? "any device source" : local_why.c_str());
   std::printf("  %-24s %-4s %s\n", "symmetric (windows)", symmetric_ok ? "ok" : "no",
               symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
+  std::printf("  %-24s      %s\n", "symmetric kernels", kernels_text.c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
   std::printf("  %-24s      %s\n", "auto pools route", routes_text.c_str());
   std::printf("\nprofile    %s\n", profile_text.c_str());

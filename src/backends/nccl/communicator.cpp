@@ -120,8 +120,9 @@ class NcclCommunicator final : public Communicator {
     refuse_if_broken("window registration");
     cuda::ScopedContext scope(context_->get());
     (void)decide_symmetric_ctas();
+    const int flags = decide_symmetric_kernels().enabled ? NCCL_WIN_COLL_SYMMETRIC : NCCL_WIN_DEFAULT;
     ncclWindow_t window = nullptr;
-    check(lib_.ncclCommWindowRegister(comm_, base, size, &window, NCCL_WIN_COLL_SYMMETRIC), "ncclCommWindowRegister", true);
+    check(lib_.ncclCommWindowRegister(comm_, base, size, &window, flags), "ncclCommWindowRegister", true);
     if (window == nullptr)  // NCCL answers success with no window where symmetric memory is not supported
       throw RegistrationError(describe() + ": ncclCommWindowRegister returned no window (symmetric memory unsupported on this communicator: "
                                            "are all its GPUs NVLink-connected in one node?)");
@@ -132,7 +133,7 @@ class NcclCommunicator final : public Communicator {
     check(lib_.ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(window)), "ncclCommWindowDeregister", true);
   }
 
-  int prepare_symmetric_kernels() override { return decide_symmetric_ctas(); }
+  int prepare_symmetric_kernels() override { return decide_symmetric_ctas() + (decide_symmetric_kernels().enabled ? 0 : kSymmetricKernelsOff); }
 
   MachineKey machine() const override {
     const cuda::Driver& d = cuda::driver();
@@ -156,6 +157,17 @@ class NcclCommunicator final : public Communicator {
         d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS)
       major = minor = 0;  // unknown GPU: no measured default, NCCL's choice
     return apply_symmetric_ctas(major, minor, name, lib_.info.version, size_).ctas;
+  }
+
+  // Once per process, before the first window: whether windows carry NCCL_WIN_COLL_SYMMETRIC.
+  SymmetricKernels decide_symmetric_kernels() const {
+    if (const SymmetricKernels decided = symmetric_kernels(); decided.decided) return decided;
+    const cuda::Driver& d = cuda::driver();
+    CUdevice dev = 0;
+    int major = 0;
+    if (d.cuDeviceGet(&dev, device_) != CUDA_SUCCESS || d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS)
+      major = 9;  // unknown: assume the GPU that has the hazard, the safe side
+    return apply_symmetric_kernels(lib_.info.version, major, d.version);
   }
 
   std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override {

@@ -1,5 +1,7 @@
 #include "library.hpp"
 
+#include "../cuda/driver.hpp"
+
 #include <ncclpool/errors.hpp>
 
 #include <dlfcn.h>
@@ -141,5 +143,26 @@ NcclInfo nccl_info() {
   }
   info.other_copies = nccl::other_copies(own_base);
   return info;
+}
+
+SymmetricKernels symmetric_kernels_on(int device) {
+  if (const SymmetricKernels decided = symmetric_kernels(); decided.decided) return decided;
+  SymmetricKernels out;
+  out.enabled = false;
+  try {
+    const nccl::Library& lib = nccl::library();
+    const cuda::Driver& d = cuda::driver();
+    CUdevice dev = 0;
+    int major = 0;
+    if (d.cuDeviceGet(&dev, device) != CUDA_SUCCESS || d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS) {
+      out.why = "no GPU " + std::to_string(device);
+      return out;
+    }
+    out = choose_symmetric_kernels(std::getenv("NCCLPOOL_SYMMETRIC_KERNELS"), lib.info.version, major, d.version);
+    out.decided = false;  // what a first symmetric attach would decide now
+  } catch (const Error& e) {
+    out.why = e.what();
+  }
+  return out;
 }
 }  // namespace ncclpool

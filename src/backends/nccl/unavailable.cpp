@@ -14,6 +14,12 @@ NcclInfo nccl_info() {
   info.why_not = kWhy;
   return info;
 }
+SymmetricKernels symmetric_kernels_on(int) {
+  SymmetricKernels out;
+  out.enabled = false;
+  out.why = kWhy;
+  return out;
+}
 std::shared_ptr<Communicator> make_nccl_communicator(void*, NcclCommunicatorOptions) { throw Unsupported(kWhy); }
 std::shared_ptr<SegmentSource> make_nccl_source(int) { throw Unsupported(kWhy); }
 
