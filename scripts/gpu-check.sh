@@ -6,21 +6,28 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   bench, torch, megatron, fsdp2, decode, wheel, tool, toolbench, nccltests,
-#                                   demo;
+#                                   pdl, ncclversions, bench, torch, megatron, fsdp2, decode, wheel, tool,
+#                                   toolbench, nccltests, demo;
 #                                   default all)
+#
+# NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
+# (their kernels trigger nothing early, so the symmetric path stays tested and measured on NCCL
+# 2.28.9, where the guard's default turns it off); `pdl` checks the default and `on` side by side.
 #
 # Optional inputs (ignored folders carried to the GPU host; a section without its input says so):
 #   .whl/site/megatron_fsdp    megatron-fsdp 0.6.1, unpacked (MEGATRON_FSDP_PATH overrides .whl/site)
 #   .whl/mcore/megatron        Megatron-Core's source, for its own allocator (MEGATRON_CORE_PATH)
 #   .whl/ncclpool-*.whl        a wheel made with `pip wheel .` on a build machine
 #   .whl/nccl-tests            a checkout of NVIDIA/nccl-tests (NCCL_TESTS_SRC overrides)
+#   .whl/nccl-src-VER.tar.gz   NCCL sources to build here and run against (section ncclversions;
+#                              scripts/build-nccl.sh says how to make one)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export NCCLPOOL_SYMMETRIC_KERNELS=${NCCLPOOL_SYMMETRIC_KERNELS:-on}
 OUT=${OUT:-build/gpu-check}
 mkdir -p "$OUT"
 BUILD=build/gpu
@@ -144,6 +151,90 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
   fi
 else
   row "nccl registry tests" "not run (needs 2+ GPUs and the nccl test binary)"
+fi
+
+# 3b. The PDL hazard (docs/python.md, "NCCL versions"): NCCL's symmetric kernels after a kernel that
+#     triggers its dependents early, on one stream; plain memory vs ncclpool windows, eager and in a
+#     CUDA graph, with the guard's default and with the symmetric kernels forced on (on NCCL
+#     2.28.0-2.30.6 the positive control: wrong results expected there, never with plain memory or the
+#     guard's windows); then the same through torch's dist.all_reduce, beside torch's own symmetric
+#     memory. One GPU runs no symmetric kernel: it proves that the checks run.
+pdl_summary() {  # json file -> "eager/graph wrong per mode"
+  python3 - "$1" <<'PY' 2>&1
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no result ({e})"); sys.exit()
+rows = j.get("results") or j.get("rows") or []
+def what(r):
+    return r.get("unavailable") or r.get("error") or f"{r.get('wrong_all_ranks', r.get('wrong'))}/{r.get('launches_all_ranks', r.get('launches'))}"
+print(f"NCCL {j.get('nccl_version')}, {j.get('gpus', j.get('world'))} GPU(s): " +
+      ", ".join(f"{r['mode']} {'graph' if r['graph'] else 'eager'} {what(r)}" for r in rows))
+PY
+}
+run_pdl() {  # label, NCCL library ('' = torch's), [torch]
+  local label=$1 lib=$2 setting rc
+  for setting in auto on; do
+    if [ -x "$BUILD/tests/ncclpool_pdl_hazard" ]; then
+      NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting timeout "$(within 180)" \
+        "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$label-$setting.json" 2>"$OUT/pdl-$label-$setting.err"
+      rc=$?
+      cat "$OUT/pdl-$label-$setting.err" >>"$LOG"
+      row "pdl hazard (C++, $label), kernels $setting" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$label-$setting.json")"
+    fi
+    if [ "${3:-}" = torch ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+      local n=$(( gpus < 2 ? gpus : 2 ))
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" NCCLPOOL_SYMMETRIC_KERNELS=$setting \
+        timeout "$(within 240)" python3 -m torch.distributed.run --nproc-per-node "$n" tests/gpu/torch/check_pdl_hazard.py \
+        --json "$OUT/pdl-torch-$label-$setting.json" >"$OUT/pdl-torch-$label-$setting.log" 2>&1
+      rc=$?
+      cat "$OUT/pdl-torch-$label-$setting.log" >>"$LOG"
+      row "pdl hazard (torch, $label), kernels $setting" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/pdl-torch-$label-$setting.log" || echo 'no RESULT'); $(pdl_summary "$OUT/pdl-torch-$label-$setting.json")"
+    fi
+  done
+}
+want pdl && run_pdl "torch's NCCL" "" torch
+
+# 3c. Other NCCL versions: each .whl/nccl-src-VER.tar.gz is built here (scripts/build-nccl.sh, sm_90,
+#     ~190 s), then ncclpool info, the PDL check and the NCCL registry suite run against it
+#     (NCCLPOOL_NCCL_LIBRARY), and the torch checks with torch's own libnccl.so.2 swapped for it (one
+#     NCCL per process; put back afterwards).
+if want ncclversions; then
+  found=0
+  for tarball in .whl/nccl-src-*.tar.gz; do
+    [ -f "$tarball" ] || continue
+    found=1
+    ver=$(basename "$tarball" .tar.gz); ver=${ver#nccl-src-}
+    timeout "$(within 420)" scripts/build-nccl.sh "$tarball" "$BUILD/nccl-$ver" >>"$LOG" 2>&1
+    lib="$BUILD/nccl-$ver/lib/libnccl.so.2"
+    if [ ! -f "$lib" ]; then
+      row "NCCL $ver" "build failed or timed out (see the log)"
+      continue
+    fi
+    row "NCCL $ver: ncclpool info" "$(NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" "$BUILD/tools/ncclpool" info --json 2>&1 | python3 -c 'import json,sys; j=json.load(sys.stdin); print("version", j["nccl"]["version"], "windows", j["nccl"]["windows"], "symmetric kernels:", j["registration"]["symmetric_kernels"]["why"][:150])' 2>&1)"
+    run_pdl "NCCL $ver" "$PWD/$lib"
+    if [ "$gpus" -ge 2 ] && [ -x "$BUILD/tests/ncclpool_nccl_tests" ]; then
+      NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" NCCLPOOL_TEST_GPUS=2 timeout "$(within 300)" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no \
+        >"$OUT/nccl-tests-$ver.log" 2>&1
+      rc=$?
+      cat "$OUT/nccl-tests-$ver.log" >>"$LOG"
+      summarize_gtest "nccl registry tests, NCCL $ver, 2 GPUs" "$OUT/nccl-tests-$ver.log" $rc
+    fi
+    torch_nccl="$NCCL_DIR/libnccl.so.2"
+    if [ -n "$NCCL_DIR" ] && [ -f "$torch_nccl" ] && cp "$torch_nccl" "$BUILD/libnccl.torch.so.2" && cp "$lib" "$torch_nccl"; then
+      run_pdl "torch on NCCL $ver" "$torch_nccl" torch
+      if [ "$gpus" -ge 2 ]; then
+        NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+          timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch/check_torch_layer.py >"$OUT/torch-$ver.log" 2>&1
+        rc=$?
+        cat "$OUT/torch-$ver.log" >>"$LOG"
+        row "torch layer checks, NCCL $ver, 2 GPUs" "$(grep -c '^CHECK .*: ok' "$OUT/torch-$ver.log") ok, $(grep -c '^CHECK .*: FAILED' "$OUT/torch-$ver.log") failed (rc=$rc)"
+      fi
+      cp "$BUILD/libnccl.torch.so.2" "$torch_nccl"
+    fi
+  done
+  [ "$found" = 1 ] || row "NCCL versions" "not run (no .whl/nccl-src-*.tar.gz: scripts/build-nccl.sh says how to make one)"
 fi
 
 # 4. Registration cost with real NCCL: attach vs segments, a scope use vs the Megatron pattern.

@@ -3,7 +3,8 @@
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer. GPU tests
 # (label `gpu`) are left to scripts/gpu-check.sh. NCCLPOOL_TSAN=0 skips the TSan build. Last,
 # tests/packaging/run.sh: `pip install .` into a fresh virtual environment (needs PyPI for the build
-# backend, scikit-build-core).
+# backend, scikit-build-core), and scripts/check-nccl-headers.sh: the NCCL backend compiled against a
+# newer NCCL's headers (2.32.3, from PyPI, cached) beside the toolkit's 2.28.9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -23,4 +24,6 @@ for preset in "${presets[@]}"; do
 done
 echo "=== packaging: pip install . in a fresh virtual environment"
 tests/packaging/run.sh
-echo "=== all CPU tests passed (${presets[*]}, packaging)"
+echo "=== NCCL headers: the NCCL backend against another NCCL's nccl.h"
+scripts/check-nccl-headers.sh
+echo "=== all CPU tests passed (${presets[*]}, packaging, NCCL headers)"

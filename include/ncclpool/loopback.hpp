@@ -71,6 +71,10 @@ class NCCLPOOL_API LoopbackGroup {
   /// simulator"): tests of ranks on which a profile applies differently (one node with another GPU).
   void set_machine_gpu(int rank, const std::string& gpu);
   [[nodiscard]] std::string machine_gpu(int rank) const;
+  /// What `rank`'s communicators answer in supports_windows() (-1 = every rank; default true): models
+  /// a communicator NCCL gives no symmetric memory (NCCL >= 2.29: ncclCommQueryProperties says so and
+  /// window registration returns NULL; ranks not all NVLink/P2P-connected in one node).
+  void set_windows_supported(int rank, bool supported);
   /// While held, a rank that polls an all-gather without waiting (PendingGather::ready) sees it
   /// complete only after a release_completions() call made once every rank had posted it, as on a GPU
   /// where the all-gather may still be running; waiting is not affected. Tests that run ranks in steps

@@ -244,6 +244,32 @@ TEST(Lockstep, ASymmetricAttachRefusedOnOneRankFailsOnEveryRank) {
   EXPECT_TRUE(contains(attach_errors[0], "voted no")) << attach_errors[0];
 }
 
+// NCCL >= 2.29 gives a communicator without symmetric support no window (NULL); 2.28 its local
+// registration. "No window" must be agreed: a rank without windows says no at the attach, and every
+// rank fails there, instead of one rank registering windows that another does not.
+TEST(Lockstep, ARankWithoutSymmetricMemoryFailsTheAttachOnEveryRank) {
+  auto group = nccl_like("world", 2);
+  group->set_windows_supported(1, false);
+  std::array<std::string, 2> attach_errors;
+  const auto errors = on_ranks(2, [&](int rank) {
+    Rank r = make_rank();
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    (void)r.pool->allocate(MiB);  // a segment to register
+    try {
+      r.registry->attach(comm, RegistrationKind::symmetric);
+    } catch (const Error& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    EXPECT_EQ(r.registry->attached(), 0u);
+    comm->user_collective(4);  // pairs with the other rank's
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(contains(attach_errors[1], "cannot register windows")) << attach_errors[1];
+  EXPECT_TRUE(contains(attach_errors[0], "rank 1: pool 'ncclpool' (attachment #0), attach #0: voted no")) << attach_errors[0];
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
 // Ranks whose scope periods differ would agree at different scope ends: the attach says so.
 TEST(Lockstep, RanksWithOtherScopePeriodsFailAtAttach) {
   auto group = nccl_like("world", 2);

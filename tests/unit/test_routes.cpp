@@ -214,6 +214,24 @@ TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
+// A communicator NCCL gives no symmetric memory (NCCL >= 2.29 knows before any window): auto pools
+// route no size to windows there, on every rank alike.
+TEST(RoutedPool, AutoPoolsMakeNoWindowsOnACommunicatorWithoutSymmetricMemory) {
+  auto group = std::make_shared<LoopbackGroup>("world", 2);
+  group->set_windows_supported(-1, false);
+  std::vector<std::unique_ptr<RoutedPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  const auto errors = on_ranks(2, [&](int rank) {
+    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    pool.attach(comm, std::nullopt);
+    EXPECT_FALSE(pool.routes().uses(Placement::symmetric)) << pool.routes().describe();
+    EXPECT_TRUE(contains(pool.routes_source(), "no symmetric memory")) << pool.routes_source();
+    pool.detach(*comm);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
 TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
   auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
   std::vector<std::unique_ptr<RoutedPool>> pools;

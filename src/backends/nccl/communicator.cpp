@@ -74,6 +74,7 @@ class NcclCommunicator final : public Communicator {
     check(lib_.ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice");
     check(lib_.ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(lib_.ncclCommCount(comm_, &size_), "ncclCommCount");
+    symmetric_support_ = symmetric_support(lib_, comm_);
     context_ = std::make_unique<cuda::PrimaryContext>(device_);
     const cuda::Driver& d = cuda::driver();
     cuda::ScopedContext scope(context_->get());
@@ -98,9 +99,17 @@ class NcclCommunicator final : public Communicator {
     return buf;
   }
   bool supports_windows(std::string* why) const override {
-    if (lib_.info.windows) return true;
-    if (why) *why = "NCCL " + std::to_string(lib_.info.version) + " at " + lib_.info.library_path + " has no window registration (needs >= 2.27)";
-    return false;
+    if (!lib_.info.windows) {
+      if (why) *why = "NCCL " + std::to_string(lib_.info.version) + " at " + lib_.info.library_path + " has no window registration (needs >= 2.27)";
+      return false;
+    }
+    if (symmetric_support_ == 0) {
+      if (why)
+        *why = "NCCL " + std::to_string(lib_.info.version) + " gives this communicator no symmetric memory (ncclCommQueryProperties: its "
+               "ranks are not all NVLink-connected GPUs of one node, or NCCL_WIN_ENABLE=0 or NCCL_CUMEM_ENABLE=0)";
+      return false;
+    }
+    return true;
   }
   bool broken() const override { return broken_.load(); }
 
@@ -123,14 +132,30 @@ class NcclCommunicator final : public Communicator {
     const int flags = decide_symmetric_kernels().enabled ? NCCL_WIN_COLL_SYMMETRIC : NCCL_WIN_DEFAULT;
     ncclWindow_t window = nullptr;
     check(lib_.ncclCommWindowRegister(comm_, base, size, &window, flags), "ncclCommWindowRegister", true);
-    if (window == nullptr)  // NCCL answers success with no window where symmetric memory is not supported
+    if (window == nullptr)  // NCCL >= 2.29 answers success with no window where symmetric memory is not supported
       throw RegistrationError(describe() + ": ncclCommWindowRegister returned no window (symmetric memory unsupported on this communicator: "
                                            "are all its GPUs NVLink-connected in one node?)");
+    if (symmetric_support_ < 0 && !is_device_memory(window)) {
+      // NCCL 2.28 answers with its local registration handle instead (src/dev_runtime.cc), a host
+      // object, where a window is device memory: give it back as NCCL says (the window deregistration
+      // deregisters it locally) and refuse, as 2.29 does.
+      (void)lib_.ncclCommWindowDeregister(comm_, window);
+      throw RegistrationError(describe() + ": NCCL " + std::to_string(lib_.info.version) +
+                              " registered the buffer locally instead of as a window (symmetric memory unsupported on this communicator: "
+                              "are all its GPUs P2P-connected in one node, NCCL_WIN_ENABLE and NCCL_CUMEM_ENABLE on?)");
+    }
     return window;
   }
   void deregister_window(void* window) override {
     cuda::ScopedContext scope(context_->get());
     check(lib_.ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(window)), "ncclCommWindowDeregister", true);
+  }
+
+  // A window is an object in device memory; NCCL 2.28's local registration handle is a host object.
+  static bool is_device_memory(const void* p) {
+    unsigned int type = 0;
+    return cuda::driver().cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(p)) == CUDA_SUCCESS &&
+           type == CU_MEMORYTYPE_DEVICE;
   }
 
   int prepare_symmetric_kernels() override { return decide_symmetric_ctas() + (decide_symmetric_kernels().enabled ? 0 : kSymmetricKernelsOff); }
@@ -287,6 +312,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<cuda::PrimaryContext> context_;
   CUstream stream_ = nullptr;
   bool staged_ = false;  // records through device memory (NCCLPOOL_AGREEMENT_BUFFERS=device)
+  int symmetric_support_ = -1;  // nccl::symmetric_support: 1, 0, or -1 (the library cannot say)
   std::mutex mutex_;  // slots_ and broken_reason_
   std::vector<std::unique_ptr<GatherSlot>> slots_;
   std::atomic<bool> broken_{false};

@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 namespace ncclpool::nccl {
@@ -52,6 +54,7 @@ Library load() {
     info.library_path = dl.dli_fname;
     lib.base = dl.dli_fbase;
   }
+  lib.ncclCommQueryProperties = reinterpret_cast<decltype(lib.ncclCommQueryProperties)>(::dlsym(handle, "ncclCommQueryProperties"));
   lib.ncclGetVersion(&info.version);
   info.windows = info.version >= 22700 && lib.ncclCommWindowRegister != nullptr && lib.ncclCommWindowDeregister != nullptr;
   info.available = true;
@@ -126,6 +129,39 @@ std::string error_text(ncclResult_t result) {
     if (last != nullptr && *last != '\0') out += std::string("; last error: ") + last;
   }
   return out;
+}
+
+// ncclCommProperties_t as NCCL 2.29.7 and 2.30.7 lay it out (size, magic, version, then the fields;
+// later versions append fields). The struct handed over is 4 KiB of zeros with this head and version
+// 2.29.7, so that whatever a later NCCL writes for that version stays inside it.
+struct CommPropertiesV22907 {
+  std::size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int rank, n_ranks, cuda_dev, nvml_dev;
+  bool device_api_support, multimem_support;
+  int gin_type, n_lsa_teams;
+  bool host_rma_support;
+  int railed_gin_type;
+};
+#if NCCL_VERSION_CODE >= 22907 && __has_include(<nccl_device/host.h>)
+// Built against NCCL >= 2.29.7's headers (scripts/check-nccl-headers.sh): the fields read are where NCCL puts them.
+#include <nccl_device/host.h>
+static_assert(offsetof(ncclCommProperties_t, version) == offsetof(CommPropertiesV22907, version));
+static_assert(offsetof(ncclCommProperties_t, deviceApiSupport) == offsetof(CommPropertiesV22907, device_api_support));
+#endif
+
+int symmetric_support(const Library& lib, ncclComm_t comm) {
+  if (lib.ncclCommQueryProperties == nullptr || lib.info.version < 22907) return -1;  // 2.29.2-3 laid it out otherwise
+  alignas(8) unsigned char buffer[4096] = {};
+  CommPropertiesV22907 head{};
+  head.size = sizeof head;
+  head.magic = 0xcafebeef;  // NCCL_API_MAGIC
+  head.version = 22907;
+  std::memcpy(buffer, &head, sizeof head);
+  if (lib.ncclCommQueryProperties(comm, buffer) != ncclSuccess) return -1;
+  std::memcpy(&head, buffer, sizeof head);
+  return head.device_api_support ? 1 : 0;
 }
 
 }  // namespace ncclpool::nccl

@@ -28,9 +28,18 @@ struct Library {
   NCCLPOOL_NCCL_REQUIRED(NCCLPOOL_DECLARE_NCCL_FN)
   NCCLPOOL_NCCL_OPTIONAL(NCCLPOOL_DECLARE_NCCL_FN)
 #undef NCCLPOOL_DECLARE_NCCL_FN
+  // ncclCommQueryProperties (NCCL >= 2.29; nullptr before). Its struct is not in the 2.28 headers
+  // ncclpool builds with: see symmetric_support() for how it is called.
+  ncclResult_t (*ncclCommQueryProperties)(ncclComm_t, void*) = nullptr;
   NcclInfo info;
   const void* base = nullptr;  // where the library is mapped (dladdr's dli_fbase): its identity in the process
 };
+
+// Whether NCCL gives `comm` symmetric memory (ncclCommQueryProperties' deviceApiSupport, NCCL >=
+// 2.29: its ranks all CUDA-P2P and, from 2.29, NVLink-reachable in one node, NCCL_WIN_ENABLE and cuMem
+// on). -1 where the library cannot say (NCCL 2.28: no query; ncclpool then checks what window
+// registration returns). Local: no peer call.
+int symmetric_support(const Library& lib, ncclComm_t comm);
 
 // The loaded library; throws Unsupported (with the reason) when there is none.
 const Library& library();

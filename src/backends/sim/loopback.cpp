@@ -42,7 +42,8 @@ class LoopbackState {
   LoopbackState(std::string name, int size, std::chrono::milliseconds timeout, LoopbackMatching matching)
       : name_(std::move(name)), size_(size), timeout_(timeout), matching_(matching), calls_(static_cast<std::size_t>(size), 0),
         injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)), symmetric_kernels_(static_cast<std::size_t>(size), -1),
-        call_logs_(static_cast<std::size_t>(size)), machine_gpus_(static_cast<std::size_t>(size), "ncclpool simulator") {}
+        call_logs_(static_cast<std::size_t>(size)), machine_gpus_(static_cast<std::size_t>(size), "ncclpool simulator"),
+        windows_supported_(static_cast<std::size_t>(size), true) {}
 
   struct Result {
     std::vector<AgreementRecord> records;
@@ -159,6 +160,15 @@ class LoopbackState {
     std::lock_guard lock(mutex_);
     return machine_gpus_[static_cast<std::size_t>(rank)];
   }
+  void set_windows_supported(int rank, bool supported) {
+    std::lock_guard lock(mutex_);
+    for (int r = 0; r < size_; ++r)
+      if (rank < 0 || rank == r) windows_supported_[static_cast<std::size_t>(r)] = supported;
+  }
+  bool windows_supported(int rank) {
+    std::lock_guard lock(mutex_);
+    return windows_supported_[static_cast<std::size_t>(rank)];
+  }
 
   std::uint64_t next_local_handle() { return ++local_handles_; }  // ranks register locally in parallel
   std::atomic<std::int64_t> live{0};
@@ -259,6 +269,7 @@ class LoopbackState {
   std::vector<int> symmetric_kernels_;  // per rank: what prepare_symmetric_kernels reports
   std::vector<std::vector<std::string>> call_logs_;  // per rank: its collective calls, in order
   std::vector<std::string> machine_gpus_;             // per rank: the GPU name machine() reports
+  std::vector<bool> windows_supported_;               // per rank: what supports_windows() answers
   bool hold_completions_ = false;                      // ready() sees only slots below released_slots_
   std::uint64_t released_slots_ = 0;
   bool broken_ = false;
@@ -318,6 +329,10 @@ void LoopbackGroup::set_machine_gpu(int rank, const std::string& gpu) {
   state_->set_machine_gpu(rank, gpu);
 }
 std::string LoopbackGroup::machine_gpu(int rank) const { return state_->machine_gpu(rank); }
+void LoopbackGroup::set_windows_supported(int rank, bool supported) {
+  if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
+  state_->set_windows_supported(rank, supported);
+}
 void LoopbackGroup::hold_completions(bool hold) { state_->hold_completions(hold); }
 void LoopbackGroup::release_completions() { state_->release_completions(); }
 
@@ -337,7 +352,11 @@ std::string LoopbackCommunicator::describe() const {
   return "loopback comm '" + group_->name() + "' (rank " + std::to_string(rank_) + " of " + std::to_string(group_->size()) +
          ", device " + std::to_string(device_) + ")";
 }
-bool LoopbackCommunicator::supports_windows(std::string*) const { return true; }
+bool LoopbackCommunicator::supports_windows(std::string* why) const {
+  if (group_->state().windows_supported(rank_)) return true;
+  if (why) *why = "loopback group '" + group_->name() + "' has no symmetric memory on rank " + std::to_string(rank_) + " (set_windows_supported)";
+  return false;
+}
 
 void* LoopbackCommunicator::register_local(void* base, std::size_t size) {
   if (group_->state().local_call(rank_, static_cast<int>(LoopbackOp::register_local)))

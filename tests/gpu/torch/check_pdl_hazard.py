@@ -1,0 +1,170 @@
+"""GPU check of the PDL hazard through torch (docs/python.md, "NCCL versions"): a kernel that lets its
+dependents start at once and writes its output after a delay (tests/gpu/pdl_producer.ptx, launched on
+torch's current stream), then ``dist.all_reduce`` of that output (synchronous: torch >= 2.8 runs it on
+the current stream), ``--launches`` times, eagerly and as replays of one captured CUDA graph, for:
+
+  plain       torch's caching allocator (NCCL's ring kernels: never affected)
+  ncclpool    a tensor from ncclpool.torch.create_nccl_mem_pool(symmetric=True): windows carry NCCL's
+              symmetric flag only where the guard lets them (NCCLPOOL_SYMMETRIC_KERNELS)
+  torch-symm  torch's own symmetric memory (torch.distributed._symmetric_memory, NCCL backend), if
+              this torch has it: the baseline, with no guard of ncclpool's
+
+    torchrun --nproc-per-node 2 tests/gpu/torch/check_pdl_hazard.py [--launches 200] [--delay-us 300] [--json FILE]
+
+Rank 0 prints a line per mode and 'RESULT ok' when plain memory and guarded ncclpool windows were
+never wrong ('RESULT FAILED' otherwise, exit 1). Wrong results with the symmetric kernels on (ncclpool
+with NCCLPOOL_SYMMETRIC_KERNELS=on, or torch-symm) on NCCL 2.28.0-2.30.6 are the hazard itself: the
+positive control. With one GPU NCCL runs no symmetric kernel (the check then proves the program runs).
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
+import ncclpool  # noqa: E402
+import ncclpool.torch as nccl_allocator  # noqa: E402
+
+PTX = os.path.join(os.path.dirname(__file__), "..", "pdl_producer.ptx")
+
+
+class Producer:
+    """ncclpool_trigger_then_write from pdl_producer.ptx, launched through the driver API on a stream."""
+
+    def __init__(self):
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        ptx = open(PTX, "rb").read() + b"\0"
+        self.module = ctypes.c_void_p()
+        self.function = ctypes.c_void_p()
+        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(ptx)), "cuModuleLoadData")
+        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, b"ncclpool_trigger_then_write"), "cuModuleGetFunction")
+
+    @staticmethod
+    def _check(result, what):
+        if result != 0:
+            raise RuntimeError(f"{what} failed: CUresult {result}")
+
+    def launch(self, tensor, value, delay_ns, stream):
+        buf = ctypes.c_uint64(tensor.data_ptr())
+        count = ctypes.c_uint64(tensor.numel())
+        val = ctypes.c_float(value)
+        delay = ctypes.c_uint64(delay_ns)
+        args = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in (buf, count, val, delay)])
+        self._check(self.cuda.cuLaunchKernel(self.function, 132, 1, 1, 256, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), args, None),
+                    "cuLaunchKernel")
+
+
+def torch_symmetric_tensor(numel, group):
+    """A tensor of torch's own NCCL symmetric memory, or None and why."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+        if hasattr(symm_mem, "set_backend"):
+            symm_mem.set_backend("NCCL")
+        t = symm_mem.empty(numel, dtype=torch.float32, device="cuda")
+        symm_mem.rendezvous(t, group.group_name)
+        return t, ""
+    except Exception as e:  # noqa: BLE001 - reported as unavailable
+        return None, f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def run_mode(tensor, producer, rank, world, launches, delay_ns, graph):
+    expected = world * (world + 1) / 2
+    stream = torch.cuda.current_stream()
+
+    def step():
+        tensor.zero_()
+        producer.launch(tensor, float(rank + 1), delay_ns, torch.cuda.current_stream())
+        dist.all_reduce(tensor)
+
+    wrong = 0
+    example = None
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(stream)
+        with torch.cuda.stream(side):
+            step()  # warm-up outside the capture (NCCL's first use of the buffer)
+        stream.wait_stream(side)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g):
+            step()
+    for _ in range(launches):
+        if graph:
+            g.replay()
+        else:
+            step()
+        torch.cuda.synchronize()
+        bad = tensor != expected
+        if bool(bad.any()):
+            wrong += 1
+            example = float(tensor[bad.nonzero()[0]].item())
+    return wrong, example
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--delay-us", type=int, default=300)
+    parser.add_argument("--kib", type=int, default=1024)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", device))
+    nccl_allocator.init()
+    producer = Producer()
+    numel = args.kib * 1024 // 4
+    group = dist.group.WORLD
+
+    tensors = {"plain": (torch.empty(numel, device="cuda"), "")}
+    pool = nccl_allocator.create_nccl_mem_pool(symmetric=True)
+    with nccl_allocator.nccl_mem(pool, group=group):
+        tensors["ncclpool"] = (torch.empty(numel, device="cuda"), "")
+    tensors["torch-symm"] = torch_symmetric_tensor(numel, group)
+    f = ncclpool.features()
+    guard = {k: f[k] for k in ("symmetric_kernels_decided", "symmetric_kernels_enabled", "symmetric_kernels_hazard", "symmetric_kernels_why")}
+
+    rows = []
+    for mode, (tensor, why) in tensors.items():
+        for graph in (False, True):
+            if tensor is None:
+                rows.append({"mode": mode, "graph": graph, "unavailable": why})
+                continue
+            try:
+                wrong, example = run_mode(tensor, producer, rank, world, args.launches, args.delay_us * 1000, graph)
+                rows.append({"mode": mode, "graph": graph, "wrong": wrong, "example": example})
+            except Exception as e:  # noqa: BLE001 - reported per mode
+                rows.append({"mode": mode, "graph": graph, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+    # Every rank's counts, summed on rank 0.
+    counts = torch.tensor([r.get("wrong", 0) for r in rows], device="cuda", dtype=torch.int64)
+    dist.all_reduce(counts)
+    symmetric_flag = guard["symmetric_kernels_enabled"]
+    promise_broken = False
+    for r, total in zip(rows, counts.tolist()):
+        if "wrong" in r:
+            r["wrong_all_ranks"] = total
+            r["launches_all_ranks"] = args.launches * world
+            promised = r["mode"] == "plain" or (r["mode"] == "ncclpool" and not symmetric_flag)
+            promise_broken = promise_broken or (promised and total > 0)
+    if rank == 0:
+        print(f"NCCL {f['nccl_version']}, {world} rank(s); symmetric kernels: {guard['symmetric_kernels_why']}", flush=True)
+        for r in rows:
+            what = r.get("unavailable") or r.get("error") or f"wrong {r['wrong_all_ranks']} of {r['launches_all_ranks']}"
+            print(f"  {r['mode']:<11} {'graph' if r['graph'] else 'eager':<6} {what}", flush=True)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"world": world, "nccl_version": f["nccl_version"], "torch": torch.__version__, "guard": guard,
+                           "launches": args.launches, "delay_us": args.delay_us, "bytes": numel * 4, "rows": rows}, out, indent=1)
+        print("RESULT FAILED: plain memory or a guarded ncclpool window gave a wrong result" if promise_broken else "RESULT ok", flush=True)
+    del tensors
+    dist.destroy_process_group()
+    sys.exit(1 if promise_broken else 0)
+
+
+if __name__ == "__main__":
+    main()
