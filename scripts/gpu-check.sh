@@ -174,27 +174,28 @@ print(f"NCCL {j.get('nccl_version')}, {j.get('gpus', j.get('world'))} GPU(s): " 
 PY
 }
 run_pdl() {  # label, NCCL library ('' = torch's), [torch]
-  local label=$1 lib=$2 setting rc
+  local label=$1 lib=$2 setting rc tag
   for setting in auto on; do
+    tag=$(echo "$label-$setting" | tr -c 'A-Za-z0-9.\n-' '-')  # file names without spaces or quotes (they come back from the GPU host)
     if [ -x "$BUILD/tests/ncclpool_pdl_hazard" ]; then
       NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting timeout "$(within 180)" \
-        "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$label-$setting.json" 2>"$OUT/pdl-$label-$setting.err"
+        "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$tag.json" 2>"$OUT/pdl-$tag.err"
       rc=$?
-      cat "$OUT/pdl-$label-$setting.err" >>"$LOG"
-      row "pdl hazard (C++, $label), kernels $setting" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$label-$setting.json")"
+      cat "$OUT/pdl-$tag.err" >>"$LOG"
+      row "pdl hazard (C++, $label), kernels $setting" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag.json")"
     fi
     if [ "${3:-}" = torch ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
       local n=$(( gpus < 2 ? gpus : 2 ))
       NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" NCCLPOOL_SYMMETRIC_KERNELS=$setting \
         timeout "$(within 240)" python3 -m torch.distributed.run --nproc-per-node "$n" tests/gpu/torch/check_pdl_hazard.py \
-        --json "$OUT/pdl-torch-$label-$setting.json" >"$OUT/pdl-torch-$label-$setting.log" 2>&1
+        --json "$OUT/pdl-torch-$tag.json" >"$OUT/pdl-torch-$tag.log" 2>&1
       rc=$?
-      cat "$OUT/pdl-torch-$label-$setting.log" >>"$LOG"
-      row "pdl hazard (torch, $label), kernels $setting" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/pdl-torch-$label-$setting.log" || echo 'no RESULT'); $(pdl_summary "$OUT/pdl-torch-$label-$setting.json")"
+      cat "$OUT/pdl-torch-$tag.log" >>"$LOG"
+      row "pdl hazard (torch, $label), kernels $setting" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/pdl-torch-$tag.log" || echo 'no RESULT'); $(pdl_summary "$OUT/pdl-torch-$tag.json")"
     fi
   done
 }
-want pdl && run_pdl "torch's NCCL" "" torch
+want pdl && run_pdl "torch-nccl" "" torch
 
 # 3c. Other NCCL versions: each .whl/nccl-src-VER.tar.gz is built here (scripts/build-nccl.sh, sm_90,
 #     ~190 s), then ncclpool info, the PDL check and the NCCL registry suite run against it
@@ -213,7 +214,7 @@ if want ncclversions; then
       continue
     fi
     row "NCCL $ver: ncclpool info" "$(NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" "$BUILD/tools/ncclpool" info --json 2>&1 | python3 -c 'import json,sys; j=json.load(sys.stdin); print("version", j["nccl"]["version"], "windows", j["nccl"]["windows"], "symmetric kernels:", j["registration"]["symmetric_kernels"]["why"][:150])' 2>&1)"
-    run_pdl "NCCL $ver" "$PWD/$lib"
+    run_pdl "nccl-$ver" "$PWD/$lib"
     if [ "$gpus" -ge 2 ] && [ -x "$BUILD/tests/ncclpool_nccl_tests" ]; then
       NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" NCCLPOOL_TEST_GPUS=2 timeout "$(within 300)" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no \
         >"$OUT/nccl-tests-$ver.log" 2>&1
@@ -223,7 +224,7 @@ if want ncclversions; then
     fi
     torch_nccl="$NCCL_DIR/libnccl.so.2"
     if [ -n "$NCCL_DIR" ] && [ -f "$torch_nccl" ] && cp "$torch_nccl" "$BUILD/libnccl.torch.so.2" && cp "$lib" "$torch_nccl"; then
-      run_pdl "torch on NCCL $ver" "$torch_nccl" torch
+      run_pdl "torch-on-nccl-$ver" "$torch_nccl" torch
       if [ "$gpus" -ge 2 ]; then
         NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
           timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node 2 tests/gpu/torch/check_torch_layer.py >"$OUT/torch-$ver.log" 2>&1
