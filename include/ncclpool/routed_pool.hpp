@@ -137,6 +137,8 @@ class NCCLPOOL_API RoutedPool {
   [[nodiscard]] const Registry& first_registry() const noexcept { return *parts_.front().registry; }
 
  private:
+  template <class Op>
+  void on_every_part(Op&& op);  // op on every part, then the first error it threw
   Part& part_for(Placement placement);
   Part& route(std::size_t bytes, Collective collective);
   [[nodiscard]] bool routes_use(Placement placement) const noexcept;

@@ -365,16 +365,21 @@ std::vector<RoutedPool::Attachment>::iterator RoutedPool::find_attachment(const 
 // Every part, on every rank, whatever an earlier part did here: a part's commit and trim are
 // collective steps of their own, and a rank that stopped at the first part that threw would leave
 // the later parts' agreements to pair with its next collective. The first error is raised after.
-void RoutedPool::commit() {
+template <class Op>
+void RoutedPool::on_every_part(Op&& op) {
   detail::Vote first;
   for (Part& p : parts_) {
     try {
-      p.registry->commit();
+      op(p);
     } catch (...) {
       first.fail();
     }
   }
   first.rethrow();
+}
+
+void RoutedPool::commit() {
+  on_every_part([](Part& p) { p.registry->commit(); });
 }
 
 void RoutedPool::commit_after_error() noexcept {
@@ -382,28 +387,12 @@ void RoutedPool::commit_after_error() noexcept {
 }
 
 void RoutedPool::poll() {
-  detail::Vote first;
-  for (Part& p : parts_) {
-    try {
-      p.registry->poll();
-    } catch (...) {
-      first.fail();
-    }
-  }
-  first.rethrow();
+  on_every_part([](Part& p) { p.registry->poll(); });
 }
 
 std::size_t RoutedPool::trim() {
   std::size_t released = 0;
-  detail::Vote first;
-  for (Part& p : parts_) {
-    try {
-      released += p.registry->trim();
-    } catch (...) {
-      first.fail();
-    }
-  }
-  first.rethrow();
+  on_every_part([&](Part& p) { released += p.registry->trim(); });
   return released;
 }
 

@@ -190,12 +190,9 @@ TEST(RoutedPool, BuffersNamedForACollectiveFollowItsRoutes) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
-// Where NCCL's symmetric kernels are off (NCCLPOOL_SYMMETRIC_KERNELS, or the NCCL versions whose
-// kernels can read their input early), a window is a local registration that costs a collective:
-// auto pools route no size to windows, and say why.
-TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
-  auto group = std::make_shared<LoopbackGroup>("world", 2);
-  group->set_symmetric_kernels(-1, 32 + kSymmetricKernelsOff);
+// Auto pools on `group` (two ranks) route no size to windows, say `why` in their routes' source, and
+// register large buffers locally.
+void expect_auto_pools_make_no_windows(const std::shared_ptr<LoopbackGroup>& group, const std::string& why) {
   std::vector<std::unique_ptr<RoutedPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
   const auto errors = on_ranks(2, [&](int rank) {
@@ -203,7 +200,7 @@ TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
     pool.attach(comm, std::nullopt);
     EXPECT_FALSE(pool.routes().uses(Placement::symmetric)) << pool.routes().describe();
-    EXPECT_TRUE(contains(pool.routes_source(), "symmetric kernels are off")) << pool.routes_source();
+    EXPECT_TRUE(contains(pool.routes_source(), why)) << pool.routes_source();
     void* big = pool.allocate(8 * MiB);
     EXPECT_EQ(pool.part_of(big)->placement, Placement::local);
     EXPECT_EQ(pool.stats(*comm).kind, RegistrationKind::local);
@@ -214,22 +211,19 @@ TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
-// A communicator NCCL gives no symmetric memory (NCCL >= 2.29 knows before any window): auto pools
-// route no size to windows there, on every rank alike.
+// Where NCCL's symmetric kernels are off (NCCLPOOL_SYMMETRIC_KERNELS, or the NCCL versions whose
+// kernels can read their input early), a window is a local registration that costs a collective.
+TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
+  auto group = std::make_shared<LoopbackGroup>("world", 2);
+  group->set_symmetric_kernels(-1, 32 + kSymmetricKernelsOff);
+  expect_auto_pools_make_no_windows(group, "symmetric kernels are off");
+}
+
+// A communicator NCCL gives no symmetric memory (NCCL >= 2.29 knows before any window).
 TEST(RoutedPool, AutoPoolsMakeNoWindowsOnACommunicatorWithoutSymmetricMemory) {
   auto group = std::make_shared<LoopbackGroup>("world", 2);
   group->set_windows_supported(-1, false);
-  std::vector<std::unique_ptr<RoutedPool>> pools;
-  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
-  const auto errors = on_ranks(2, [&](int rank) {
-    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
-    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
-    pool.attach(comm, std::nullopt);
-    EXPECT_FALSE(pool.routes().uses(Placement::symmetric)) << pool.routes().describe();
-    EXPECT_TRUE(contains(pool.routes_source(), "no symmetric memory")) << pool.routes_source();
-    pool.detach(*comm);
-  });
-  for (const auto& e : errors) EXPECT_EQ(e, "");
+  expect_auto_pools_make_no_windows(group, "no symmetric memory");
 }
 
 TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
