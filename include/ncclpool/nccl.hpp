@@ -53,6 +53,26 @@ struct NcclCommunicatorOptions {
 /// @throws InvalidArgument on anything but a positive number (it used to become 0 ms).
 NCCLPOOL_API std::chrono::milliseconds agreement_timeout_from_env(std::chrono::milliseconds fallback);
 
+/// @brief NCCLPOOL_AGREEMENT_BUFFERS: true for `device` (agreement records staged through device
+/// memory), false for `host` or unset. Read when an NCCL communicator is wrapped.
+/// @throws InvalidArgument on anything else.
+NCCLPOOL_API bool agreement_buffers_on_device_from_env();
+
+/// A variable of ncclpool's environment that holds a value it does not accept.
+struct EnvironmentProblem {
+  std::string variable;  ///< e.g. "NCCLPOOL_SYM_CTAS"
+  std::string value;
+  std::string message;   ///< names the variable and the value, says what is accepted and what happens
+};
+
+/// @brief Checks every variable ncclpool reads that takes a value (NCCLPOOL_AGREEMENT_TIMEOUT_S,
+/// NCCLPOOL_AGREEMENT_BUFFERS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, NCCLPOOL_GROWTH_CHUNK)
+/// as the code that reads it would, without NCCL or a GPU: for `ncclpool info` on any machine. Where
+/// they are read, the first two are InvalidArgument, NCCLPOOL_GROWTH_CHUNK (ncclpool.torch) too, and
+/// the symmetric kernels' two are ignored with a message (they are read inside a collective attach,
+/// where one rank throwing would leave the others waiting). Never throws.
+NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();
+
 /// The CTA (thread block) count of NCCL's symmetric kernels, the ones that run on windows.
 /// NCCL >= 2.27 picks the fewest blocks its model puts near peak; on H200 that is too few: a
 /// symmetric window then loses to plain memory at some sizes (decode all-reduce on 2x H200: 0.91x

@@ -81,6 +81,20 @@ NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows
 /// and decode.md): symmetric at every size where windows are possible, else local.
 NCCLPOOL_API SizeRoutes builtin_routes(bool windows_possible);
 
+/// @brief Whether an auto pool may route sizes to windows: the one rule, used at its first attach
+/// (RoutedPool::choose_routes_for, with the communicator's answers), for the routes it shows before
+/// that attach (ncclpool_pool_create, with what this process's NCCL and GPU say) and by
+/// `ncclpool info` (the same). Windows are routed when
+///   * the symmetric part's source can back windows (vmm, nccl and the simulator's can; cuda cannot),
+///   * the communicator can register them (NCCL >= 2.27 with the window API; the simulator's can), and
+///   * NCCL's symmetric kernels are on in this process (SymmetricKernels in nccl.hpp: a window
+///     registered without them is a local registration that costs a collective).
+/// Otherwise symmetric classes go to the local part. A profile measured for the communicator's
+/// machine (profile.hpp) then replaces the built-in routes at the first attach, under the same rule.
+/// @param communicator_windows_why, kernels_why: why not, used in `why` (may be null) when false.
+NCCLPOOL_API bool auto_routes_windows(bool source_window_capable, bool communicator_windows, const std::string& communicator_windows_why,
+                                      bool symmetric_kernels_on, std::string* why);
+
 /// @brief The tensor sizes that torch's caching allocator serves from a segment request of
 /// `segment_bytes` (it asks for 2 MiB segments for tensors up to 1 MiB, 20 MiB ones for tensors up
 /// to 10 MiB, and a tensor's own size rounded to 2 MiB above that). Sets lo and hi.

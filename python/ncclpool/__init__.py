@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 
 from . import errors
@@ -109,10 +110,29 @@ def _check_level(check) -> int:
 
 
 def _stream(stream) -> c_void_p:
-    """Accepts an int handle, None (default stream) or anything with ``cuda_stream`` (torch.cuda.Stream)."""
+    """Accepts an int handle, None (default stream) or anything with ``cuda_stream`` (torch.cuda.Stream).
+    Anything else, and a handle outside 0 .. 2**64 - 1 (which ctypes would wrap), is InvalidArgument."""
     if stream is None:
         return c_void_p(0)
-    return c_void_p(int(getattr(stream, "cuda_stream", stream)))
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise InvalidArgument(f"stream {stream!r} is not a stream: give an int handle (cudaStream_t), None (the default stream) "
+                              "or an object with a cuda_stream attribute (torch.cuda.Stream)")
+    if handle < 0 or handle > _SIZE_MAX:
+        raise InvalidArgument(f"stream handle {handle} is outside 0 .. 2**64 - 1 (a cudaStream_t; 0: the default stream)")
+    return c_void_p(handle)
+
+
+def _growth_chunk_from_env() -> int:
+    """$NCCLPOOL_GROWTH_CHUNK: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
+    Anything else is InvalidArgument (`ncclpool info` reports it too)."""
+    value = os.environ.get("NCCLPOOL_GROWTH_CHUNK", "")
+    if value == "":
+        return 0
+    if not (value.isascii() and value.isdigit()) or int(value) > _SIZE_MAX:
+        raise InvalidArgument(f"NCCLPOOL_GROWTH_CHUNK={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
+                              "0 or unset: the pool's default)")
+    return int(value)
 
 
 class Pool:

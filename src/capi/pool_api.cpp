@@ -215,8 +215,20 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
         if (o.max_reserved != 0) source = std::make_shared<capi::SharedLimitSource>(std::move(source), reserved, o.max_reserved, "pool '" + std::string(o.name) + "'");
         return std::make_shared<Pool>(std::move(source), config);
       };
-      handle->routed = std::make_unique<RoutedPool>(handle->name, make_part, builtin_routes(/*windows_possible=*/true),
-                                                    "built-in routes (measured on H200); a profile of the first attached communicator's machine replaces them",
+      // Until the first attach (which decides with the communicator's answers), the routes are what
+      // that attach would choose here without a profile: auto_routes_windows with this process's NCCL
+      // and GPU (the simulator's communicators can always register windows); `ncclpool info` says the same.
+      std::string why;
+      bool windows = true;
+      if (o.source != NCCLPOOL_SOURCE_SIM) {
+        const NcclInfo nccl = nccl_info();
+        const std::string nccl_why = !nccl.available ? nccl.why_not : "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)";
+        windows = auto_routes_windows(/*source: the part's own check*/ true, nccl.available && nccl.windows, nccl_why,
+                                      symmetric_kernels_on(o.device).enabled, &why);
+      }
+      handle->routed = std::make_unique<RoutedPool>(handle->name, make_part, builtin_routes(windows),
+                                                    "built-in routes (measured on H200)" + (windows ? std::string() : ", without windows: " + why) +
+                                                        "; the first attached communicator decides them again, and a profile of its machine replaces them",
                                                     registry_options);
     } else {
       auto pool = std::make_shared<Pool>(capi::make_source(handle->options), capi::pool_config(handle->options, handle->name));

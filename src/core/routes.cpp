@@ -154,6 +154,16 @@ SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Co
 
 SizeRoutes builtin_routes(bool windows_possible) { return SizeRoutes(windows_possible ? Placement::symmetric : Placement::local); }
 
+bool auto_routes_windows(bool source_window_capable, bool communicator_windows, const std::string& communicator_windows_why,
+                         bool symmetric_kernels_on, std::string* why) {
+  std::string reason;
+  if (!source_window_capable) reason = "the pool's source cannot back windows";
+  else if (!communicator_windows) reason = communicator_windows_why.empty() ? "the communicator cannot register windows" : communicator_windows_why;
+  else if (!symmetric_kernels_on) reason = "NCCL's symmetric kernels are off in this process (NCCLPOOL_SYMMETRIC_KERNELS; `ncclpool info` says why)";
+  if (why != nullptr) *why = reason;
+  return reason.empty();
+}
+
 void torch_segment_tensors(std::size_t segment_bytes, std::size_t& lo, std::size_t& hi) noexcept {
   // c10/cuda/CUDACachingAllocator.cpp: kSmallSize 1 MiB -> kSmallBuffer 2 MiB segments; below
   // kMinLargeAlloc 10 MiB -> kLargeBuffer 20 MiB segments; else the size rounded to kRoundLarge 2 MiB.

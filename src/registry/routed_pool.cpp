@@ -195,13 +195,15 @@ std::string RoutedPool::routes_source() const {
 // machine; the routes are fixed from then on.
 void RoutedPool::choose_routes_for(Communicator& comm) {
   if (routes_fixed_.load(std::memory_order_acquire)) return;
+  // The rule is auto_routes_windows (routes.hpp); the kernels are asked about (and decided, once per
+  // process) only where windows are otherwise possible.
   const Part& sym = parts_[static_cast<std::size_t>(Placement::symmetric)];
+  const bool capable = sym.pool->source_properties().window_capable;
+  std::string comm_why;
+  const bool comm_windows = capable && comm.supports_windows(&comm_why);
+  const int kernels = comm_windows ? comm.prepare_symmetric_kernels() : -1;
   std::string why;
-  bool windows = sym.pool->source_properties().window_capable && comm.supports_windows(&why);
-  if (const int kernels = windows ? comm.prepare_symmetric_kernels() : -1; kernels >= 0 && (kernels & kSymmetricKernelsOff) != 0) {
-    windows = false;  // a window without the symmetric flag is a local registration that costs a collective
-    why = "NCCL's symmetric kernels are off in this process (NCCLPOOL_SYMMETRIC_KERNELS; `ncclpool info` says why)";
-  }
+  const bool windows = auto_routes_windows(capable, !capable || comm_windows, comm_why, kernels < 0 || (kernels & kSymmetricKernelsOff) == 0, &why);
   const MachineKey key = comm.machine();
   const ProfileLookup lookup = find_profile(key.gpu, key.nccl_version, key.ranks);
   if (lookup.profile) {

@@ -112,6 +112,50 @@ def test_bad_arguments_are_clear():
         ncclpool.SimGroup("g", 0)
 
 
+def test_a_bad_stream_is_an_ncclpool_error_not_a_ctypes_one():
+    # Was: ValueError from int('abc'); -1 wrapped by ctypes to 0xffffffffffffffff, a stream nobody made.
+    import types
+    pool = sim_pool()
+    for bad, match in (("abc", "'abc' is not a stream"), (1.5, "1.5 is not a stream"), (True, "True is not a stream"),
+                       (-1, "stream handle -1 is outside 0 .. 2\\*\\*64 - 1"), (2**64, "outside 0 .. 2\\*\\*64 - 1"),
+                       (types.SimpleNamespace(cuda_stream="x"), "is not a stream")):
+        with pytest.raises(errors.InvalidArgument, match=match):
+            pool.alloc(4096, stream=bad)
+        with pytest.raises(errors.InvalidArgument):
+            pool.publish_frees(bad)
+    ptr = pool.alloc(4096, stream=types.SimpleNamespace(cuda_stream=7))  # torch.cuda.Stream's way
+    with pytest.raises(errors.InvalidArgument, match="stream handle -1"):
+        pool.free(ptr, stream=-1)
+    pool.free(ptr, stream=7)
+    assert pool.stats()["active_allocations"] == 0
+
+
+def test_growth_chunk_from_the_environment_is_checked(monkeypatch, torch_layer):
+    for bad in ("abc", "-1", "1e6", "4 MiB", str(2**64)):
+        monkeypatch.setenv("NCCLPOOL_GROWTH_CHUNK", bad)
+        with pytest.raises(errors.InvalidArgument, match=f"NCCLPOOL_GROWTH_CHUNK='{bad}' is not a number of bytes"):
+            torch_layer.create_nccl_mem_pool(symmetric=True, source="sim")
+    monkeypatch.setenv("NCCLPOOL_GROWTH_CHUNK", str(8 * MiB))
+    mempool = torch_layer.create_nccl_mem_pool(symmetric=True, source="sim")
+    assert torch_layer.ncclpool_pool(mempool).stats_json()["growth_chunk"] == 8 * MiB
+    torch_layer.release_mem_pool(mempool)  # unbinds it from the torch entry points
+    monkeypatch.setenv("NCCLPOOL_GROWTH_CHUNK", "")
+    assert ncclpool._growth_chunk_from_env() == 0
+
+
+def test_an_auto_pool_before_its_first_attach_routes_as_ncclpool_info_says():
+    """`ncclpool info` and Pool(registration='auto').routes() apply one rule (auto_routes_windows in routes.hpp)."""
+    import json
+    import os
+    import subprocess
+    tool = os.path.join(os.path.dirname(ncclpool.library_path()), "..", "tools", "ncclpool")
+    if not os.path.exists(tool):
+        pytest.skip(f"no ncclpool tool beside {ncclpool.library_path()}")
+    info = json.loads(subprocess.run([tool, "info", "--json"], check=True, capture_output=True, text=True).stdout)
+    routes = ncclpool.Pool(registration="auto", name="py-auto-as-info").routes()
+    assert info["registration"]["auto_routes"].startswith(routes["description"] + " ("), (info["registration"]["auto_routes"], routes)
+
+
 def test_local_registration_and_stats_json():
     g = ncclpool.SimGroup("dp", 1)
     p = sim_pool()

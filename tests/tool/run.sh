@@ -16,6 +16,44 @@ expect_rc 0 "$tool" info;                 grep -q "registration kinds" "$tmp/out
 grep -q "auto pools route .*built-in routes" "$tmp/out" || fail "info: auto routes"
 expect_rc 0 "$tool" info --json;          json_ok "$tmp/out"
 expect_rc 0 "$tool" version
+# A misused command prints its own usage, not the top-level one (an unknown command gets that).
+usage_of() {  # the usage line a usage error printed, and no list of commands
+  grep -q "^usage: ncclpool $1" "$tmp/err" && ! grep -q "^commands:" "$tmp/err" || { cat "$tmp/err"; fail "usage of '$1' after: $2"; }
+}
+expect_rc 2 "$tool" replay;                 usage_of "replay TRACE" "replay without a trace"
+expect_rc 2 "$tool" info --verbose;         grep -q "unknown option --verbose" "$tmp/err" && usage_of "info" "info --verbose"
+expect_rc 2 "$tool" info extra;             grep -q "info takes no arguments, not 'extra'" "$tmp/err" && usage_of "info" "info extra"
+expect_rc 0 "$tool" info --help;            grep -q "^usage: ncclpool info" "$tmp/out" || fail "info --help"
+expect_rc 2 "$tool" version now;            usage_of "version" "version now"
+expect_rc 2 "$tool" bench;                  usage_of "bench alloc|scope|coll|memory" "bench without a suite"
+expect_rc 0 "$tool" bench --help;           grep -q "^usage: ncclpool bench" "$tmp/out" || fail "bench --help"
+expect_rc 2 "$tool" bench alloc --sizes;    usage_of "bench alloc" "bench alloc --sizes"
+expect_rc 2 "$tool" bench scope --nope;     usage_of "bench scope" "bench scope --nope"
+expect_rc 2 "$tool" bench coll --ops bcast; usage_of "bench coll" "bench coll --ops bcast"
+expect_rc 2 "$tool" bench memory --layers 0; usage_of "bench memory" "bench memory --layers 0"
+expect_rc 2 "$tool" tune --ctas 99;         usage_of "tune" "tune --ctas 99"
+expect_rc 2 "$tool" frobnicate;             grep -q "^commands:" "$tmp/err" || fail "unknown command: the top-level usage"
+# Trace inputs: a directory, JSON that is no snapshot, a growth chunk of 0.
+expect_rc 1 "$tool" replay "$tmp";          grep -q "$tmp: is a directory; give a trace file" "$tmp/err" || fail "replay DIR"
+printf '[]\n' >"$tmp/list.json"
+expect_rc 1 "$tool" replay "$tmp/list.json"; grep -q "list.json: JSON holding a list, not a torch memory snapshot" "$tmp/err" || fail "replay of []"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --growth-chunk-mib 0; grep -q "growth-chunk-mib must be an integer in 1\.\." "$tmp/err" || fail "growth chunk 0"
+# info: NCCL's version as NCCL writes it; the environment checked on any machine (without a GPU too).
+if "$tool" info --json | grep -q '"nccl":{"available":true'; then
+  expect_rc 0 "$tool" info; grep -qE "^NCCL      [0-9]+\.[0-9]+\.[0-9]+ from " "$tmp/out" || { cat "$tmp/out"; fail "info: NCCL version"; }
+  "$tool" info --json | grep -qE '"version":[0-9]+,"version_string":"[0-9]+\.[0-9]+\.[0-9]+"' || fail "info --json: NCCL version"
+fi
+expect_rc 0 "$tool" info;                   grep -q "^environment  the NCCLPOOL_ variables set here hold accepted values" "$tmp/out" || fail "info: environment ok"
+expect_rc 0 env NCCLPOOL_GROWTH_CHUNK=abc NCCLPOOL_SYM_CTAS=99 NCCLPOOL_AGREEMENT_TIMEOUT_S=-1 NCCLPOOL_AGREEMENT_BUFFERS=gpu \
+  NCCLPOOL_SYMMETRIC_KERNELS=maybe "$tool" info
+grep -q "^environment  5 variable(s) hold values ncclpool does not accept" "$tmp/out" || { cat "$tmp/out"; fail "info: bad environment"; }
+for line in "NCCLPOOL_GROWTH_CHUNK='abc' is not a number of bytes" "NCCLPOOL_SYM_CTAS='99' is neither 'nccl' nor a count from 1 to 64" \
+            "NCCLPOOL_AGREEMENT_TIMEOUT_S='-1' is not a positive number of seconds" "NCCLPOOL_AGREEMENT_BUFFERS='gpu' is not 'host' or 'device'" \
+            "NCCLPOOL_SYMMETRIC_KERNELS='maybe' is not auto, on or off"; do
+  grep -qF "  $line" "$tmp/out" || { cat "$tmp/out"; fail "info: no line '$line'"; }
+done
+NCCLPOOL_SYM_CTAS=0 "$tool" info --json >"$tmp/out" && json_ok "$tmp/out"
+grep -q '"environment_problems":\[{"variable":"NCCLPOOL_SYM_CTAS","value":"0"' "$tmp/out" || fail "info --json: environment"
 expect_rc 2 "$tool";                      grep -q "usage" "$tmp/err" || fail "usage on stderr"
 expect_rc 2 "$tool" frobnicate;           grep -q "unknown command 'frobnicate'" "$tmp/err" || fail "unknown command"
 expect_rc 2 "$tool" replay;               grep -q "exactly one TRACE" "$tmp/err" || fail "replay without trace"
@@ -32,6 +70,11 @@ grep -q "one pool per group" "$tmp/out" || fail "replay table"
 expect_rc 0 "$tool" replay "$tmp/c.csv" --kind local --growth-chunk-mib 4 --json; json_ok "$tmp/out"
 expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json" --group-by stream --json; json_ok "$tmp/out"
 grep -q '"stream 7"' "$tmp/out" || fail "torch groups by stream"
+# A torch snapshot without --group-by says what the shared pool is for and how to get it; every replay states its trade-off.
+expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json"
+grep -q "^groups: torch records none, .*--group-by stream makes one group per stream (this trace has 2)" "$tmp/out" || { cat "$tmp/out"; fail "torch replay: groups line"; }
+grep -q "^trade-off: memory (peak reserved) against registration (count, and time estimated at 15 ms a window" "$tmp/out" || fail "replay: trade-off line"
+expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json" --group-by stream; grep -q "^groups:" "$tmp/out" && fail "groups line with --group-by stream"
 expect_rc 0 "$tool" replay "$data/two_groups.csv" --kind local --scale 2.5; grep -q "sizes x 2.5" "$tmp/out" || fail "replay --scale"
 expect_rc 2 "$tool" replay "$data/two_groups.csv" --scale nan; grep -q "scale must be a number" "$tmp/err" || fail "bad scale"
 expect_rc 0 "$tool" bench memory --layers 4 --steps 1 --json; json_ok "$tmp/out"
@@ -72,7 +115,7 @@ grep -q "profile written to $tmp/p.json" "$tmp/out" && json_ok "$tmp/p.json" || 
 grep -q '"symmetric_ctas": 32' "$tmp/p.json" || fail "tune picked $(grep symmetric_ctas "$tmp/p.json")"
 # the profile as the library reads it: an auto pool here would route as it says (info reads $NCCLPOOL_PROFILE)
 NCCLPOOL_PROFILE="$tmp/p.json" "$tool" info >"$tmp/out" 2>&1 || fail "info with a profile"
-grep -q "^profile .*p.json: NVIDIA H200, NCCL 22809, 2 ranks" "$tmp/out" || { cat "$tmp/out"; fail "info: profile line"; }
+grep -q "^profile .*p.json: NVIDIA H200, NCCL 2.28.9, 2 ranks" "$tmp/out" || { cat "$tmp/out"; fail "info: profile line"; }
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" tune --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune without GPUs"
 fi

@@ -85,6 +85,20 @@ Profile sim_profile(int ranks) {
   return p;
 }
 
+TEST(AutoRoutesWindows, WindowsNeedTheSourceTheCommunicatorAndTheKernels) {
+  // The one rule behind an auto pool's routes at its first attach, before it, and in `ncclpool info`.
+  std::string why = "stale";
+  EXPECT_TRUE(auto_routes_windows(true, true, "", true, &why));
+  EXPECT_EQ(why, "");
+  EXPECT_FALSE(auto_routes_windows(false, true, "", true, &why));
+  EXPECT_EQ(why, "the pool's source cannot back windows");
+  EXPECT_FALSE(auto_routes_windows(true, false, "NCCL 2.26.2 has no window API (needs >= 2.27)", true, &why));
+  EXPECT_EQ(why, "NCCL 2.26.2 has no window API (needs >= 2.27)");
+  EXPECT_FALSE(auto_routes_windows(true, true, "", false, &why));
+  EXPECT_TRUE(contains(why, "NCCL's symmetric kernels are off")) << why;
+  EXPECT_FALSE(auto_routes_windows(true, true, "", false, nullptr));
+}
+
 TEST(RoutesFromProfile, MostCollectivesWinTiesGoToAllReduce) {
   Profile p = sim_profile(2);
   p.classes.push_back({64 * MiB, {{"all_gather", "none"}, {"all_reduce", "local"}, {"reduce_scatter", "symmetric"}}});

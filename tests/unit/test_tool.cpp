@@ -1,5 +1,6 @@
 // The `ncclpool` tool's pieces: JSON reader, trace parsers (CSV, torch snapshot), replay on the
 // simulator and its output formats.
+#include "commands.hpp"
 #include "json.hpp"
 #include "replay.hpp"
 #include "trace.hpp"
@@ -7,7 +8,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <unistd.h>
 
 using namespace ncclpool::tool;
 
@@ -77,6 +82,41 @@ TEST(CsvTrace, ErrorsNameTheLine) {
       EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(Trace, ADirectoryOrJsonThatIsNoSnapshotIsSaidSo) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("ncclpool_trace_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto message = [](const std::string& path, TraceFormat format) {
+    TraceOptions o;
+    o.format = format;
+    try {
+      (void)load_trace(path, o);
+    } catch (const TraceError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // Was: "cannot open" for a directory, or (auto) its empty read taken as CSV.
+  EXPECT_EQ(message(dir.string(), TraceFormat::automatic), dir.string() + ": is a directory; give a trace file (ncclpool CSV, or a torch memory snapshot as JSON)");
+  // Was: `[]` read as CSV ("unknown event '[]'").
+  for (const auto& [text, holding] : {std::pair{"[]", "a list"}, {"  [{\"device_traces\": []}]\n", "a list"}, {"{\"a\": 1}", "an object"}}) {
+    const std::filesystem::path file = dir / "t.json";
+    std::ofstream(file) << text;
+    const std::string m = message(file.string(), TraceFormat::automatic);
+    if (std::string(holding) == "a list")
+      EXPECT_EQ(m.find(file.string() + ": JSON holding a list, not a torch memory snapshot (an object with 'device_traces'"), 0u) << m;
+    else
+      EXPECT_NE(m.find("no 'device_traces' list"), std::string::npos) << m;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Info, NcclVersionsAreWrittenAsNcclWritesThem) {
+  EXPECT_EQ(nccl_version_text(22809), "2.28.9");
+  EXPECT_EQ(nccl_version_text(23007), "2.30.7");
+  EXPECT_EQ(nccl_version_text(2708), "2.7.8");  // the code before 2.9: major * 1000 + minor * 100 + patch
+  EXPECT_EQ(nccl_version_text(0), "0");         // none (the simulator's profiles)
 }
 
 TEST(TorchSnapshot, UsesCompletedFreesAndSkipsEarlierBlocks) {
@@ -218,6 +258,8 @@ TEST(Replay, SharedPoolAgainstPoolPerGroup) {
   EXPECT_NE(text.find("shared pool"), std::string::npos);
   EXPECT_NE(text.find("one pool per group"), std::string::npos);
   EXPECT_NE(text.find("dp=2 ep=2"), std::string::npos) << text;
+  // The trade-off the table measures is stated above it.
+  EXPECT_NE(text.find("trade-off: memory (peak reserved) against registration (count, and time estimated at 7 us a local registration)"), std::string::npos) << text;
 }
 
 TEST(Replay, SymmetricWindowsCountOncePerChunkAndGroup) {

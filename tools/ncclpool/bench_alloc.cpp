@@ -29,6 +29,8 @@ constexpr const char* kHelp =
 
 }  // namespace
 
+const char* const kBenchAllocUsage = kHelp;
+
 int cmd_bench_alloc(const Args& a) {
   if (a.has("help")) {
     std::fputs(kHelp, stdout);

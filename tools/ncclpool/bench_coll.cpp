@@ -50,6 +50,8 @@ std::vector<std::string> split_names(const std::string& option, const std::strin
 
 }  // namespace
 
+const char* const kBenchCollUsage = kHelp;
+
 CollOptions parse_coll_options(const Args& a) {
   CollOptions o;
   o.ops = split_names("ops", a.get("ops", "all_gather,reduce_scatter,all_reduce"), {"all_gather", "reduce_scatter", "all_reduce"});

@@ -157,6 +157,8 @@ Outcome run_megatron(Team& team, const Config& c) {
 
 }  // namespace
 
+const char* const kBenchScopeUsage = kHelp;
+
 int cmd_bench_scope(const Args& a) {
   if (a.has("help")) {
     std::fputs(kHelp, stdout);

@@ -32,6 +32,18 @@ struct Args {
                                   double max = std::numeric_limits<double>::infinity()) const;
 };
 
+/// NCCL's version code as NCCL prints it: 22809 -> "2.28.9" (2708 -> "2.7.8"; below 1000 as is).
+std::string nccl_version_text(int version);
+
+/// Each command's --help text, printed after a usage error in that command.
+extern const char* const kInfoUsage;
+extern const char* const kReplayUsage;
+extern const char* const kBenchMemoryUsage;
+extern const char* const kBenchAllocUsage;
+extern const char* const kBenchScopeUsage;
+extern const char* const kBenchCollUsage;
+extern const char* const kTuneUsage;
+
 int cmd_info(const Args& args);
 int cmd_replay(const Args& args);
 int cmd_bench_memory(const Args& args);

@@ -42,7 +42,27 @@ Probe probe(const std::string& name, Make&& make) {
 
 }  // namespace
 
+std::string nccl_version_text(int version) {
+  // NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9, major * 1000 + minor * 100 + patch before.
+  if (version < 1000) return std::to_string(version);  // 0: none (the simulator's profiles)
+  const bool old = version < 10000;
+  const int major = old ? version / 1000 : version / 10000, minor = old ? version / 100 % 10 : version / 100 % 100, patch = version % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+const char* const kInfoUsage =
+    "usage: ncclpool info [--json]\n"
+    "\n"
+    "The environment as ncclpool sees it: CUDA, NCCL (its version, windows), GPUs and their links, segment\n"
+    "sources, registration kinds, what auto pools route here, this machine's profile, and ncclpool's\n"
+    "environment variables that hold a value it does not accept. Works on any machine, without a GPU too.\n";
+
 int cmd_info(const Args& args) {
+  if (args.has("help")) {
+    std::fputs(kInfoUsage, stdout);
+    return 0;
+  }
+  if (!args.positional.empty()) throw UsageError("info takes no arguments, not '" + args.positional[0] + "'");
   std::string cuda_why;
   const bool cuda = cuda_available(&cuda_why);
   const int devices = cuda_device_count();
@@ -70,12 +90,12 @@ int cmd_info(const Args& args) {
   const bool local_ok = nccl.available && cuda;
   const bool symmetric_ok = local_ok && nccl.windows;
   const std::string local_why = !cuda ? "no CUDA device" : !nccl.available ? nccl.why_not : "";
-  const std::string symm_why = !local_ok ? local_why : !nccl.windows ? "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)" : "";
+  const std::string symm_why = !local_ok ? local_why : !nccl.windows ? "NCCL " + nccl_version_text(nccl.version) + " has no window API (needs >= 2.27)" : "";
   // This machine's profile (`ncclpool tune`), read once, and what a process here would decide at its
   // first symmetric attach on the first GPU (for communicators of the profile's rank count).
   const ProfileLookup profile = read_profile();
   const std::string profile_text =
-      profile.profile ? profile.path + ": " + profile.profile->gpu + ", NCCL " + std::to_string(profile.profile->nccl_version) + ", " +
+      profile.profile ? profile.path + ": " + profile.profile->gpu + ", NCCL " + nccl_version_text(profile.profile->nccl_version) + ", " +
                             std::to_string(profile.profile->ranks) + " ranks, measured " + profile.profile->measured
                       : profile.why_not + ": built-in defaults";
   const ProfileLookup lookup =
@@ -85,20 +105,41 @@ int cmd_info(const Args& args) {
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
   const SymmetricKernels kernels = symmetric_kernels_on(0);
   const std::string kernels_text = gpus.empty() ? "no GPU" : kernels.why;
-  // What an auto pool attached here would route (for communicators of the profile's rank count).
-  const bool windows_routed = symmetric_ok && kernels.enabled;  // auto pools route no size to windows without the kernels
-  const std::string routes_text = lookup.profile ? routes_from_profile(*lookup.profile, windows_routed).describe() + " (from the profile)"
-                                                 : builtin_routes(windows_routed).describe() + " (built-in routes, measured on H200" +
-                                                       (profile.profile && !lookup.why_not.empty() ? "; the profile is not used: " + lookup.why_not : std::string()) + ")";
+  // What Pool(registration="auto") here routes: until its first attach, the built-in routes under the
+  // rule of auto_routes_windows (routes.hpp), as ncclpool_pool_create applies it; at that attach a
+  // profile for the communicator's machine replaces them (here: for communicators of the profile's
+  // rank count). Source 'auto' is vmm with a GPU, else the simulator (whose communicators can
+  // always register windows).
+  std::string no_windows_why;
+  bool windows_routed = true;
+  if (cuda) {
+    bool vmm_windows = false;
+    try {
+      vmm_windows = make_vmm_source({.device = 0})->properties().window_capable;
+    } catch (const std::exception& e) {
+      no_windows_why = e.what();
+    }
+    const std::string nccl_why = !nccl.available ? nccl.why_not : "NCCL " + nccl_version_text(nccl.version) + " has no window API (needs >= 2.27)";
+    windows_routed = auto_routes_windows(vmm_windows, nccl.available && nccl.windows, nccl_why, kernels.enabled, &no_windows_why);
+  }
+  const std::string builtin_text = builtin_routes(windows_routed).describe() + " (built-in routes, measured on H200" +
+                                   (!cuda ? "; no GPU: an auto pool here is on the simulator" : windows_routed ? "" : "; without windows: " + no_windows_why) +
+                                   (profile.profile && !lookup.why_not.empty() ? "; the profile is not used: " + lookup.why_not : std::string()) + ")";
+  const std::string routes_text =
+      lookup.profile ? routes_from_profile(*lookup.profile, windows_routed).describe() + " (from the profile, at the first attach of a communicator of " +
+                           std::to_string(lookup.profile->ranks) + " ranks; before it " + builtin_text + ")"
+                     : builtin_text;
+  const std::vector<EnvironmentProblem> env_problems = environment_problems();
 
   if (args.json) {
     std::ostringstream o;
     o << "{\"cuda\":{\"available\":" << (cuda ? "true" : "false") << ",\"devices\":" << devices << ",\"why_not\":" << json_quote(cuda ? "" : cuda_why)
       << "},\"nccl\":{\"available\":" << (nccl.available ? "true" : "false") << ",\"library\":" << json_quote(nccl.library_path)
-      << ",\"version\":" << nccl.version << ",\"windows\":" << (nccl.windows ? "true" : "false")
+      << ",\"version\":" << nccl.version << ",\"version_string\":" << json_quote(nccl.available ? nccl_version_text(nccl.version) : "") << ",\"windows\":" << (nccl.windows ? "true" : "false")
       << ",\"reused_loaded\":" << (nccl.reused_loaded ? "true" : "false") << ",\"why_not\":" << json_quote(nccl.why_not) << ",\"other_copies\":[";
     for (std::size_t i = 0; i < nccl.other_copies.size(); ++i)
-      o << (i ? "," : "") << "{\"library\":" << json_quote(nccl.other_copies[i].path) << ",\"version\":" << nccl.other_copies[i].version << "}";
+      o << (i ? "," : "") << "{\"library\":" << json_quote(nccl.other_copies[i].path) << ",\"version\":" << nccl.other_copies[i].version
+        << ",\"version_string\":" << json_quote(nccl_version_text(nccl.other_copies[i].version)) << "}";
     o << "]},\"gpus\":[";
     for (std::size_t i = 0; i < gpus.size(); ++i) {
       const auto& g = gpus[i];
@@ -121,7 +162,11 @@ int cmd_info(const Args& args) {
       << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source)
       << ",\"symmetric_kernels\":{\"enabled\":" << (kernels.enabled ? "true" : "false") << ",\"hazard\":" << (kernels.hazard ? "true" : "false")
       << ",\"why\":" << json_quote(kernels_text) << "},\"auto_routes\":" << json_quote(routes_text)
-      << "},\"profile\":" << json_quote(profile_text)
+      << ",\"auto_routes_windows\":" << (windows_routed ? "true" : "false") << "},\"profile\":" << json_quote(profile_text) << ",\"environment_problems\":[";
+    for (std::size_t i = 0; i < env_problems.size(); ++i)
+      o << (i ? "," : "") << "{\"variable\":" << json_quote(env_problems[i].variable) << ",\"value\":" << json_quote(env_problems[i].value)
+        << ",\"message\":" << json_quote(env_problems[i].message) << "}";
+    o << "]"
       << ",\"simulator\":true}";
     std::puts(o.str().c_str());
     return 0;
@@ -129,13 +174,13 @@ int cmd_info(const Args& args) {
   std::printf("ncclpool %s\n\n", NCCLPOOL_TOOL_VERSION);
   std::printf("CUDA      %s\n", cuda ? (std::to_string(devices) + " device(s)").c_str() : ("not available: " + cuda_why).c_str());
   if (nccl.available)
-    std::printf("NCCL      %d from %s%s; symmetric windows: %s\n", nccl.version, nccl.library_path.c_str(),
+    std::printf("NCCL      %s from %s%s; symmetric windows: %s\n", nccl_version_text(nccl.version).c_str(), nccl.library_path.c_str(),
                 nccl.reused_loaded ? " (already loaded by the process)" : "", nccl.windows ? "yes" : "no");
   else
     std::printf("NCCL      not available: %s\n", nccl.why_not.c_str());
   for (const NcclCopy& other : nccl.other_copies)
-    std::printf("NCCL      %d from %s is loaded too: two NCCL libraries in one process (a communicator must be used with the one that made it)\n",
-                other.version, other.path.c_str());
+    std::printf("NCCL      %s from %s is loaded too: two NCCL libraries in one process (a communicator must be used with the one that made it)\n",
+                nccl_version_text(other.version).c_str(), other.path.c_str());
   if (!gpus.empty()) {
     std::printf("\nGPUs\n");
     for (const auto& g : gpus)
@@ -173,6 +218,11 @@ int cmd_info(const Args& args) {
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
   std::printf("  %-24s      %s\n", "auto pools route", routes_text.c_str());
   std::printf("\nprofile    %s\n", profile_text.c_str());
+  if (env_problems.empty())
+    std::printf("\nenvironment  the NCCLPOOL_ variables set here hold accepted values\n");
+  else
+    std::printf("\nenvironment  %zu variable(s) hold values ncclpool does not accept:\n", env_problems.size());
+  for (const EnvironmentProblem& p : env_problems) std::printf("  %s\n", p.message.c_str());
   std::printf("\nsimulator  always available: host-memory segments (streams are ids) and loopback communicators\n"
               "           (ranks are threads) run the whole pool and registration logic; `ncclpool replay` and\n"
               "           `ncclpool bench memory` use it.%s\n",

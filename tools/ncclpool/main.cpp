@@ -33,6 +33,10 @@ constexpr const char* kUsage =
     "\n"
     "Every command takes --json for machine-readable output; `ncclpool <command> --help` for its options.\n";
 
+constexpr const char* kVersionUsage = "usage: ncclpool version\n";
+constexpr const char* kBenchUsage =
+    "usage: ncclpool bench alloc|scope|coll|memory [options]   (`ncclpool bench SUITE --help` for a suite's options)\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,31 +48,58 @@ int main(int argc, char** argv) {
   }
   const std::string command = rest[0];
   rest.erase(rest.begin());
+  // A usage error prints the usage of the command it is about (the top-level one for an unknown command).
+  const char* usage = kUsage;
   try {
     if (command == "version") {
-      std::puts(NCCLPOOL_TOOL_VERSION);
+      usage = kVersionUsage;
+      const Args a = Args::parse(rest, {}, {});
+      if (!a.positional.empty()) throw UsageError("version takes no arguments, not '" + a.positional[0] + "'");
+      std::puts(a.json ? "{\"version\":\"" NCCLPOOL_TOOL_VERSION "\"}" : NCCLPOOL_TOOL_VERSION);
       return 0;
     }
-    if (command == "info") return cmd_info(Args::parse(rest, {}, {}));
-    if (command == "replay") return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert", "scale"}, {"help"}));
-    if (command == "tune")
+    if (command == "info") {
+      usage = kInfoUsage;
+      return cmd_info(Args::parse(rest, {}, {"help"}));
+    }
+    if (command == "replay") {
+      usage = kReplayUsage;
+      return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert", "scale"}, {"help"}));
+    }
+    if (command == "tune") {
+      usage = kTuneUsage;
       return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph", "eager", "no-compute"}));
+    }
     if (command == "bench") {
+      usage = kBenchUsage;
       if (rest.empty()) throw UsageError("bench needs a suite: alloc, scope, coll or memory");
       const std::string suite = rest[0];
       rest.erase(rest.begin());
-      if (suite == "memory")
+      if (suite == "--help" || suite == "-h") {
+        std::fputs(kBenchUsage, stdout);
+        return 0;
+      }
+      if (suite == "memory") {
+        usage = kBenchMemoryUsage;
         return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device", "level", "scale"}, {"help"}));
-      if (suite == "alloc") return cmd_bench_alloc(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters", "live", "comms"}, {"help", "sim"}));
-      if (suite == "scope")
+      }
+      if (suite == "alloc") {
+        usage = kBenchAllocUsage;
+        return cmd_bench_alloc(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters", "live", "comms"}, {"help", "sim"}));
+      }
+      if (suite == "scope") {
+        usage = kBenchScopeUsage;
         return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));
-      if (suite == "coll")
+      }
+      if (suite == "coll") {
+        usage = kBenchCollUsage;
         return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays", "rounds"}, {"help", "no-check", "auto", "auto-pool", "graph", "compute"}));
+      }
       throw UsageError("unknown bench suite '" + suite + "' (available: alloc, scope, coll, memory)");
     }
     throw UsageError("unknown command '" + command + "'");
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "ncclpool: %s\n\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "ncclpool: %s\n\n%s", e.what(), usage);
     return 2;
   } catch (const TraceError& e) {
     std::fprintf(stderr, "ncclpool: bad trace: %s\n", e.what());

@@ -153,9 +153,18 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
   std::ostringstream out;
   char line[256];
   out << title << "\n";
-  std::snprintf(line, sizeof line, "%zu events, %zu group(s), %s registration, growth chunk %s\n\n", r.events, r.groups.size(),
+  std::snprintf(line, sizeof line, "%zu events, %zu group(s), %s registration, growth chunk %s\n", r.events, r.groups.size(),
                 to_string(r.kind), mib(r.growth_chunk).c_str());
   out << line;
+  // The trade-off the table measures, stated once above it.
+  if (r.kind == RegistrationKind::symmetric)
+    std::snprintf(line, sizeof line, "%.3g ms a window (--window-ms)", r.registration_unit_ms);
+  else
+    std::snprintf(line, sizeof line, "%.3g us a local registration", r.registration_unit_ms * 1000);
+  const std::string unit = line;
+  out << "trade-off: memory (peak reserved) against registration (count, and time estimated at " << unit
+      << "): one pool shared by the groups keeps one reserve and registers it with every group; one pool per group registers each segment "
+         "once but reserves for each group apart\n\n";
   std::snprintf(line, sizeof line, "%-22s %14s %14s %10s %10s %10s %14s\n", "", "peak reserved", "peak live", "reserved/", "segments",
                 "registr.", "registr. time");
   out << line;

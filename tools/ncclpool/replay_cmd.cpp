@@ -7,6 +7,8 @@
 #include "workloads.hpp"
 
 #include <cstdio>
+#include <cstdint>
+#include <set>
 #include <memory>
 
 namespace ncclpool::tool {
@@ -26,6 +28,7 @@ constexpr const char* kReplayHelp =
     "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
     "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
     "allocator (the torch layer); then 'recording allocator' is what torch reserved without ncclpool.\n"
+    "--growth-chunk-mib N (>= 1) sets the pools' growth chunk (default: 1024 symmetric, 2 local).\n"
     "--scale F multiplies every allocation's size by F (the same request sequence at another scale, to\n"
     "see whether a figure holds beyond one size mix).\n";
 
@@ -35,7 +38,8 @@ ReplayOptions replay_options(const Args& a) {
   if (kind == "symmetric") o.kind = RegistrationKind::symmetric;
   else if (kind == "local") o.kind = RegistrationKind::local;
   else throw UsageError("--kind must be symmetric or local, not '" + kind + "'");
-  o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 0, 1 << 20)) << 20;
+  // Absent: the pool's default (1 GiB symmetric, 2 MiB local); given, at least 1 MiB.
+  o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 1, 1 << 20)) << 20;
   o.window_ms = a.get_double("window-ms", 15.0, 0.0);
   o.timeline_path = a.get("timeline", "");
   auto progress = std::make_shared<Progress>("replaying", 0);  // silent unless stderr is a terminal
@@ -97,10 +101,26 @@ int replay_file(const Args& a, const std::string& path, const std::string& title
     scale_sizes(trace, scale);
     title += ", sizes x " + a.get("scale", "");
   }
+  if (trace.format == "torch-snapshot" && to.group_by == GroupBy::none) {
+    // torch records no group: without --group-by the comparison has one group, where a shared pool is moot.
+    std::set<std::uint64_t> streams;
+    for (const TraceEvent& ev : trace.events)
+      if (ev.op == TraceEvent::Op::alloc) streams.insert(ev.stream);
+    title += "\ngroups: torch records none, so the whole trace is one group and the shared pool is the per-group pool; --group-by stream "
+             "makes one group per stream (this trace has " + std::to_string(streams.size()) + "), the groups a shared pool is for";
+  }
   return run(trace, a, options, title);
 }
 
+constexpr const char* kBenchMemoryHelp =
+    "usage: ncclpool bench memory [--trace FILE [replay options]] [--layers N] [--steps N]\n"
+    "                             [--kind symmetric|local] [--growth-chunk-mib N] [--scale F] [--timeline F] [--json]\n"
+    "Without --trace: one rank of a synthetic FSDP + EP step (dp, edp and ep groups).\n";
+
 }  // namespace
+
+const char* const kReplayUsage = kReplayHelp;
+const char* const kBenchMemoryUsage = kBenchMemoryHelp;
 
 int cmd_replay(const Args& a) {
   if (a.has("help")) {
@@ -113,10 +133,7 @@ int cmd_replay(const Args& a) {
 
 int cmd_bench_memory(const Args& a) {
   if (a.has("help")) {
-    std::fputs("usage: ncclpool bench memory [--trace FILE [replay options]] [--layers N] [--steps N]\n"
-               "                             [--kind symmetric|local] [--growth-chunk-mib N] [--scale F] [--timeline F] [--json]\n"
-               "Without --trace: one rank of a synthetic FSDP + EP step (dp, edp and ep groups).\n",
-               stdout);
+    std::fputs(kBenchMemoryHelp, stdout);
     return 0;
   }
   if (a.has("trace")) return replay_file(a, a.get("trace", ""), "bench memory: ");

@@ -6,6 +6,7 @@
 #include "json.hpp"
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -152,6 +153,12 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
   } catch (const JsonError& e) {
     throw TraceError(name + ": " + e.what());
   }
+  if (doc.type != Json::Type::object) {
+    static const char* const kTypes[] = {"null", "true or false", "a number", "a string", "a list", "an object"};
+    throw TraceError(name + ": JSON holding " + kTypes[static_cast<int>(doc.type)] +
+                     ", not a torch memory snapshot (an object with 'device_traces', as torch.cuda.memory._snapshot() gives; "
+                     "scripts/record-torch-trace.py writes one); an ncclpool trace is CSV: alloc,<id>,<bytes>,<stream>,<group> / free,<id>");
+  }
   const Json* traces = doc.find("device_traces");
   if (traces == nullptr || traces->type != Json::Type::array)
     throw TraceError(name + ": no 'device_traces' list: is this torch.cuda.memory._snapshot() output? (record with "
@@ -260,6 +267,8 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
 }
 
 Trace load_trace(const std::string& path, const TraceOptions& options) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw TraceError(path + ": is a directory; give a trace file (ncclpool CSV, or a torch memory snapshot as JSON)");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TraceError(path + ": cannot open");
   std::ostringstream buf;
@@ -268,7 +277,8 @@ Trace load_trace(const std::string& path, const TraceOptions& options) {
   TraceFormat format = options.format;
   if (format == TraceFormat::automatic) {
     const auto first = text.find_first_not_of(" \t\r\n");
-    format = first != std::string::npos && text[first] == '{' ? TraceFormat::torch : TraceFormat::csv;
+    // JSON (an object or a list: what is not a torch snapshot is reported as JSON), else CSV.
+    format = first != std::string::npos && (text[first] == '{' || text[first] == '[') ? TraceFormat::torch : TraceFormat::csv;
   }
   return format == TraceFormat::torch ? parse_torch_snapshot(text, path, options) : parse_csv_trace(text, path);
 }

@@ -156,6 +156,8 @@ std::string run_child(const std::string& self, const std::string& ctas, const st
 
 }  // namespace
 
+const char* const kTuneUsage = kHelp;
+
 Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report) {
   if (runs.empty()) throw InvalidArgument("tune: no bench coll runs");
   const MachineFacts machine = machine_of(runs.front().doc, given);

@@ -20,7 +20,6 @@ the calling thread (graph capture included); outside any scope, to the single po
 """
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -136,7 +135,7 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
     init()
     device = _device_index(device)
     if growth_chunk is None:
-        growth_chunk = int(os.environ.get("NCCLPOOL_GROWTH_CHUNK", "0"))
+        growth_chunk = _np._growth_chunk_from_env()
     registration = _registration_of(symmetric, kind)
     global _pools_created
     with _lock:

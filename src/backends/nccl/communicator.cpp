@@ -66,11 +66,7 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, NcclCommunicatorOptions options) : lib_(library()), comm_(comm), options_(options) {
     if (comm == nullptr) throw InvalidArgument("nccl communicator: ncclComm_t is null");
     options_.agreement_timeout = agreement_timeout_from_env(options_.agreement_timeout);
-    if (const char* env = std::getenv("NCCLPOOL_AGREEMENT_BUFFERS"); env != nullptr && *env != '\0') {
-      const std::string v = env;
-      if (v != "host" && v != "device") throw InvalidArgument("NCCLPOOL_AGREEMENT_BUFFERS='" + v + "' is not 'host' or 'device'");
-      staged_ = v == "device";
-    }
+    staged_ = agreement_buffers_on_device_from_env();
     check(lib_.ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice");
     check(lib_.ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(lib_.ncclCommCount(comm_, &size_), "ncclCommCount");
