@@ -391,8 +391,13 @@ class Communicator:
             self.pool._comms.remove(self)
 
     def detach(self) -> None:
-        """Deregisters everything of this communicator (collective for symmetric windows)."""
-        call("ncclpool_detach", self.handle)
+        """Deregisters everything of this communicator (collective for symmetric windows). A refused
+        deregistration (RegistrationError) detaches it regardless: the handle is dropped then too."""
+        try:
+            call("ncclpool_detach", self.handle)
+        except errors.RegistrationError:
+            self._drop()
+            raise
         self._drop()
 
     def forget(self) -> None:

@@ -112,7 +112,15 @@ ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm) {
   return guarded("ncclpool_detach", [&] {
     capi::require_attached(comm, "comm");
     std::lock_guard lock(comm->pool->comms_mutex);
-    comm->pool->routed->detach(*comm->comm);  // on failure the registry rolled back: still attached
+    try {
+      comm->pool->routed->detach(*comm->comm);
+    } catch (...) {
+      // A failed detach agreement leaves the communicator attached (every rank alike); a refused
+      // deregistration detaches it regardless: then the handle goes too, or it could never be
+      // detached or forgotten again.
+      if (!comm->pool->routed->attached(*comm->comm)) capi::drop(comm);
+      throw;
+    }
     capi::drop(comm);
   });
 }

@@ -280,14 +280,24 @@ void RoutedPool::attach(std::shared_ptr<Communicator> comm, std::optional<Regist
       plan.emplace_back(i, p == Placement::symmetric ? RegistrationKind::symmetric : RegistrationKind::local);
     }
   }
-  auto undo = [&] {  // newest first; a symmetric part that cannot be detached is forgotten
+  // Newest first, every part whatever another part's undo did: a deregistration refused on this rank
+  // alone (RegistrationError) has detached the part regardless; a part whose detach agreement failed
+  // (on every rank) is forgotten, so that nothing stays attached here. The cause of the attach's
+  // failure stays the error raised.
+  auto undo = [&]() noexcept {
     for (std::size_t i = done.parts.size(); i-- > 0;) {
+      Registry& registry = *parts_[done.parts[i]].registry;
       try {
-        parts_[done.parts[i]].registry->detach(*comm);
+        registry.detach(*comm);
+      } catch (const RegistrationError&) {
       } catch (...) {
-        parts_[done.parts[i]].registry->forget(*comm);
+        try {
+          registry.forget(*comm);
+        } catch (...) {  // not attached any more
+        }
       }
     }
+    done.parts.clear();
   };
   for (const auto& [index, k] : plan) {
     if (k != RegistrationKind::local || !vote.yes()) continue;

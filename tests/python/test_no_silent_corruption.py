@@ -300,3 +300,24 @@ def test_pools_grow_by_their_requests_then_by_chunks_that_grow(torch_layer):
         assert pool.stats()["reserved_bytes"] == 20 * MiB and pool.stats()["segment_count"] == 1
         assert "past the segment budget, chunks ramp up to it" in pool.memory_summary()
         pool.free(ptr)
+
+
+def test_a_detach_that_fails_regardless_drops_the_handle_too():
+    # A refused local deregistration detaches the communicator regardless (RegistrationError): the C
+    # handle and the Python Communicator go with it, as on every other rank; they used to stay, naming
+    # a communicator the pool no longer had (neither detach nor forget could remove them, and the torch
+    # layer's table kept the group, so on that rank alone the next use skipped the attach).
+    g = ncclpool.SimGroup("dp", 1)
+    p = ncclpool.Pool(source="sim", registration="local", name="zombie", growth_chunk=4 * MiB)
+    buf = p.alloc(1 * MiB)
+    c = p.attach_sim(g, 0)
+    g.inject_failure("deregister_local", rank=0, nth=1)
+    with pytest.raises(errors.RegistrationError, match="detached regardless"):
+        c.detach()
+    assert not c.attached and c not in p.communicators
+    with pytest.raises(errors.InvalidState, match="no longer attached"):
+        c.forget()
+    c2 = p.attach_sim(g, 0)  # attachable again
+    c2.detach()
+    p.free(buf)
+    p.close()

@@ -250,7 +250,11 @@ def deregister_mem_pool(pool, group) -> None:
     with _lock:
         for ptr, a in list(binding.attachments.items()):
             if a.group is group:
-                a.comm.detach()
+                try:
+                    a.comm.detach()
+                except errors.RegistrationError:  # detached regardless: the entry goes as on every rank
+                    del binding.attachments[ptr]
+                    raise
                 del binding.attachments[ptr]
                 return
     raise errors.InvalidArgument(f"group {group} is not registered with pool '{binding.pool.name}'")
