@@ -1089,5 +1089,119 @@ TEST(LockstepFuzz, EveryRankInStepUnderOneFault) {
   std::printf("lockstep fuzz: %zu seed(s), %d with violations\n", seeds.size(), failed);
 }
 
+// ------------------------------------------------------------------------------------------------
+// Found by attacking the lockstep change on the loopback (one rank failing where it hurts most): they
+// failed at 31b3a3e and pass since. A third hole, a graph capture on one rank only, is a documented
+// limit (docs/registry.md, "Graph capture").
+// ------------------------------------------------------------------------------------------------
+// Hole 1: RoutedPool::attach's undo stops at the first local deregistration failure.
+// ------------------------------------------------------------------------------------------------
+// An auto pool attached with an explicit LOCAL kind (C ABI: ncclpool_attach_* with
+// NCCLPOOL_REGISTRATION_LOCAL on an auto pool) whose routes use two parts: both parts are attached as
+// local before the routes agreement. Rank 1's local registration fails, so rank 1 votes no in the
+// routes agreement and every rank undoes its local parts. On rank 0 the undo's first deregistration
+// fails: Registry::detach then detaches the communicator regardless and throws RegistrationError; the
+// undo lambda (routed_pool.cpp, `undo`) answers with forget(), which throws InvalidArgument ("not
+// attached") out of the catch handler, out of undo(), so the older part is never undone.
+//
+// Must: the attach fails on every rank with nothing attached anywhere (docs/registry.md: "All or
+// nothing, on every rank together"), and a later attach, the fault gone, succeeds on every rank.
+// Did (31b3a3e): rank 0 kept the local part attached (a registration RoutedPool no longer knows of), rank 0's
+// error is the InvalidArgument of the forget, and every later attach of that communicator fails on
+// EVERY rank (rank 0's part registry refuses "already attached", which is its "no" in the routes
+// agreement): one transient local fault on one rank makes the pool unattachable forever.
+TEST(LockstepAttack, AutoAttachUndoStopsAtALocalDeregistrationFailure) {
+  auto group = nccl_group(2);
+  const SizeRoutes routes({{0, Placement::local}, {MiB, Placement::symmetric}});
+  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 2; ++i) {
+    pools.push_back(make_auto_pool("auto", routes, {CheckLevel::off}));
+    comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
+    blocks.push_back(pools.back()->allocate(64 * KiB));  // a segment in the local part
+    blocks.push_back(pools.back()->allocate(2 * MiB));   // a segment in the symmetric part
+  }
+  group->inject_failure(LoopbackOp::register_local, 1, 1);    // rank 1: its no in the routes agreement
+  group->inject_failure(LoopbackOp::deregister_local, 0, 1);  // rank 0: the undo's first deregistration
+  auto pool = [&](int r) -> RoutedPool& { return *pools[static_cast<std::size_t>(r)]; };
+  auto comm = [&](int r) { return comms[static_cast<std::size_t>(r)]; };
+  const auto steps = run_in_steps(*group, {
+      [&](int r) { pool(r).attach(comm(r), RegistrationKind::local); },
+      [&](int r) { comm(r)->user_collective(7); },
+      [&](int r) { pool(r).attach(comm(r), RegistrationKind::local); },  // the retry, no fault left
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_NE(steps[0].errors[static_cast<std::size_t>(r)], "") << "rank " << r << " must fail the attach";
+  EXPECT_FALSE(contains(steps[0].errors[0], "InvalidArgument")) << "rank 0's error is the undo's forget, not its cause: " << steps[0].errors[0];
+  EXPECT_EQ(steps[0].log_difference, "");
+  EXPECT_EQ(steps[1].log_difference, "");
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(steps[2].errors[static_cast<std::size_t>(r)], "") << "rank " << r << ": the retry must succeed once the fault is gone "
+                                                                  << "(a part left attached by the failed one refuses it)";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(pool(r).attached(*comm(r)));
+    EXPECT_EQ(pool(r).part(Placement::local)->registry->attached(), 1u);  // once: the retry's own
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (void* b : {blocks[2 * r], blocks[2 * r + 1]}) pool(r).deallocate(b);
+    if (pool(r).attached(*comm(r))) pool(r).detach(*comm(r));
+  }
+  pools.clear();
+  // 1 = the registration whose deregistration the loopback refused (NCCL kept it; not ours any more).
+  EXPECT_EQ(group->live_registrations(), 1);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Hole 1b: the same undo, with windows: a failed auto attach leaves windows registered on every rank
+// that no one can detach.
+// ------------------------------------------------------------------------------------------------
+// Auto pool with routes over all three parts, attached with an explicit SYMMETRIC kind, so each part
+// is a symmetric attach of its own (agreement, then windows). Parts 0 and 1 attach; part 2's window
+// registration fails (the loopback fails it on every rank: a collective failure). Every rank undoes
+// parts 1 then 0 collectively. Part 1's window deregistration fails (again on every rank): its
+// Registry::detach removes the communicator regardless and throws RegistrationError; undo calls
+// forget(), which throws InvalidArgument and ends the undo before part 0.
+// Must: nothing attached, no window left (live_registrations back to 0 once the pools are gone).
+// Did (31b3a3e): part 0 kept its window on every rank, RoutedPool says "not attached" (so neither detach nor
+// forget can reach it), and ~Registry later forgets it: windows leak (live_registrations stays 2).
+TEST(LockstepAttack, AutoSymmetricAttachUndoLeavesWindowsBehind) {
+  auto group = nccl_group(2);
+  const SizeRoutes routes({{0, Placement::none}, {64 * KiB, Placement::local}, {MiB, Placement::symmetric}});
+  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 2; ++i) {
+    pools.push_back(make_auto_pool("auto", routes, {CheckLevel::off}));
+    comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
+    blocks.push_back(pools.back()->allocate(1 * KiB));   // part 0 (none)
+    blocks.push_back(pools.back()->allocate(64 * KiB));  // part 1 (local)
+    blocks.push_back(pools.back()->allocate(2 * MiB));   // part 2 (symmetric)
+  }
+  group->inject_failure(LoopbackOp::register_window, 0, 3);    // part 2's window: fails on every rank
+  group->inject_failure(LoopbackOp::deregister_window, 0, 1);  // the undo's first window deregistration
+  auto pool = [&](int r) -> RoutedPool& { return *pools[static_cast<std::size_t>(r)]; };
+  auto comm = [&](int r) { return comms[static_cast<std::size_t>(r)]; };
+  const auto steps = run_in_steps(*group, {
+      [&](int r) { pool(r).attach(comm(r), RegistrationKind::symmetric); },
+      [&](int r) { comm(r)->user_collective(7); },
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(steps[0].errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+    EXPECT_FALSE(pool(r).attached(*comm(r)));
+    EXPECT_EQ(pool(r).part(Placement::none)->registry->attached(), 0u)
+        << "rank " << r << ": part 0 is still attached, with its window, after the failed attach; error: "
+        << steps[0].errors[static_cast<std::size_t>(r)];
+  }
+  EXPECT_EQ(steps[0].log_difference, "");
+  EXPECT_EQ(steps[1].log_difference, "");
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 3; ++k) pool(r).deallocate(blocks[static_cast<std::size_t>(3 * r + k)]);
+  pools.clear();  // ~Registry forgets what is still attached
+  // 2 = part 1's windows whose deregistration the loopback refused (one per rank); the rest are part
+  // 0's windows, which the interrupted undo never deregistered and ~Registry only forgot.
+  EXPECT_EQ(group->live_registrations(), 2) << "windows leaked by the interrupted undo";
+}
+
+
 }  // namespace
 }  // namespace ncclpool
