@@ -151,9 +151,10 @@ class NCCLPOOL_API Pool {
   /// out): check mode compares these, place by place, across ranks.
   [[nodiscard]] std::vector<BlockLocation> live_blocks() const;
   /// @brief Out-of-memory recoveries so far (PoolStats::oom_recoveries). Each may have put later
-  /// requests elsewhere than the same requests went on another rank (a device synchronization
-  /// handed other streams' blocks back, or empty segments were released), so a registry's
-  /// agreements carry it: ranks whose symmetric layouts may have parted fail together there.
+  /// requests elsewhere than the same requests went on another rank (empty segments released and
+  /// the growth retried; a non-deterministic pool also hands other streams' blocks back after a
+  /// device synchronization, which a deterministic one refuses), so a registry's agreements carry
+  /// it: ranks whose layouts may have parted fail together there.
   [[nodiscard]] std::uint64_t placement_recoveries() const;
   /// @brief The segment containing ptr, in O(log segments).
   [[nodiscard]] std::optional<SegmentInfo> segment_of(const void* ptr) const;

@@ -149,9 +149,9 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
     msg << " (the ranks' scope periods differ, so their scope ends would agree at different uses: give every rank the "
            "same RegistryOptions::scope_period and check level)";
   else if (differ([](const AgreementRecord& r) { return placement_recoveries_of(r.words[word::vote]); }))
-    msg << " (an out-of-memory recovery on some ranks handed other streams' blocks back after a device synchronization, "
-           "so equal requests may now sit at other offsets there than elsewhere: the pool's symmetric layout can no longer "
-           "be trusted; reserve() enough up front, or publish_frees() streams before they go idle, and recreate the pool)";
+    msg << " (an out-of-memory recovery on some ranks released empty segments and grew again, so equal requests may now "
+           "sit in other segments there than elsewhere: the pool's symmetric layout can no longer be trusted; reserve() "
+           "enough up front and recreate the pool)";
   else if (voted_no)
     msg << " (a rank voted no: see the error raised on that rank)";
   else
