@@ -3,7 +3,7 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/routes.hpp>
 
-#include "fnv1a.hpp"
+#include "core/fnv1a.hpp"
 
 #include <algorithm>
 #include <array>

@@ -3,7 +3,7 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/profile.hpp>
 
-#include "json.hpp"
+#include "core/json.hpp"
 
 #include <cstdio>
 #include <cstdlib>
