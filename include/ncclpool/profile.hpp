@@ -10,6 +10,7 @@
 /// $HOME/.cache/ncclpool/profile.json.
 
 #include <ncclpool/export.hpp>
+#include <ncclpool/registration.hpp>
 
 #include <cstddef>
 #include <map>
@@ -24,7 +25,7 @@ namespace ncclpool {
 /// ("all_gather", "reduce_scatter", "all_reduce") the kind to use ("none", "local", "symmetric").
 struct ProfileClass {
   std::size_t min_bytes = 0;
-  std::map<std::string, std::string, std::less<>> kind;
+  std::map<std::string, RegistrationKind, std::less<>> kind;
 };
 
 struct Profile {

@@ -31,6 +31,7 @@
 #include <ncclpool/communicator.hpp>
 #include <ncclpool/export.hpp>
 #include <ncclpool/pool.hpp>
+#include <ncclpool/registration.hpp>
 
 #include <atomic>
 #include <memory>
@@ -39,12 +40,6 @@
 #include <vector>
 
 namespace ncclpool {
-
-enum class RegistrationKind : int {
-  local = 0,      ///< ncclCommRegister: zero-copy for ordinary collectives
-  symmetric = 1,  ///< ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): symmetric kernels; collective
-};
-NCCLPOOL_API const char* to_string(RegistrationKind kind) noexcept;
 
 /// How much ranks prove to each other (docs/registry.md, "Check mode").
 enum class CheckLevel : int {
@@ -71,7 +66,9 @@ struct RegistryOptions {
 
 /// Per-communicator counters.
 struct CommunicatorStats {
-  RegistrationKind kind = RegistrationKind::local;
+  RegistrationKind kind = RegistrationKind::local;  ///< the costliest kind its registrations use
+  bool has_windows = false;  ///< some part registers windows with it: its detach is collective
+  bool routed = false;       ///< attached with no kind: each part registered as the pool's routes say (auto pools)
   std::uint64_t registrations = 0;      ///< successful register calls, ever
   std::uint64_t deregistrations = 0;
   std::size_t registered_segments = 0;  ///< now

@@ -10,6 +10,7 @@
 
 #include <ncclpool/export.hpp>
 #include <ncclpool/profile.hpp>
+#include <ncclpool/registration.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -18,25 +19,10 @@
 
 namespace ncclpool {
 
-/// How the memory of one part of an auto pool is registered with each communicator.
-enum class Placement : int {
-  none = 0,       ///< not registered: NCCL copies through its own buffers
-  local = 1,      ///< ncclCommRegister (zero-copy)
-  symmetric = 2,  ///< a symmetric window (NCCL's symmetric kernels); collective, deterministic
-};
-NCCLPOOL_API const char* to_string(Placement placement) noexcept;
-
-/// The collective a buffer is for, where its caller knows it (FSDP's all-gather and reduce-scatter
-/// buffers do): an auto pool then routes it by that collective's measurements.
-enum class Collective : int { any = 0, all_gather = 1, reduce_scatter = 2, all_reduce = 3 };
-inline constexpr int kCollectives = 4;
-/// "any", "all_gather", "reduce_scatter", "all_reduce" (the profile's names).
-NCCLPOOL_API const char* to_string(Collective collective) noexcept;
-
 /// Requests of at least `min_bytes` (up to the next class's) go to `placement`.
 struct SizeRoute {
   std::size_t min_bytes = 0;
-  Placement placement = Placement::local;
+  RegistrationKind placement = RegistrationKind::local;
   friend bool operator==(const SizeRoute&, const SizeRoute&) = default;
 };
 
@@ -44,19 +30,19 @@ struct SizeRoute {
 class NCCLPOOL_API SizeRoutes {
  public:
   /// One class: every size to `placement`.
-  explicit SizeRoutes(Placement placement = Placement::local);
+  explicit SizeRoutes(RegistrationKind placement = RegistrationKind::local);
   /// @throws InvalidArgument (empty, first class not from 0, not ascending). Adjacent classes with
   /// the same placement are merged.
   explicit SizeRoutes(std::vector<SizeRoute> classes);
 
   /// The placement of a request of `bytes`.
-  [[nodiscard]] Placement for_request(std::size_t bytes) const noexcept;
+  [[nodiscard]] RegistrationKind for_request(std::size_t bytes) const noexcept;
   /// The placement for a request that serves messages from `lo` to `hi` bytes (a torch segment holds
   /// many tensors): the placement of most classes that the range spans; a tie goes to the larger
   /// sizes' placement.
-  [[nodiscard]] Placement for_range(std::size_t lo, std::size_t hi) const noexcept;
+  [[nodiscard]] RegistrationKind for_range(std::size_t lo, std::size_t hi) const noexcept;
   /// Whether any class has this placement.
-  [[nodiscard]] bool uses(Placement placement) const noexcept;
+  [[nodiscard]] bool uses(RegistrationKind placement) const noexcept;
   /// The same routes with every symmetric class sent to local (where windows cannot be made).
   [[nodiscard]] SizeRoutes without_windows() const;
   [[nodiscard]] const std::vector<SizeRoute>& classes() const noexcept { return classes_; }

@@ -6,24 +6,24 @@
 #include <ncclpool/loopback.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
-#include <ncclpool/routed_pool.hpp>
+#include <ncclpool/registered_pool.hpp>
 
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+// A C handle of an attached communicator: what it is attached with is the pool's to say
+// (RegisteredPool::stats(comm)); the handle only keeps the object the caller holds alive.
 struct ncclpool_comm_s {
   ncclpool_pool_s* pool = nullptr;
   std::shared_ptr<ncclpool::Communicator> comm;
-  ncclpool_registration_t kind = NCCLPOOL_REGISTRATION_LOCAL;  // resolved: LOCAL, SYMMETRIC or AUTO
-  bool collective = false;  // some part has windows with it: detach is collective
 };
 
 struct ncclpool_pool_s {
   std::string name;
   ncclpool_pool_options_t options{};  // resolved; options.name points at `name`
-  std::unique_ptr<ncclpool::RoutedPool> routed;  // one part, or an auto pool's three
+  std::unique_ptr<ncclpool::RegisteredPool> registered;  // a SinglePool, or an AutoPool
   std::mutex comms_mutex;  // guards comms (the registry has its own lock)
   std::vector<std::unique_ptr<ncclpool_comm_s>> comms;
   bool torch_bound = false;  // guarded by the global pool table's lock (torch_allocator.cpp)
@@ -66,8 +66,6 @@ T* require(T* p, const char* what) {
 inline constexpr std::size_t kMiB = 1ull << 20;
 inline constexpr std::size_t kGiB = 1ull << 30;
 
-/// The Pool settings of a pool's options (an auto pool's parts get their own name and chunk).
-ncclpool::PoolConfig pool_config(const ncclpool_pool_options_t& options, const std::string& name);
 
 /// The C enum as the C++ one. @throws InvalidArgument for a value outside it.
 ncclpool::Collective collective_of(ncclpool_collective_t collective);

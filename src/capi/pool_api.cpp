@@ -3,8 +3,8 @@
 #include "handles.hpp"
 
 #include "core/json.hpp"
-#include "shared_limit_source.hpp"
 
+#include <ncclpool/auto_pool.hpp>
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/sim.hpp>
@@ -41,7 +41,7 @@ ncclpool_pool_options_t resolve(const ncclpool_pool_options_t& in) {
   if (out.source < NCCLPOOL_SOURCE_AUTO || out.source > NCCLPOOL_SOURCE_NCCL)
     throw InvalidArgument(who + ": source " + std::to_string(out.source) + " is not a ncclpool_source_t");
   if (out.source == NCCLPOOL_SOURCE_AUTO) out.source = cuda_available() ? NCCLPOOL_SOURCE_VMM : NCCLPOOL_SOURCE_SIM;
-  if (out.growth_chunk == 0 && !automatic) out.growth_chunk = symmetric ? kGiB : 2 * kMiB;  // auto: per part (part_config)
+  if (out.growth_chunk == 0 && !automatic) out.growth_chunk = symmetric ? kGiB : 2 * kMiB;  // auto: per part (make_auto_pool)
   if (out.alignment == 0) out.alignment = 512;
   if (out.deterministic < 0) out.deterministic = symmetric || automatic ? 1 : 0;
   if (out.deterministic > 1) throw InvalidArgument(who + ": deterministic must be 0, 1 or -1 (auto)");
@@ -79,6 +79,26 @@ std::shared_ptr<SegmentSource> make_source(const ncclpool_pool_options_t& o) {
   }
 }
 
+PoolConfig pool_config(const ncclpool_pool_options_t& o) {
+  PoolConfig config;
+  config.name = o.name;
+  config.alignment = o.alignment;
+  config.growth_chunk = o.growth_chunk;
+  config.max_reserved = o.max_reserved;
+  config.deterministic = o.deterministic == 1;
+  return config;
+}
+
+// Whether windows are possible in this process (auto_routes_windows with this process's NCCL and
+// GPU; the simulator's communicators can always register windows): the routes an auto pool shows
+// until its first attach decides them with the communicator's answers. `ncclpool info` says the same.
+bool windows_possible_here(const ncclpool_pool_options_t& o, std::string* why) {
+  if (o.source == NCCLPOOL_SOURCE_SIM) return true;
+  const NcclInfo nccl = nccl_info();
+  const std::string nccl_why = !nccl.available ? nccl.why_not : "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)";
+  return auto_routes_windows(/*source: the part's own check*/ true, nccl.available && nccl.windows, nccl_why, symmetric_kernels_on(o.device).enabled, why);
+}
+
 std::string breakdown_json(const MemoryBreakdown& m) {
   std::ostringstream out;
   out << "{\"reserved\":" << m.reserved << ",\"requested\":" << m.requested << ",\"rounding\":" << m.rounding
@@ -88,7 +108,7 @@ std::string breakdown_json(const MemoryBreakdown& m) {
 }
 
 // An auto pool's routes and parts: which sizes go where, why, and what each part holds.
-std::string routes_json(RoutedPool& r) {
+std::string routes_json(const AutoPool& r) {
   std::ostringstream out;
   const SizeRoutes routes = r.routes();
   out << "{\"fixed\":" << (r.routes_fixed() ? "true" : "false") << ",\"description\":" << json_quote(routes.describe())
@@ -105,8 +125,8 @@ std::string routes_json(RoutedPool& r) {
   }
   out << "},\"parts\":[";
   for (std::size_t i = 0; i < r.parts().size(); ++i) {
-    const RoutedPool::Part& part = r.parts()[i];
-    out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.placement) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
+    const PoolPart& part = r.parts()[i];
+    out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.kind) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
         << ",\"stats\":" << part.pool->stats_json() << ",\"pending_registrations\":" << part.registry->pending() << "}";
   }
   out << "]}";
@@ -114,12 +134,13 @@ std::string routes_json(RoutedPool& r) {
 }
 
 std::string full_json(ncclpool_pool_s& p) {
-  RoutedPool& r = *p.routed;
+  const RegisteredPool& r = *p.registered;
+  const auto* automatic = dynamic_cast<const AutoPool*>(&r);
   const Registry& registry = r.first_registry();
   std::ostringstream out;
   out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_quote(r.parts().front().pool->source_properties().description)
-      << ",\"kind\":\"" << (r.is_auto() ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
+      << ",\"kind\":\"" << (automatic ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
       << ",\"growth_chunk\":" << p.options.growth_chunk
       << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(registry.check_level()) << "\""
@@ -127,7 +148,7 @@ std::string full_json(ncclpool_pool_s& p) {
   out << ",\"breakdown\":" << breakdown_json(r.memory_breakdown());
   out << ",\"pending_registrations\":" << r.pending() << ",\"scope_ends\":" << registry.scope_ends()
       << ",\"scope_period\":" << registry.scope_period() << ",\"next_committing_scope_end\":" << registry.next_committing_scope_end();
-  if (r.is_auto()) out << ",\"routes\":" << routes_json(r);
+  if (automatic) out << ",\"routes\":" << routes_json(*automatic);
   const SymmetricKernels kernels = symmetric_kernels_on(p.options.device);  // process-wide, as the CTAs
   out << ",\"symmetric_kernels\":{\"decided\":" << (kernels.decided ? "true" : "false") << ",\"enabled\":" << (kernels.enabled ? "true" : "false")
       << ",\"hazard\":" << (kernels.hazard ? "true" : "false") << ",\"why\":" << json_quote(kernels.why) << "}";
@@ -139,7 +160,7 @@ std::string full_json(ncclpool_pool_s& p) {
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
     const auto& c = *p.comms[i];
     const CommunicatorStats s = r.stats(*c.comm);
-    const char* kind = c.kind == NCCLPOOL_REGISTRATION_AUTO ? "auto" : to_string(s.kind);
+    const char* kind = s.routed ? "auto" : to_string(s.kind);
     out << (i ? "," : "") << "{\"communicator\":" << json_quote(c.comm->describe()) << ",\"kind\":\"" << kind
         << "\",\"rank\":" << c.comm->rank() << ",\"size\":" << c.comm->size() << ",\"registrations\":" << s.registrations
         << ",\"deregistrations\":" << s.deregistrations << ",\"registered_segments\":" << s.registered_segments
@@ -160,16 +181,6 @@ Collective collective_of(ncclpool_collective_t collective) {
   if (collective < NCCLPOOL_COLLECTIVE_ANY || collective > NCCLPOOL_COLLECTIVE_ALL_REDUCE)
     throw InvalidArgument("collective " + std::to_string(collective) + " is not ANY (0), ALL_GATHER (1), REDUCE_SCATTER (2) or ALL_REDUCE (3)");
   return static_cast<Collective>(collective);
-}
-
-PoolConfig pool_config(const ncclpool_pool_options_t& o, const std::string& name) {
-  PoolConfig config;
-  config.name = name;
-  config.alignment = o.alignment;
-  config.growth_chunk = o.growth_chunk;
-  config.max_reserved = o.max_reserved;
-  config.deterministic = o.deterministic == 1;
-  return config;
 }
 
 }  // namespace ncclpool::capi
@@ -205,34 +216,18 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
     const RegistryOptions registry_options{static_cast<CheckLevel>(handle->options.check)};
     if (handle->options.default_registration == NCCLPOOL_REGISTRATION_AUTO) {
       const ncclpool_pool_options_t& o = handle->options;
-      // Each part is a pool of its own (its own source: a window-capable one backs the symmetric
-      // part); max_reserved holds for the parts together.
-      auto reserved = std::make_shared<std::atomic<std::size_t>>(0);
-      auto make_part = [&o, reserved](Placement placement) {
-        PoolConfig config = capi::pool_config(o, o.name + std::string("/") + to_string(placement));
-        if (o.growth_chunk == 0) config.growth_chunk = placement == Placement::symmetric ? capi::kGiB : 2 * capi::kMiB;
-        std::shared_ptr<SegmentSource> source = capi::make_source(o);
-        if (o.max_reserved != 0) source = std::make_shared<capi::SharedLimitSource>(std::move(source), reserved, o.max_reserved, "pool '" + std::string(o.name) + "'");
-        return std::make_shared<Pool>(std::move(source), config);
-      };
-      // Until the first attach (which decides with the communicator's answers), the routes are what
-      // that attach would choose here without a profile: auto_routes_windows with this process's NCCL
-      // and GPU (the simulator's communicators can always register windows); `ncclpool info` says the same.
-      std::string why;
-      bool windows = true;
-      if (o.source != NCCLPOOL_SOURCE_SIM) {
-        const NcclInfo nccl = nccl_info();
-        const std::string nccl_why = !nccl.available ? nccl.why_not : "NCCL " + std::to_string(nccl.version) + " has no window API (needs >= 2.27)";
-        windows = auto_routes_windows(/*source: the part's own check*/ true, nccl.available && nccl.windows, nccl_why,
-                                      symmetric_kernels_on(o.device).enabled, &why);
-      }
-      handle->routed = std::make_unique<RoutedPool>(handle->name, make_part, builtin_routes(windows),
-                                                    "built-in routes (measured on H200)" + (windows ? std::string() : ", without windows: " + why) +
-                                                        "; the first attached communicator decides them again, and a profile of its machine replaces them",
-                                                    registry_options);
+      AutoPoolConfig config;
+      config.name = handle->name;
+      config.make_source = [o](RegistrationKind) { return capi::make_source(o); };
+      config.alignment = o.alignment;
+      config.growth_chunk = o.growth_chunk;
+      config.max_reserved = o.max_reserved;
+      config.registry = registry_options;
+      config.windows_possible = capi::windows_possible_here(o, &config.why_no_windows);
+      handle->registered = make_auto_pool(config);
     } else {
-      auto pool = std::make_shared<Pool>(capi::make_source(handle->options), capi::pool_config(handle->options, handle->name));
-      handle->routed = std::make_unique<RoutedPool>(std::move(pool), registry_options);
+      auto pool = std::make_shared<Pool>(capi::make_source(handle->options), capi::pool_config(handle->options));
+      handle->registered = std::make_unique<SinglePool>(std::move(pool), registry_options);
     }
     capi::register_pool(handle.get());
     *out = handle.release();
@@ -242,10 +237,10 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
 ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
   return guarded("ncclpool_pool_destroy", [&] {
     require(pool, "pool");
-    if (const int open = pool->routed->open_scopes(); open != 0)
+    if (const int open = pool->registered->open_scopes(); open != 0)
       throw InvalidState("pool '" + pool->name + "': " + std::to_string(open) +
                          " scope(s) of this pool are still open (ncclpool_scope_begin, Pool.scope, ncclpool.torch contexts): end them first");
-    const PoolStats stats = pool->routed->stats();
+    const PoolStats stats = pool->registered->stats();
     if (stats.active_allocations != 0)
       throw InvalidState("pool '" + pool->name + "': " + std::to_string(stats.active_allocations) + " allocations (" +
                          std::to_string(stats.allocated_bytes) +
@@ -254,12 +249,12 @@ ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
     {
       std::lock_guard lock(pool->comms_mutex);
       for (const auto& c : pool->comms)
-        if (c->collective)
+        if (pool->registered->stats(*c->comm).has_windows)
           throw InvalidState("pool '" + pool->name + "': " + c->comm->describe() +
                              " is attached with symmetric windows; detach it (collective) or forget it first");
     }
     capi::unregister_pool(pool);
-    pool->routed.reset();  // deregisters local registrations, releases the segments
+    pool->registered.reset();  // deregisters local registrations, releases the segments
     delete pool;
   });
 }
@@ -272,14 +267,14 @@ ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_
 }
 
 const char* ncclpool_pool_source_description(ncclpool_pool_t pool) {
-  return pool ? pool->routed->parts().front().pool->source_properties().description.c_str() : "";
+  return pool ? pool->registered->parts().front().pool->source_properties().description.c_str() : "";
 }
 
 ncclpool_status_t ncclpool_alloc(ncclpool_pool_t pool, size_t size, void* stream, void** ptr) {
   return guarded("ncclpool_alloc", [&] {
     require(pool, "pool");
     require(ptr, "ptr (output)");
-    *ptr = pool->routed->allocate(size, capi::as_stream(stream));
+    *ptr = pool->registered->allocate(size, capi::as_stream(stream));
   });
 }
 
@@ -287,36 +282,36 @@ ncclpool_status_t ncclpool_alloc_for(ncclpool_pool_t pool, size_t size, void* st
   return guarded("ncclpool_alloc_for", [&] {
     require(pool, "pool");
     require(ptr, "ptr (output)");
-    *ptr = pool->routed->allocate(size, capi::as_stream(stream), capi::collective_of(collective));
+    *ptr = pool->registered->allocate(size, capi::as_stream(stream), capi::collective_of(collective));
   });
 }
 
 ncclpool_status_t ncclpool_free(ncclpool_pool_t pool, void* ptr, void* stream) {
-  return guarded("ncclpool_free", [&] { require(pool, "pool")->routed->deallocate(ptr, capi::as_stream(stream)); });
+  return guarded("ncclpool_free", [&] { require(pool, "pool")->registered->deallocate(ptr, capi::as_stream(stream)); });
 }
 
 ncclpool_status_t ncclpool_free_on_alloc_stream(ncclpool_pool_t pool, void* ptr) {
-  return guarded("ncclpool_free_on_alloc_stream", [&] { require(pool, "pool")->routed->deallocate(ptr); });
+  return guarded("ncclpool_free_on_alloc_stream", [&] { require(pool, "pool")->registered->deallocate(ptr); });
 }
 
 ncclpool_status_t ncclpool_publish_frees(ncclpool_pool_t pool, void* stream) {
-  return guarded("ncclpool_publish_frees", [&] { require(pool, "pool")->routed->publish_frees(capi::as_stream(stream)); });
+  return guarded("ncclpool_publish_frees", [&] { require(pool, "pool")->registered->publish_frees(capi::as_stream(stream)); });
 }
 
 ncclpool_status_t ncclpool_reserve(ncclpool_pool_t pool, size_t bytes) {
-  return guarded("ncclpool_reserve", [&] { require(pool, "pool")->routed->reserve(bytes); });
+  return guarded("ncclpool_reserve", [&] { require(pool, "pool")->registered->reserve(bytes); });
 }
 
 ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* released_bytes) {
   return guarded("ncclpool_trim", [&] {
-    const std::size_t released = require(pool, "pool")->routed->trim();
+    const std::size_t released = require(pool, "pool")->registered->trim();
     if (released_bytes) *released_bytes = released;
   });
 }
 
 ncclpool_status_t ncclpool_check(ncclpool_pool_t pool) {
   return guarded("ncclpool_check", [&] {
-    require(pool, "pool")->routed->check_invariants();
+    require(pool, "pool")->registered->check_invariants();
   });
 }
 
@@ -324,12 +319,12 @@ ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_
   return guarded("ncclpool_pool_stats", [&] {
     require(pool, "pool");
     require(out, "stats");
-    const PoolStats s = pool->routed->stats();
+    const PoolStats s = pool->registered->stats();
     *out = ncclpool_pool_stats_t{s.allocated_bytes, s.peak_allocated_bytes, s.requested_bytes, s.reserved_bytes,
                                  s.peak_reserved_bytes, s.segment_count, s.largest_free_block, s.active_allocations,
                                  s.allocation_count, s.deallocation_count, s.segments_created, s.segments_released,
                                  s.oom_count, s.oom_recoveries, s.cross_stream_reuses, s.hook_errors,
-                                 pool->routed->attached_count(), pool->routed->pending(), s.stream_publishes,
+                                 pool->registered->attached_count(), pool->registered->pending(), s.stream_publishes,
                                  s.unpublished_skips, s.largest_fresh_block};
   });
 }

@@ -14,36 +14,35 @@ namespace {
 /// The C scopes of this thread, innermost last. Each owns the C++ Scope that routes allocations.
 struct OpenScope {
   ncclpool_pool_s* pool;
-  std::unique_ptr<RoutedPool::ScopeSet> scopes;
+  std::unique_ptr<RegisteredPool::ScopeSet> scopes;
   Collective collective;  // what the scope's torch allocations are for
 };
 thread_local std::vector<OpenScope> scopes;
 
-ncclpool_registration_t resolve_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
+/// The kind an attach asks for: a kind, or nullopt for the pool's own choice (AUTO).
+std::optional<RegistrationKind> requested_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
   if (kind == NCCLPOOL_REGISTRATION_DEFAULT) kind = pool.options.default_registration;
-  if (kind != NCCLPOOL_REGISTRATION_LOCAL && kind != NCCLPOOL_REGISTRATION_SYMMETRIC && kind != NCCLPOOL_REGISTRATION_AUTO)
-    throw InvalidArgument("registration kind " + std::to_string(kind) + " is not DEFAULT (-1), LOCAL (0), SYMMETRIC (1) or AUTO (2)");
-  if (kind == NCCLPOOL_REGISTRATION_AUTO && !pool.routed->is_auto())
-    throw InvalidArgument("pool '" + pool.name + "' is not an auto pool: AUTO registration needs a pool created with default_registration AUTO");
-  return kind;
+  switch (kind) {
+    case NCCLPOOL_REGISTRATION_LOCAL: return RegistrationKind::local;
+    case NCCLPOOL_REGISTRATION_SYMMETRIC: return RegistrationKind::symmetric;
+    case NCCLPOOL_REGISTRATION_AUTO:
+      if (!pool.registered->chooses_kinds())
+        throw InvalidArgument("pool '" + pool.name + "' is not an auto pool: AUTO registration needs a pool created with default_registration AUTO");
+      return std::nullopt;
+    default:
+      throw InvalidArgument("registration kind " + std::to_string(kind) + " is not DEFAULT (-1), LOCAL (0), SYMMETRIC (1) or AUTO (2)");
+  }
 }
 
 void attach(ncclpool_pool_s& pool, std::shared_ptr<Communicator> comm, ncclpool_registration_t kind, ncclpool_comm_t* out) {
   auto handle = std::make_unique<ncclpool_comm_s>();
   handle->pool = &pool;
-  handle->kind = resolve_kind(pool, kind);
   handle->comm = std::move(comm);
-  std::optional<RegistrationKind> as;
-  if (handle->kind != NCCLPOOL_REGISTRATION_AUTO) as = handle->kind == NCCLPOOL_REGISTRATION_SYMMETRIC ? RegistrationKind::symmetric : RegistrationKind::local;
+  const std::optional<RegistrationKind> as = requested_kind(pool, kind);
   // Reserve the slot first, so that a successful attach cannot fail afterwards.
   std::lock_guard lock(pool.comms_mutex);
   pool.comms.reserve(pool.comms.size() + 1);
-  pool.routed->attach(handle->comm, as);  // throws with nothing registered
-  try {  // attached: nothing below may fail the call (a failed question counts as collective, the safe side)
-    handle->collective = pool.routed->stats(*handle->comm).kind == RegistrationKind::symmetric;
-  } catch (...) {
-    handle->collective = true;
-  }
+  pool.registered->attach(handle->comm, as);  // throws with nothing registered
   *out = handle.get();
   pool.comms.push_back(std::move(handle));
 }
@@ -61,13 +60,13 @@ void require_attached(ncclpool_comm_s* comm, const char* what) {
 }
 
 /// Takes the innermost scope off this thread's stack; it must belong to `pool`.
-std::unique_ptr<RoutedPool::ScopeSet> pop_scope(ncclpool_pool_s* pool, const char* what) {
+std::unique_ptr<RegisteredPool::ScopeSet> pop_scope(ncclpool_pool_s* pool, const char* what) {
   require(pool, "pool");
   if (scopes.empty()) throw InvalidState(std::string(what) + "('" + pool->name + "'): this thread has no open scope");
   if (scopes.back().pool != pool)
     throw InvalidState(std::string(what) + "('" + pool->name + "'): the innermost open scope of this thread is pool '" +
                        scopes.back().pool->name + "'; scopes must end in reverse order");
-  std::unique_ptr<RoutedPool::ScopeSet> scope = std::move(scopes.back().scopes);
+  std::unique_ptr<RegisteredPool::ScopeSet> scope = std::move(scopes.back().scopes);
   scopes.pop_back();
   return scope;
 }
@@ -113,12 +112,12 @@ ncclpool_status_t ncclpool_detach(ncclpool_comm_t comm) {
     capi::require_attached(comm, "comm");
     std::lock_guard lock(comm->pool->comms_mutex);
     try {
-      comm->pool->routed->detach(*comm->comm);
+      comm->pool->registered->detach(*comm->comm);
     } catch (...) {
       // A failed detach agreement leaves the communicator attached (every rank alike); a refused
       // deregistration detaches it regardless: then the handle goes too, or it could never be
       // detached or forgotten again.
-      if (!comm->pool->routed->attached(*comm->comm)) capi::drop(comm);
+      if (!comm->pool->registered->attached(*comm->comm)) capi::drop(comm);
       throw;
     }
     capi::drop(comm);
@@ -129,21 +128,21 @@ ncclpool_status_t ncclpool_forget(ncclpool_comm_t comm) {
   return guarded("ncclpool_forget", [&] {
     capi::require_attached(comm, "comm");
     std::lock_guard lock(comm->pool->comms_mutex);
-    comm->pool->routed->forget(*comm->comm);
+    comm->pool->registered->forget(*comm->comm);
     capi::drop(comm);
   });
 }
 
 ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool) {
-  return guarded("ncclpool_commit", [&] { require(pool, "pool")->routed->commit(); });
+  return guarded("ncclpool_commit", [&] { require(pool, "pool")->registered->commit(); });
 }
 
 ncclpool_status_t ncclpool_commit_after_error(ncclpool_pool_t pool) {
-  return guarded("ncclpool_commit_after_error", [&] { require(pool, "pool")->routed->commit_after_error(); });
+  return guarded("ncclpool_commit_after_error", [&] { require(pool, "pool")->registered->commit_after_error(); });
 }
 
 ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool) {
-  return guarded("ncclpool_poll", [&] { require(pool, "pool")->routed->poll(); });
+  return guarded("ncclpool_poll", [&] { require(pool, "pool")->registered->poll(); });
 }
 
 ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* const* buffers, size_t count) {
@@ -155,15 +154,18 @@ ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* cons
 }
 
 ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending) {
-  return guarded("ncclpool_pending", [&] { *require(pending, "pending") = require(pool, "pool")->routed->pending(); });
+  return guarded("ncclpool_pending", [&] { *require(pending, "pending") = require(pool, "pool")->registered->pending(); });
 }
 
 ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* out) {
   return guarded("ncclpool_comm_stats", [&] {
     capi::require_attached(comm, "comm");
     require(out, "stats");
-    const CommunicatorStats s = comm->pool->routed->stats(*comm->comm);
-    *out = ncclpool_comm_stats_t{static_cast<int>(comm->kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
+    const CommunicatorStats s = comm->pool->registered->stats(*comm->comm);
+    const ncclpool_registration_t kind = s.routed ? NCCLPOOL_REGISTRATION_AUTO
+                                         : s.kind == RegistrationKind::symmetric ? NCCLPOOL_REGISTRATION_SYMMETRIC
+                                                                                 : NCCLPOOL_REGISTRATION_LOCAL;
+    *out = ncclpool_comm_stats_t{static_cast<int>(kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
                                  s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
                                  s.registration_seconds, s.pending, s.agreements, s.errors, s.agreements_waited,
                                  s.agreements_in_flight, s.segments_created_in_capture};
@@ -173,7 +175,7 @@ ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_
 ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr, void** handle) {
   return guarded("ncclpool_comm_handle_of", [&] {
     capi::require_attached(comm, "comm");
-    *require(handle, "handle (output)") = comm->pool->routed->handle_of(ptr, *comm->comm);
+    *require(handle, "handle (output)") = comm->pool->registered->handle_of(ptr, *comm->comm);
   });
 }
 
@@ -184,14 +186,14 @@ ncclpool_status_t ncclpool_scope_begin_for(ncclpool_pool_t pool, ncclpool_collec
     require(pool, "pool");
     const Collective c = capi::collective_of(collective);
     capi::scopes.reserve(capi::scopes.size() + 1);  // so the push below cannot throw
-    auto scope = std::make_unique<RoutedPool::ScopeSet>(*pool->routed);
+    auto scope = std::make_unique<RegisteredPool::ScopeSet>(*pool->registered);
     capi::scopes.push_back(capi::OpenScope{pool, std::move(scope), c});
   });
 }
 
 ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool) {
   return guarded("ncclpool_scope_end", [&] {
-    std::unique_ptr<RoutedPool::ScopeSet> scope = capi::pop_scope(pool, "scope_end");
+    std::unique_ptr<RegisteredPool::ScopeSet> scope = capi::pop_scope(pool, "scope_end");
     scope->close();  // pops; commits at the registry's scheduled scope ends (nothing under graph capture)
   });
 }

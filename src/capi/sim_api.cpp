@@ -1,8 +1,8 @@
 // C ABI: the simulator's groups and fault knobs, so C and Python tests run the registry on a CPU.
 
 #include "handles.hpp"
-#include "shared_limit_source.hpp"
 
+#include <ncclpool/limit_source.hpp>
 #include <ncclpool/sim.hpp>
 
 #include <chrono>
@@ -10,16 +10,15 @@
 using namespace ncclpool;
 using ncclpool::capi::guarded;
 using ncclpool::capi::require;
-using ncclpool::capi::SharedLimitSource;
 
 namespace {
 
 // The simulator sources of a SIM pool (an auto pool has one per part).
 std::vector<SimSource*> sim_sources_of(ncclpool_pool_s& pool, const char* what) {
   std::vector<SimSource*> out;
-  for (const auto& part : pool.routed->parts()) {
+  for (const auto& part : pool.registered->parts()) {
     SegmentSource* source = &part.pool->source();
-    if (auto* limited = dynamic_cast<SharedLimitSource*>(source)) source = &limited->inner();
+    if (auto* limited = dynamic_cast<LimitSource*>(source)) source = &limited->inner();
     auto* sim = dynamic_cast<SimSource*>(source);
     if (sim == nullptr)
       throw InvalidArgument(std::string(what) + ": pool '" + pool.name + "' is not a SIM pool (its source is " +

@@ -8,6 +8,8 @@
 
 #include "handles.hpp"
 
+#include <ncclpool/routes.hpp>
+
 #include <atomic>
 #include <cstdio>
 #include <shared_mutex>
@@ -45,7 +47,7 @@ ncclpool_pool_s* bound_pool(int device) {
 ncclpool_pool_s* owner_of(const void* ptr) {
   std::shared_lock lock(table_mutex);
   for (auto* p : table())
-    if (p->routed->part_of(ptr) != nullptr) return p;
+    if (p->registered->part_of(ptr) != nullptr) return p;
   return nullptr;
 }
 
@@ -81,7 +83,7 @@ void* ncclpool_torch_alloc(size_t size, int device, void* stream) {
     std::size_t lo = 0, hi = 0;
     torch_segment_tensors(size, lo, hi);
     const Collective collective = pool == capi::innermost_pool() ? capi::innermost_collective() : Collective::any;
-    ptr = pool->routed->allocate_for_messages(size, reinterpret_cast<stream_t>(stream), lo, hi, collective);
+    ptr = pool->registered->allocate_for_messages(size, reinterpret_cast<stream_t>(stream), lo, hi, collective);
   });
   if (status != NCCLPOOL_SUCCESS) {
     capi::failures.fetch_add(1, std::memory_order_relaxed);
@@ -97,7 +99,7 @@ void ncclpool_torch_free(void* ptr, size_t size, int device, void* stream) {
     if (pool == nullptr)
       throw ForeignPointer("torch freed " + std::to_string(size) + " bytes on device " + std::to_string(device) +
                            " that no live ncclpool pool owns");
-    pool->routed->deallocate(ptr, reinterpret_cast<stream_t>(stream));
+    pool->registered->deallocate(ptr, reinterpret_cast<stream_t>(stream));
   });
   if (status != NCCLPOOL_SUCCESS) {
     // torch's free returns nothing: say it where someone will see it.

@@ -6,7 +6,6 @@
 
 namespace ncclpool {
 
-const char* to_string(RegistrationKind kind) noexcept { return kind == RegistrationKind::local ? "local" : "symmetric"; }
 
 namespace detail {
 

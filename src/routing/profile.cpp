@@ -15,7 +15,6 @@ namespace ncclpool {
 namespace {
 
 constexpr std::string_view kOps[] = {"all_gather", "reduce_scatter", "all_reduce"};
-constexpr std::string_view kKinds[] = {"none", "local", "symmetric"};
 
 bool one_of(std::string_view v, const auto& list) {
   for (std::string_view x : list)
@@ -85,9 +84,9 @@ Profile parse_profile(std::string_view text, const std::string& name) {
     if (!p.classes.empty() && pc.min_bytes <= p.classes.back().min_bytes) throw InvalidArgument(at + ": classes must ascend by min_bytes");
     for (const auto& [op, kind] : member(c, "kind", Json::Type::object, at).object) {
       if (!one_of(op, kOps)) throw InvalidArgument(at + ": unknown collective \"" + op + "\"");
-      if (kind.type != Json::Type::string || !one_of(kind.string, kKinds))
-        throw InvalidArgument(at + ": the kind for " + op + " must be \"none\", \"local\" or \"symmetric\"");
-      pc.kind.emplace(op, kind.string);
+      const std::optional<RegistrationKind> k = kind.type == Json::Type::string ? registration_kind_from_string(kind.string) : std::nullopt;
+      if (!k) throw InvalidArgument(at + ": the kind for " + op + " must be \"none\", \"local\" or \"symmetric\"");
+      pc.kind.emplace(op, *k);
     }
     p.classes.push_back(std::move(pc));
   }
@@ -103,7 +102,7 @@ std::string profile_to_json(const Profile& p) {
     o << (i ? "," : "") << "\n  {\"min_bytes\": " << p.classes[i].min_bytes << ", \"kind\": {";
     bool first = true;
     for (const auto& [op, kind] : p.classes[i].kind) {
-      o << (first ? "" : ", ") << json_quote(op) << ": " << json_quote(kind);
+      o << (first ? "" : ", ") << json_quote(op) << ": " << json_quote(to_string(kind));
       first = false;
     }
     o << "}}";

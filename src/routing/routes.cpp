@@ -26,27 +26,21 @@ std::string short_bytes(std::size_t bytes) {
   return std::to_string(bytes) + " " + kUnits[unit];
 }
 
-Placement placement_of(std::string_view kind) {
-  if (kind == "none") return Placement::none;
-  if (kind == "local") return Placement::local;
-  return Placement::symmetric;  // parse_profile admits nothing else
-}
-
 // A profile class's pick for `collective`: its own, else (Collective::any, or a class without it)
 // the kind most collectives picked, a tie going to all_reduce's pick, else to the costlier kind.
-Placement pick_of(const ProfileClass& c, Collective collective) {
+RegistrationKind pick_of(const ProfileClass& c, Collective collective) {
   if (collective != Collective::any)
-    if (const auto own = c.kind.find(to_string(collective)); own != c.kind.end()) return placement_of(own->second);
+    if (const auto own = c.kind.find(to_string(collective)); own != c.kind.end()) return own->second;
   std::array<int, 3> votes{};
-  for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(placement_of(kind))];
+  for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(kind)];
   const auto all_reduce = c.kind.find("all_reduce");
-  Placement pick = Placement::symmetric;
+  RegistrationKind pick = RegistrationKind::symmetric;
   int most = -1;
   for (int p = 2; p >= 0; --p) {  // costlier kinds first, so they win a tie without an all_reduce pick
-    const bool preferred = all_reduce != c.kind.end() && placement_of(all_reduce->second) == static_cast<Placement>(p);
+    const bool preferred = all_reduce != c.kind.end() && all_reduce->second == static_cast<RegistrationKind>(p);
     if (votes[p] > most || (votes[p] == most && preferred)) {
       most = votes[p];
-      pick = static_cast<Placement>(p);
+      pick = static_cast<RegistrationKind>(p);
     }
   }
   return pick;
@@ -54,66 +48,47 @@ Placement pick_of(const ProfileClass& c, Collective collective) {
 
 }  // namespace
 
-const char* to_string(Placement placement) noexcept {
-  switch (placement) {
-    case Placement::none: return "none";
-    case Placement::local: return "local";
-    case Placement::symmetric: return "symmetric";
-  }
-  return "unknown";
-}
-
-const char* to_string(Collective collective) noexcept {
-  switch (collective) {
-    case Collective::any: return "any";
-    case Collective::all_gather: return "all_gather";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::all_reduce: return "all_reduce";
-  }
-  return "unknown";
-}
-
-SizeRoutes::SizeRoutes(Placement placement) : classes_{SizeRoute{0, placement}} {}
+SizeRoutes::SizeRoutes(RegistrationKind placement) : classes_{SizeRoute{0, placement}} {}
 
 SizeRoutes::SizeRoutes(std::vector<SizeRoute> classes) {
   if (classes.empty()) throw InvalidArgument("size routes: no class");
   if (classes.front().min_bytes != 0) throw InvalidArgument("size routes: the first class starts at " + std::to_string(classes.front().min_bytes) + " bytes, not 0");
   for (std::size_t i = 0; i < classes.size(); ++i) {
     const SizeRoute& c = classes[i];
-    if (c.placement != Placement::none && c.placement != Placement::local && c.placement != Placement::symmetric)
+    if (c.placement != RegistrationKind::none && c.placement != RegistrationKind::local && c.placement != RegistrationKind::symmetric)
       throw InvalidArgument("size routes: class " + std::to_string(i) + " has placement " + std::to_string(static_cast<int>(c.placement)));
     if (i > 0 && c.min_bytes <= classes[i - 1].min_bytes) throw InvalidArgument("size routes: classes are not in ascending order of size");
     if (classes_.empty() || classes_.back().placement != c.placement) classes_.push_back(c);
   }
 }
 
-Placement SizeRoutes::for_request(std::size_t bytes) const noexcept {
+RegistrationKind SizeRoutes::for_request(std::size_t bytes) const noexcept {
   // The last class whose minimum is <= bytes; classes_ is short (a few entries).
   auto it = std::upper_bound(classes_.begin(), classes_.end(), bytes, [](std::size_t b, const SizeRoute& c) { return b < c.min_bytes; });
   return std::prev(it)->placement;
 }
 
-Placement SizeRoutes::for_range(std::size_t lo, std::size_t hi) const noexcept {
+RegistrationKind SizeRoutes::for_range(std::size_t lo, std::size_t hi) const noexcept {
   if (hi < lo) std::swap(lo, hi);
   std::array<int, 3> spanned{};
   for (std::size_t i = 0; i < classes_.size(); ++i) {
     const std::size_t end = i + 1 < classes_.size() ? classes_[i + 1].min_bytes : SIZE_MAX;  // exclusive
     if (classes_[i].min_bytes <= hi && end > lo) ++spanned[static_cast<int>(classes_[i].placement)];
   }
-  Placement best = for_request(hi);  // ties go to the larger sizes
+  RegistrationKind best = for_request(hi);  // ties go to the larger sizes
   for (int p = 0; p < 3; ++p)
-    if (spanned[p] > spanned[static_cast<int>(best)]) best = static_cast<Placement>(p);
+    if (spanned[p] > spanned[static_cast<int>(best)]) best = static_cast<RegistrationKind>(p);
   return best;
 }
 
-bool SizeRoutes::uses(Placement placement) const noexcept {
+bool SizeRoutes::uses(RegistrationKind placement) const noexcept {
   return std::any_of(classes_.begin(), classes_.end(), [&](const SizeRoute& c) { return c.placement == placement; });
 }
 
 SizeRoutes SizeRoutes::without_windows() const {
   std::vector<SizeRoute> classes = classes_;
   for (SizeRoute& c : classes)
-    if (c.placement == Placement::symmetric) c.placement = Placement::local;
+    if (c.placement == RegistrationKind::symmetric) c.placement = RegistrationKind::local;
   return SizeRoutes(std::move(classes));  // merges what became adjacent local classes
 }
 
@@ -152,7 +127,7 @@ SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Co
   return windows_possible ? routes : routes.without_windows();
 }
 
-SizeRoutes builtin_routes(bool windows_possible) { return SizeRoutes(windows_possible ? Placement::symmetric : Placement::local); }
+SizeRoutes builtin_routes(bool windows_possible) { return SizeRoutes(windows_possible ? RegistrationKind::symmetric : RegistrationKind::local); }
 
 bool auto_routes_windows(bool source_window_capable, bool communicator_windows, const std::string& communicator_windows_why,
                          bool symmetric_kernels_on, std::string* why) {

@@ -195,7 +195,7 @@ TEST(Tune, ProfileFromRecordedRuns) {
     EXPECT_EQ(c.kind.size(), 3u);
     if (c.min_bytes < 256 * 1024) continue;  // below, every kind is within the runs' noise
     for (const auto& [op, kind] : c.kind) {
-      EXPECT_EQ(kind, "symmetric") << op << " " << c.min_bytes;
+      EXPECT_EQ(kind, ncclpool::RegistrationKind::symmetric) << op << " " << c.min_bytes;
     }
   }
   EXPECT_EQ(report.tables.size(), 3u);
@@ -295,6 +295,6 @@ TEST(Tune, WithoutSymmetricTimesTheProfileKeepsNcclsCountAndHoldsNoWindows) {
   const ncclpool::Profile p = build_profile(runs, {"NVIDIA H200", 22809, 2}, report);
   EXPECT_EQ(p.symmetric_ctas, 0);
   for (const auto& c : p.classes)
-    for (const auto& [op, kind] : c.kind) EXPECT_NE(kind, "symmetric") << op << " " << c.min_bytes;
+    for (const auto& [op, kind] : c.kind) EXPECT_NE(kind, ncclpool::RegistrationKind::symmetric) << op << " " << c.min_bytes;
   EXPECT_NE(report.text().find("symmetric was not measured"), std::string::npos) << report.text();
 }

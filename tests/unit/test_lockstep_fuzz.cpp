@@ -23,7 +23,7 @@
 #include <ncclpool/loopback.hpp>
 #include <ncclpool/profile.hpp>
 #include <ncclpool/registry.hpp>
-#include <ncclpool/routed_pool.hpp>
+#include <ncclpool/auto_pool.hpp>
 #include <ncclpool/sim.hpp>
 
 #include "common/registry_ranks.hpp"
@@ -161,7 +161,7 @@ Profile sim_profile(int ranks, const std::vector<std::pair<std::size_t, std::str
   for (const auto& [from, kind] : classes) {
     ProfileClass c;
     c.min_bytes = from;
-    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) c.kind.emplace(op, kind);
+    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) c.kind.emplace(op, *registration_kind_from_string(kind));
     p.classes.push_back(std::move(c));
   }
   return p;
@@ -192,10 +192,10 @@ class ScopedProfile {
 };
 
 // An auto pool whose three parts are deterministic sim pools with 2 MiB chunks; `sources` gets each
-// part's source, by Placement (for OOM injection).
-std::unique_ptr<RoutedPool> make_auto_pool(const std::string& name, const SizeRoutes& routes, RegistryOptions options,
+// part's source, by RegistrationKind (for OOM injection).
+std::unique_ptr<RegisteredPool> make_auto_pool(const std::string& name, const SizeRoutes& routes, RegistryOptions options,
                                            std::vector<std::shared_ptr<SimSource>>* sources = nullptr) {
-  auto make_part = [&](Placement placement) {
+  auto make_part = [&](RegistrationKind placement) {
     auto source = std::make_shared<SimSource>(SimSourceConfig{});
     if (sources) sources->push_back(source);
     PoolConfig config;
@@ -204,11 +204,11 @@ std::unique_ptr<RoutedPool> make_auto_pool(const std::string& name, const SizeRo
     config.deterministic = true;
     return std::make_shared<Pool>(source, config);
   };
-  return std::make_unique<RoutedPool>(name, make_part, routes, "set by the test", options);
+  return std::make_unique<AutoPool>(name, make_part, routes, "set by the test", options);
 }
 
 // local below 1 MiB, symmetric from 1 MiB: an auto pool whose routes use two registered parts.
-SizeRoutes local_then_symmetric() { return SizeRoutes({{0, Placement::local}, {MiB, Placement::symmetric}}); }
+SizeRoutes local_then_symmetric() { return SizeRoutes({{0, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}}); }
 
 // ------------------------------------------------------------------------------------------------
 // Item 1: a late-found error must not make a rank skip the next agreement's outcome.
@@ -263,7 +263,7 @@ TEST(Lockstep, RoutesAgreementEveryAttach) {
   const ScopedProfile profile(sim_profile(2, {{0, "none"}, {64 * KiB, "local"}}));
   auto group = nccl_group(2);
   group->set_machine_gpu(1, "another GPU");
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<RegisteredPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto_pool("auto", builtin_routes(true), {CheckLevel::off}));
   std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
   for (int i = 0; i < 2; ++i) comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
@@ -374,7 +374,7 @@ TEST(Lockstep, OomRecoveryLayoutCheckSeesSwappedBuffers) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Item 4: RoutedPool::commit must run every part's agreement on every rank.
+// Item 4: RegisteredPool::commit must run every part's agreement on every rank.
 // ------------------------------------------------------------------------------------------------
 
 // An auto pool attached with an explicit symmetric kind, routes over two parts (local below 1 MiB,
@@ -385,13 +385,13 @@ TEST(Lockstep, OomRecoveryLayoutCheckSeesSwappedBuffers) {
 // stops at the first part, and rank 1's second all-gather pairs with rank 0's application collective.
 TEST(Lockstep, RoutedCommitRunsEveryPart) {
   auto group = nccl_group(2);
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<RegisteredPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto_pool("auto", local_then_symmetric(), {CheckLevel::off}));
   std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
   for (int i = 0; i < 2; ++i) comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
   std::vector<void*> fixed(2);
   for (int i = 0; i < 2; ++i) fixed[static_cast<std::size_t>(i)] = pools[static_cast<std::size_t>(i)]->allocate(2 * MiB);  // fixes the routes
-  auto pool = [&](int r) -> RoutedPool& { return *pools[static_cast<std::size_t>(r)]; };
+  auto pool = [&](int r) -> RegisteredPool& { return *pools[static_cast<std::size_t>(r)]; };
   const auto steps = run_in_steps(*group, {
       [&](int r) { pool(r).attach(comms[static_cast<std::size_t>(r)], RegistrationKind::symmetric); },
       [&](int r) {
@@ -422,7 +422,7 @@ TEST(Lockstep, RoutedCommitRunsEveryPart) {
 // rank 1 enters its attach agreement alone.
 TEST(Lockstep, PartialAttachAllOrNothing) {
   auto group = nccl_group(2);
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<RegisteredPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto_pool("auto", local_then_symmetric(), {CheckLevel::off}));
   std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
   for (int i = 0; i < 2; ++i) comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
@@ -432,7 +432,7 @@ TEST(Lockstep, PartialAttachAllOrNothing) {
     blocks.push_back(p->allocate(2 * MiB));   // a symmetric-part segment
   }
   group->inject_failure(LoopbackOp::register_local, 0, 1);
-  auto pool = [&](int r) -> RoutedPool& { return *pools[static_cast<std::size_t>(r)]; };
+  auto pool = [&](int r) -> RegisteredPool& { return *pools[static_cast<std::size_t>(r)]; };
   const auto steps = run_in_steps(*group, {
       [&](int r) { pool(r).attach(comms[static_cast<std::size_t>(r)], std::nullopt); },
       [&](int r) { comms[static_cast<std::size_t>(r)]->user_collective(7); },
@@ -538,7 +538,7 @@ struct Program {
   int fault_rank = 0;
   std::size_t fault_step = 0;
   int oom_pool = 0;
-  Placement oom_part = Placement::symmetric;
+  RegistrationKind oom_part = RegistrationKind::symmetric;
 
   std::string describe() const {
     std::ostringstream o;
@@ -615,7 +615,7 @@ Program make_program(std::uint64_t seed, std::optional<Fault> forced) {
   p.fault_rank = static_cast<int>(pick(static_cast<std::size_t>(p.ranks)));
   p.fault_step = pool_count + pick(p.ops.size() - pool_count);  // after the first attaches
   p.oom_pool = static_cast<int>(pick(pool_count));
-  p.oom_part = pick(3) == 0 ? Placement::local : Placement::symmetric;
+  p.oom_part = pick(3) == 0 ? RegistrationKind::local : RegistrationKind::symmetric;
   // Faults that act in a kind of step get one at their step, so that they always fire.
   if (p.fault == Fault::scope_throw && p.ops[p.fault_step].kind != OpKind::scope_use) {
     Op op{OpKind::scope_use, p.ops[p.fault_step].pool, {}, {}};
@@ -644,15 +644,15 @@ std::optional<RegistrationKind> attach_kind(PoolKind k) {
 // One rank's state: its pools (each with its parts' sources) and its live blocks by allocation id.
 struct FuzzRank {
   std::shared_ptr<LoopbackCommunicator> comm;
-  std::vector<std::unique_ptr<RoutedPool>> pools;
-  std::vector<std::vector<std::shared_ptr<SimSource>>> sources;  // per pool: by Placement (auto) or the one source
+  std::vector<std::unique_ptr<RegisteredPool>> pools;
+  std::vector<std::vector<std::shared_ptr<SimSource>>> sources;  // per pool: by RegistrationKind (auto) or the one source
   std::map<int, std::pair<int, void*>> live;                      // id -> (pool, block)
   bool stopped = false;                                            // the "stop" fault: this rank calls nothing more
   std::size_t forgotten_registrations = 0;                        // dropped by forget (an abort would release them)
   bool racer_ran = false;                                          // the trim_race fault's thread made requests
 };
 
-std::unique_ptr<RoutedPool> make_fuzz_pool(const Program& p, int index, std::vector<std::shared_ptr<SimSource>>& sources) {
+std::unique_ptr<RegisteredPool> make_fuzz_pool(const Program& p, int index, std::vector<std::shared_ptr<SimSource>>& sources) {
   const RegistryOptions options{p.check, 3};  // scope period 3: scheduled and unscheduled scope ends both occur
   const std::string name = "fuzz" + std::to_string(index);
   if (is_auto(p.pools[static_cast<std::size_t>(index)]))
@@ -663,14 +663,14 @@ std::unique_ptr<RoutedPool> make_fuzz_pool(const Program& p, int index, std::vec
   config.name = name;
   config.growth_chunk = 2 * MiB;
   config.deterministic = true;
-  return std::make_unique<RoutedPool>(std::make_shared<Pool>(source, config), options);
+  return std::make_unique<SinglePool>(std::make_shared<Pool>(source, config), options);
 }
 
 // Where block `ptr` of pool `rp` sits as a symmetric kernel sees it: its window (the loopback's window
 // id is the same on every rank for the same collective registration) and offset; nullopt when its
 // part has no window for comm.
-std::optional<std::string> window_place(const RoutedPool& rp, const void* ptr, const Communicator& comm) {
-  const RoutedPool::Part* part = rp.part_of(ptr);
+std::optional<std::string> window_place(const RegisteredPool& rp, const void* ptr, const Communicator& comm) {
+  const PoolPart* part = rp.part_of(ptr);
   if (part == nullptr) return std::nullopt;
   try {
     if (part->registry->stats(comm).kind != RegistrationKind::symmetric) return std::nullopt;
@@ -680,7 +680,7 @@ std::optional<std::string> window_place(const RoutedPool& rp, const void* ptr, c
   void* window = part->registry->handle_of(ptr, comm);
   const auto loc = part->pool->locate(ptr);
   if (window == nullptr || !loc) return std::nullopt;
-  return std::string(to_string(part->placement)) + " part, window " + std::to_string(reinterpret_cast<std::uintptr_t>(window)) + " (segment " +
+  return std::string(to_string(part->kind)) + " part, window " + std::to_string(reinterpret_cast<std::uintptr_t>(window)) + " (segment " +
          std::to_string(loc->segment_sequence) + ") offset " + std::to_string(loc->offset);
 }
 
@@ -738,7 +738,7 @@ class FuzzRun {
     if (p_.fault == Fault::stop && r == p_.fault_rank && k >= p_.fault_step) fr.stopped = true;
     if (op.kind == OpKind::teardown) return teardown(fr);
     if (fr.stopped) return;  // a rank that stops calling (died, hung, took another branch)
-    RoutedPool& rp = *fr.pools[static_cast<std::size_t>(op.pool)];
+    RegisteredPool& rp = *fr.pools[static_cast<std::size_t>(op.pool)];
     switch (op.kind) {
       case OpKind::attach:
         // A rank takes the step it believes it must: attach what its own calls left unattached.
@@ -758,7 +758,7 @@ class FuzzRun {
         break;
       }
       case OpKind::scope_use: {
-        RoutedPool::ScopeSet scope(rp);
+        RegisteredPool::ScopeSet scope(rp);
         for (const Alloc& a : op.inside) fr.live[a.id] = {op.pool, rp.allocate(a.bytes, a.stream)};
         // The fault: an exception inside the scope, which is destroyed without close().
         if (p_.fault == Fault::scope_throw && r == p_.fault_rank && k == p_.fault_step) throw std::runtime_error("injected exception inside a scope");
@@ -794,7 +794,7 @@ class FuzzRun {
   // Another thread of this rank allocates and frees while the trim runs. Trim withholds the empty
   // segments first, so the racer cannot land in one; it may grow the pool, and its requests make this
   // rank's program differ from the others' (which later agreements must report).
-  void trim_with_racer(FuzzRank& fr, RoutedPool& rp) {
+  void trim_with_racer(FuzzRank& fr, RegisteredPool& rp) {
     std::atomic<bool> stop{false};
     std::thread racer([&] {
       while (!stop.load()) {
@@ -839,8 +839,8 @@ class FuzzRun {
 
   // Forgets comm part by part, counting the registrations each part drops (a part not attached to
   // comm says so, and is passed over).
-  static void forget_every_part(FuzzRank& fr, RoutedPool& pool) {
-    for (const RoutedPool::Part& part : pool.parts()) {
+  static void forget_every_part(FuzzRank& fr, RegisteredPool& pool) {
+    for (const PoolPart& part : pool.parts()) {
       try {
         fr.forgotten_registrations += part.registry->stats(*fr.comm).registered_segments;
         part.registry->forget(*fr.comm);
@@ -1061,7 +1061,7 @@ bool run_seed(std::uint64_t seed, std::optional<Fault> forced, bool verbose) {
 
 // Seeds (with a forced fault) that found issue 27's holes at c7ebd93, kept as regressions:
 // 10/oom: a late-found error at detach (item 1); 21/profile: one-sided routes agreement (item 2);
-// 19/oom: OOM recovery moved a block in a window on one rank (item 3); 193/oom: RoutedPool::commit
+// 19/oom: OOM recovery moved a block in a window on one rank (item 3); 193/oom: RegisteredPool::commit
 // stopped at the first part (item 4); 45/register_local: partial auto attach (item 5).
 TEST(LockstepFuzz, SeedsThatFoundIssue27) {
   const std::pair<std::uint64_t, Fault> pinned[] = {
@@ -1094,7 +1094,7 @@ TEST(LockstepFuzz, EveryRankInStepUnderOneFault) {
 // failed at 31b3a3e and pass since. A third hole, a graph capture on one rank only, is a documented
 // limit (docs/registry.md, "Graph capture").
 // ------------------------------------------------------------------------------------------------
-// Hole 1: RoutedPool::attach's undo stops at the first local deregistration failure.
+// Hole 1: RegisteredPool::attach's undo stops at the first local deregistration failure.
 // ------------------------------------------------------------------------------------------------
 // An auto pool attached with an explicit LOCAL kind (C ABI: ncclpool_attach_* with
 // NCCLPOOL_REGISTRATION_LOCAL on an auto pool) whose routes use two parts: both parts are attached as
@@ -1106,14 +1106,14 @@ TEST(LockstepFuzz, EveryRankInStepUnderOneFault) {
 //
 // Must: the attach fails on every rank with nothing attached anywhere (docs/registry.md: "All or
 // nothing, on every rank together"), and a later attach, the fault gone, succeeds on every rank.
-// Did (31b3a3e): rank 0 kept the local part attached (a registration RoutedPool no longer knows of), rank 0's
+// Did (31b3a3e): rank 0 kept the local part attached (a registration RegisteredPool no longer knows of), rank 0's
 // error is the InvalidArgument of the forget, and every later attach of that communicator fails on
 // EVERY rank (rank 0's part registry refuses "already attached", which is its "no" in the routes
 // agreement): one transient local fault on one rank makes the pool unattachable forever.
 TEST(LockstepAttack, AutoAttachUndoStopsAtALocalDeregistrationFailure) {
   auto group = nccl_group(2);
-  const SizeRoutes routes({{0, Placement::local}, {MiB, Placement::symmetric}});
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  const SizeRoutes routes({{0, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}});
+  std::vector<std::unique_ptr<RegisteredPool>> pools;
   std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
   std::vector<void*> blocks;
   for (int i = 0; i < 2; ++i) {
@@ -1124,7 +1124,7 @@ TEST(LockstepAttack, AutoAttachUndoStopsAtALocalDeregistrationFailure) {
   }
   group->inject_failure(LoopbackOp::register_local, 1, 1);    // rank 1: its no in the routes agreement
   group->inject_failure(LoopbackOp::deregister_local, 0, 1);  // rank 0: the undo's first deregistration
-  auto pool = [&](int r) -> RoutedPool& { return *pools[static_cast<std::size_t>(r)]; };
+  auto pool = [&](int r) -> RegisteredPool& { return *pools[static_cast<std::size_t>(r)]; };
   auto comm = [&](int r) { return comms[static_cast<std::size_t>(r)]; };
   const auto steps = run_in_steps(*group, {
       [&](int r) { pool(r).attach(comm(r), RegistrationKind::local); },
@@ -1140,7 +1140,7 @@ TEST(LockstepAttack, AutoAttachUndoStopsAtALocalDeregistrationFailure) {
                                                                   << "(a part left attached by the failed one refuses it)";
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(pool(r).attached(*comm(r)));
-    EXPECT_EQ(pool(r).part(Placement::local)->registry->attached(), 1u);  // once: the retry's own
+    EXPECT_EQ(pool(r).parts()[static_cast<std::size_t>(RegistrationKind::local)].registry->attached(), 1u);  // once: the retry's own
   }
   for (int r = 0; r < 2; ++r) {
     for (void* b : {blocks[2 * r], blocks[2 * r + 1]}) pool(r).deallocate(b);
@@ -1162,12 +1162,12 @@ TEST(LockstepAttack, AutoAttachUndoStopsAtALocalDeregistrationFailure) {
 // Registry::detach removes the communicator regardless and throws RegistrationError; undo calls
 // forget(), which throws InvalidArgument and ends the undo before part 0.
 // Must: nothing attached, no window left (live_registrations back to 0 once the pools are gone).
-// Did (31b3a3e): part 0 kept its window on every rank, RoutedPool says "not attached" (so neither detach nor
+// Did (31b3a3e): part 0 kept its window on every rank, RegisteredPool says "not attached" (so neither detach nor
 // forget can reach it), and ~Registry later forgets it: windows leak (live_registrations stays 2).
 TEST(LockstepAttack, AutoSymmetricAttachUndoLeavesWindowsBehind) {
   auto group = nccl_group(2);
-  const SizeRoutes routes({{0, Placement::none}, {64 * KiB, Placement::local}, {MiB, Placement::symmetric}});
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  const SizeRoutes routes({{0, RegistrationKind::none}, {64 * KiB, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}});
+  std::vector<std::unique_ptr<RegisteredPool>> pools;
   std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
   std::vector<void*> blocks;
   for (int i = 0; i < 2; ++i) {
@@ -1179,7 +1179,7 @@ TEST(LockstepAttack, AutoSymmetricAttachUndoLeavesWindowsBehind) {
   }
   group->inject_failure(LoopbackOp::register_window, 0, 3);    // part 2's window: fails on every rank
   group->inject_failure(LoopbackOp::deregister_window, 0, 1);  // the undo's first window deregistration
-  auto pool = [&](int r) -> RoutedPool& { return *pools[static_cast<std::size_t>(r)]; };
+  auto pool = [&](int r) -> RegisteredPool& { return *pools[static_cast<std::size_t>(r)]; };
   auto comm = [&](int r) { return comms[static_cast<std::size_t>(r)]; };
   const auto steps = run_in_steps(*group, {
       [&](int r) { pool(r).attach(comm(r), RegistrationKind::symmetric); },
@@ -1188,7 +1188,7 @@ TEST(LockstepAttack, AutoSymmetricAttachUndoLeavesWindowsBehind) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(steps[0].errors[static_cast<std::size_t>(r)], "") << "rank " << r;
     EXPECT_FALSE(pool(r).attached(*comm(r)));
-    EXPECT_EQ(pool(r).part(Placement::none)->registry->attached(), 0u)
+    EXPECT_EQ(pool(r).parts()[static_cast<std::size_t>(RegistrationKind::none)].registry->attached(), 0u)
         << "rank " << r << ": part 0 is still attached, with its window, after the failed attach; error: "
         << steps[0].errors[static_cast<std::size_t>(r)];
   }

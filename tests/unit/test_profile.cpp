@@ -24,8 +24,8 @@ Profile h200() {
   p.ranks = 2;
   p.symmetric_ctas = 32;
   p.measured = "2026-11-23T06:00:00Z";
-  p.classes.push_back({16384, {{"all_gather", "none"}, {"all_reduce", "none"}, {"reduce_scatter", "symmetric"}}});
-  p.classes.push_back({262144, {{"all_gather", "symmetric"}, {"all_reduce", "symmetric"}, {"reduce_scatter", "symmetric"}}});
+  p.classes.push_back({16384, {{"all_gather", RegistrationKind::none}, {"all_reduce", RegistrationKind::none}, {"reduce_scatter", RegistrationKind::symmetric}}});
+  p.classes.push_back({262144, {{"all_gather", RegistrationKind::symmetric}, {"all_reduce", RegistrationKind::symmetric}, {"reduce_scatter", RegistrationKind::symmetric}}});
   return p;
 }
 
@@ -54,7 +54,7 @@ TEST(Profile, JsonRoundTrip) {
   EXPECT_EQ(back.measured, p.measured);
   ASSERT_EQ(back.classes.size(), 2u);
   EXPECT_EQ(back.classes[1].min_bytes, 262144u);
-  EXPECT_EQ(back.classes[0].kind.at("reduce_scatter"), "symmetric");
+  EXPECT_EQ(back.classes[0].kind.at("reduce_scatter"), RegistrationKind::symmetric);
 }
 
 TEST(Profile, BadDocumentsAreRefusedWithTheirReason) {

@@ -1,4 +1,4 @@
-// Auto pools: size routes (routes.hpp), where they come from (profile, built in), and RoutedPool
+// Auto pools: size routes (routes.hpp), where they come from (profile, built in), and AutoPool
 // (routed_pool.hpp) over the simulator: routing, registration per part, the routes agreement,
 // rollback, statistics, and registrations counting back to zero.
 
@@ -6,7 +6,7 @@
 
 #include <ncclpool/errors.hpp>
 #include <ncclpool/loopback.hpp>
-#include <ncclpool/routed_pool.hpp>
+#include <ncclpool/auto_pool.hpp>
 #include <ncclpool/sim.hpp>
 
 #include "common/registry_ranks.hpp"
@@ -27,35 +27,35 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 // ---------------------------------------------------------------- SizeRoutes
 
 TEST(SizeRoutes, LookupMergeAndDescription) {
-  const SizeRoutes r({{0, Placement::none}, {64 * KiB, Placement::local}, {MiB, Placement::symmetric}, {4 * MiB, Placement::symmetric}});
+  const SizeRoutes r({{0, RegistrationKind::none}, {64 * KiB, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}, {4 * MiB, RegistrationKind::symmetric}});
   ASSERT_EQ(r.classes().size(), 3u);  // the two symmetric classes merge
-  EXPECT_EQ(r.for_request(1), Placement::none);
-  EXPECT_EQ(r.for_request(64 * KiB - 1), Placement::none);
-  EXPECT_EQ(r.for_request(64 * KiB), Placement::local);
-  EXPECT_EQ(r.for_request(MiB), Placement::symmetric);
-  EXPECT_EQ(r.for_request(SIZE_MAX), Placement::symmetric);
+  EXPECT_EQ(r.for_request(1), RegistrationKind::none);
+  EXPECT_EQ(r.for_request(64 * KiB - 1), RegistrationKind::none);
+  EXPECT_EQ(r.for_request(64 * KiB), RegistrationKind::local);
+  EXPECT_EQ(r.for_request(MiB), RegistrationKind::symmetric);
+  EXPECT_EQ(r.for_request(SIZE_MAX), RegistrationKind::symmetric);
   EXPECT_EQ(r.describe(), "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB");
-  EXPECT_EQ(SizeRoutes(Placement::symmetric).describe(), "symmetric at every size");
-  EXPECT_TRUE(r.uses(Placement::local));
-  EXPECT_FALSE(SizeRoutes(Placement::symmetric).uses(Placement::local));
-  EXPECT_NE(r.digest(), SizeRoutes(Placement::symmetric).digest());
+  EXPECT_EQ(SizeRoutes(RegistrationKind::symmetric).describe(), "symmetric at every size");
+  EXPECT_TRUE(r.uses(RegistrationKind::local));
+  EXPECT_FALSE(SizeRoutes(RegistrationKind::symmetric).uses(RegistrationKind::local));
+  EXPECT_NE(r.digest(), SizeRoutes(RegistrationKind::symmetric).digest());
   EXPECT_EQ(r.digest(), SizeRoutes(r.classes()).digest());
 }
 
 TEST(SizeRoutes, RangesTakeTheMostSpannedPlacementTiesToTheLargerSizes) {
-  const SizeRoutes r({{0, Placement::none}, {64 * KiB, Placement::symmetric}, {256 * KiB, Placement::none}, {2 * MiB, Placement::local}});
-  EXPECT_EQ(r.for_range(1, MiB), Placement::none);                 // none twice, symmetric once
-  EXPECT_EQ(r.for_range(100 * KiB, 200 * KiB), Placement::symmetric);
-  EXPECT_EQ(r.for_range(MiB, 3 * MiB), Placement::local);          // none once, local once: the larger sizes'
-  EXPECT_EQ(r.for_range(3 * MiB, MiB), Placement::local);          // bounds in either order
+  const SizeRoutes r({{0, RegistrationKind::none}, {64 * KiB, RegistrationKind::symmetric}, {256 * KiB, RegistrationKind::none}, {2 * MiB, RegistrationKind::local}});
+  EXPECT_EQ(r.for_range(1, MiB), RegistrationKind::none);                 // none twice, symmetric once
+  EXPECT_EQ(r.for_range(100 * KiB, 200 * KiB), RegistrationKind::symmetric);
+  EXPECT_EQ(r.for_range(MiB, 3 * MiB), RegistrationKind::local);          // none once, local once: the larger sizes'
+  EXPECT_EQ(r.for_range(3 * MiB, MiB), RegistrationKind::local);          // bounds in either order
 }
 
 TEST(SizeRoutes, BadClassesAreRefused) {
   EXPECT_THROW(SizeRoutes(std::vector<SizeRoute>{}), InvalidArgument);
-  EXPECT_THROW(SizeRoutes({{4096, Placement::local}}), InvalidArgument);
-  EXPECT_THROW(SizeRoutes({{0, Placement::local}, {0, Placement::none}}), InvalidArgument);
-  EXPECT_THROW(SizeRoutes({{0, Placement::local}, {MiB, Placement::none}, {KiB, Placement::symmetric}}), InvalidArgument);
-  EXPECT_THROW(SizeRoutes({{0, static_cast<Placement>(7)}}), InvalidArgument);
+  EXPECT_THROW(SizeRoutes({{4096, RegistrationKind::local}}), InvalidArgument);
+  EXPECT_THROW(SizeRoutes({{0, RegistrationKind::local}, {0, RegistrationKind::none}}), InvalidArgument);
+  EXPECT_THROW(SizeRoutes({{0, RegistrationKind::local}, {MiB, RegistrationKind::none}, {KiB, RegistrationKind::symmetric}}), InvalidArgument);
+  EXPECT_THROW(SizeRoutes({{0, static_cast<RegistrationKind>(7)}}), InvalidArgument);
 }
 
 TEST(SizeRoutes, TorchSegmentsServeTheirTensorSizes) {
@@ -79,9 +79,9 @@ Profile sim_profile(int ranks) {
   p.nccl_version = 0;
   p.ranks = ranks;
   p.measured = "2026-11-23T18:00:00Z";
-  p.classes.push_back({KiB, {{"all_gather", "none"}, {"all_reduce", "none"}, {"reduce_scatter", "symmetric"}}});
-  p.classes.push_back({64 * KiB, {{"all_gather", "local"}, {"all_reduce", "local"}, {"reduce_scatter", "symmetric"}}});
-  p.classes.push_back({MiB, {{"all_gather", "symmetric"}, {"all_reduce", "local"}, {"reduce_scatter", "symmetric"}}});
+  p.classes.push_back({KiB, {{"all_gather", RegistrationKind::none}, {"all_reduce", RegistrationKind::none}, {"reduce_scatter", RegistrationKind::symmetric}}});
+  p.classes.push_back({64 * KiB, {{"all_gather", RegistrationKind::local}, {"all_reduce", RegistrationKind::local}, {"reduce_scatter", RegistrationKind::symmetric}}});
+  p.classes.push_back({MiB, {{"all_gather", RegistrationKind::symmetric}, {"all_reduce", RegistrationKind::local}, {"reduce_scatter", RegistrationKind::symmetric}}});
   return p;
 }
 
@@ -101,26 +101,26 @@ TEST(AutoRoutesWindows, WindowsNeedTheSourceTheCommunicatorAndTheKernels) {
 
 TEST(RoutesFromProfile, MostCollectivesWinTiesGoToAllReduce) {
   Profile p = sim_profile(2);
-  p.classes.push_back({64 * MiB, {{"all_gather", "none"}, {"all_reduce", "local"}, {"reduce_scatter", "symmetric"}}});
+  p.classes.push_back({64 * MiB, {{"all_gather", RegistrationKind::none}, {"all_reduce", RegistrationKind::local}, {"reduce_scatter", RegistrationKind::symmetric}}});
   const SizeRoutes r = routes_from_profile(p, /*windows_possible=*/true);
   EXPECT_EQ(r.describe(), "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB to below 64 MiB, local from 64 MiB");
-  EXPECT_EQ(r.for_request(1), Placement::none);  // the first class covers the sizes below it
+  EXPECT_EQ(r.for_request(1), RegistrationKind::none);  // the first class covers the sizes below it
   const SizeRoutes no_windows = routes_from_profile(p, /*windows_possible=*/false);
-  EXPECT_FALSE(no_windows.uses(Placement::symmetric));
-  EXPECT_EQ(builtin_routes(true), SizeRoutes(Placement::symmetric));
-  EXPECT_EQ(builtin_routes(false), SizeRoutes(Placement::local));
+  EXPECT_FALSE(no_windows.uses(RegistrationKind::symmetric));
+  EXPECT_EQ(builtin_routes(true), SizeRoutes(RegistrationKind::symmetric));
+  EXPECT_EQ(builtin_routes(false), SizeRoutes(RegistrationKind::local));
 }
 
 TEST(RoutesFromProfile, ACollectiveGetsItsOwnPicks) {
   const Profile p = sim_profile(2);
-  EXPECT_EQ(routes_from_profile(p, true, Collective::reduce_scatter), SizeRoutes(Placement::symmetric));
+  EXPECT_EQ(routes_from_profile(p, true, Collective::reduce_scatter), SizeRoutes(RegistrationKind::symmetric));
   EXPECT_EQ(routes_from_profile(p, true, Collective::all_gather).describe(), "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB");
   EXPECT_EQ(routes_from_profile(p, true, Collective::all_reduce).describe(), "none below 64 KiB, local from 64 KiB");
-  EXPECT_EQ(routes_from_profile(p, false, Collective::reduce_scatter), SizeRoutes(Placement::local));
+  EXPECT_EQ(routes_from_profile(p, false, Collective::reduce_scatter), SizeRoutes(RegistrationKind::local));
   EXPECT_STREQ(to_string(Collective::reduce_scatter), "reduce_scatter");
 }
 
-// ---------------------------------------------------------------- RoutedPool
+// ---------------------------------------------------------------- AutoPool
 
 // A profile file for the test's life (NCCLPOOL_PROFILE).
 struct ProfileFile {
@@ -137,8 +137,8 @@ struct ProfileFile {
   }
 };
 
-std::unique_ptr<RoutedPool> make_auto(bool window_capable = true, const std::string& name = "auto") {
-  auto make_part = [=](Placement p) {
+std::unique_ptr<AutoPool> make_auto(bool window_capable = true, const std::string& name = "auto") {
+  auto make_part = [=](RegistrationKind p) {
     SimSourceConfig sc;
     sc.window_capable = window_capable;
     PoolConfig pc;
@@ -147,25 +147,25 @@ std::unique_ptr<RoutedPool> make_auto(bool window_capable = true, const std::str
     pc.growth_chunk = 2 * MiB;
     return std::make_shared<Pool>(std::make_shared<SimSource>(sc), pc);
   };
-  return std::make_unique<RoutedPool>(name, make_part, builtin_routes(true), "built-in", RegistryOptions{CheckLevel::off});
+  return std::make_unique<AutoPool>(name, make_part, builtin_routes(true), "built-in", RegistryOptions{CheckLevel::off});
 }
 
-TEST(RoutedPool, RoutesFromTheProfileRegisterEachPartItsWay) {
+TEST(AutoPool, RoutesFromTheProfileRegisterEachPartItsWay) {
   ProfileFile file(sim_profile(2));
   auto group = std::make_shared<LoopbackGroup>("world", 2);
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<AutoPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
   const auto errors = on_ranks(2, [&](int rank) {
-    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
     pool.attach(comm, std::nullopt);
     EXPECT_TRUE(contains(pool.routes_source(), "the profile")) << pool.routes_source();
     void* small = pool.allocate(4 * KiB);
     void* middle = pool.allocate(256 * KiB);
     void* large = pool.allocate(3 * MiB);
-    EXPECT_EQ(pool.part_of(small)->placement, Placement::none);
-    EXPECT_EQ(pool.part_of(middle)->placement, Placement::local);
-    EXPECT_EQ(pool.part_of(large)->placement, Placement::symmetric);
+    EXPECT_EQ(pool.part_of(small)->kind, RegistrationKind::none);
+    EXPECT_EQ(pool.part_of(middle)->kind, RegistrationKind::local);
+    EXPECT_EQ(pool.part_of(large)->kind, RegistrationKind::symmetric);
     pool.commit();  // the symmetric part's window
     EXPECT_EQ(pool.handle_of(small, *comm), nullptr);
     EXPECT_NE(pool.handle_of(middle, *comm), nullptr);
@@ -186,7 +186,7 @@ TEST(RoutedPool, RoutesFromTheProfileRegisterEachPartItsWay) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
-TEST(RoutedPool, BuffersNamedForACollectiveFollowItsRoutes) {
+TEST(AutoPool, BuffersNamedForACollectiveFollowItsRoutes) {
   ProfileFile file(sim_profile(1));
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
@@ -195,10 +195,10 @@ TEST(RoutedPool, BuffersNamedForACollectiveFollowItsRoutes) {
   void* any = pool->allocate(4 * KiB);
   void* rs = pool->allocate(4 * KiB, 0, Collective::reduce_scatter);  // reduce-scatter: windows at every size
   void* ar = pool->allocate(3 * MiB, 0, Collective::all_reduce);      // all-reduce: local from 64 KiB
-  EXPECT_EQ(pool->part_of(any)->placement, Placement::none);
-  EXPECT_EQ(pool->part_of(rs)->placement, Placement::symmetric);
-  EXPECT_EQ(pool->part_of(ar)->placement, Placement::local);
-  EXPECT_EQ(pool->routes(Collective::reduce_scatter), SizeRoutes(Placement::symmetric));
+  EXPECT_EQ(pool->part_of(any)->kind, RegistrationKind::none);
+  EXPECT_EQ(pool->part_of(rs)->kind, RegistrationKind::symmetric);
+  EXPECT_EQ(pool->part_of(ar)->kind, RegistrationKind::local);
+  EXPECT_EQ(pool->routes(Collective::reduce_scatter), SizeRoutes(RegistrationKind::symmetric));
   for (void* p : {any, rs, ar}) pool->deallocate(p);
   pool->detach(*comm);
   EXPECT_EQ(group->live_registrations(), 0);
@@ -207,16 +207,16 @@ TEST(RoutedPool, BuffersNamedForACollectiveFollowItsRoutes) {
 // Auto pools on `group` (two ranks) route no size to windows, say `why` in their routes' source, and
 // register large buffers locally.
 void expect_auto_pools_make_no_windows(const std::shared_ptr<LoopbackGroup>& group, const std::string& why) {
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<AutoPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
   const auto errors = on_ranks(2, [&](int rank) {
-    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
     pool.attach(comm, std::nullopt);
-    EXPECT_FALSE(pool.routes().uses(Placement::symmetric)) << pool.routes().describe();
+    EXPECT_FALSE(pool.routes().uses(RegistrationKind::symmetric)) << pool.routes().describe();
     EXPECT_TRUE(contains(pool.routes_source(), why)) << pool.routes_source();
     void* big = pool.allocate(8 * MiB);
-    EXPECT_EQ(pool.part_of(big)->placement, Placement::local);
+    EXPECT_EQ(pool.part_of(big)->kind, RegistrationKind::local);
     EXPECT_EQ(pool.stats(*comm).kind, RegistrationKind::local);
     pool.deallocate(big);
     pool.detach(*comm);
@@ -227,22 +227,22 @@ void expect_auto_pools_make_no_windows(const std::shared_ptr<LoopbackGroup>& gro
 
 // Where NCCL's symmetric kernels are off (NCCLPOOL_SYMMETRIC_KERNELS, or the NCCL versions whose
 // kernels can read their input early), a window is a local registration that costs a collective.
-TEST(RoutedPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
+TEST(AutoPool, AutoPoolsMakeNoWindowsWhereTheSymmetricKernelsAreOff) {
   auto group = std::make_shared<LoopbackGroup>("world", 2);
   group->set_symmetric_kernels(-1, 32 + kSymmetricKernelsOff);
   expect_auto_pools_make_no_windows(group, "symmetric kernels are off");
 }
 
 // A communicator NCCL gives no symmetric memory (NCCL >= 2.29 knows before any window).
-TEST(RoutedPool, AutoPoolsMakeNoWindowsOnACommunicatorWithoutSymmetricMemory) {
+TEST(AutoPool, AutoPoolsMakeNoWindowsOnACommunicatorWithoutSymmetricMemory) {
   auto group = std::make_shared<LoopbackGroup>("world", 2);
   group->set_windows_supported(-1, false);
   expect_auto_pools_make_no_windows(group, "no symmetric memory");
 }
 
-TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
+TEST(AutoPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
   auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<AutoPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
   // Rank 1 allocates before attaching, which fixes its built-in routes; rank 0 gets the profile's.
   ProfileFile file(sim_profile(2));
@@ -262,32 +262,32 @@ TEST(RoutedPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) 
   pools[1]->deallocate(early);
 }
 
-TEST(RoutedPool, AForeignProfileIsNamedAndTheBuiltInRoutesUsed) {
+TEST(AutoPool, AForeignProfileIsNamedAndTheBuiltInRoutesUsed) {
   ProfileFile file(sim_profile(4));
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto pool = make_auto();
   pool->attach(std::make_shared<LoopbackCommunicator>(group, 0), std::nullopt);
-  EXPECT_EQ(pool->routes(), SizeRoutes(Placement::symmetric));
+  EXPECT_EQ(pool->routes(), SizeRoutes(RegistrationKind::symmetric));
   EXPECT_TRUE(contains(pool->routes_source(), "built-in routes")) << pool->routes_source();
   EXPECT_TRUE(contains(pool->routes_source(), "4 ranks")) << pool->routes_source();
 }
 
-TEST(RoutedPool, WithoutWindowsSymmetricSizesGoToTheLocalPart) {
+TEST(AutoPool, WithoutWindowsSymmetricSizesGoToTheLocalPart) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
   auto pool = make_auto(/*window_capable=*/false);
-  EXPECT_EQ(pool->routes(), SizeRoutes(Placement::local));
+  EXPECT_EQ(pool->routes(), SizeRoutes(RegistrationKind::local));
   EXPECT_TRUE(contains(pool->routes_source(), "cannot back windows")) << pool->routes_source();
   void* p = pool->allocate(MiB);
   pool->attach(comm, std::nullopt);  // not collective: nothing symmetric
-  EXPECT_EQ(pool->part_of(p)->placement, Placement::local);
+  EXPECT_EQ(pool->part_of(p)->kind, RegistrationKind::local);
   EXPECT_NE(pool->handle_of(p, *comm), nullptr);
   pool->deallocate(p);
   pool->detach(*comm);
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
-TEST(RoutedPool, ANamedKindRegistersEveryUsedPartThatWay) {
+TEST(AutoPool, ANamedKindRegistersEveryUsedPartThatWay) {
   ProfileFile file(sim_profile(1));
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
@@ -305,7 +305,7 @@ TEST(RoutedPool, ANamedKindRegistersEveryUsedPartThatWay) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
-TEST(RoutedPool, AFailedWindowAttachLeavesNothingAttached) {
+TEST(AutoPool, AFailedWindowAttachLeavesNothingAttached) {
   ProfileFile file(sim_profile(1));
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
@@ -332,12 +332,12 @@ TEST(RoutedPool, AFailedWindowAttachLeavesNothingAttached) {
   pool->check_invariants();
 }
 
-TEST(RoutedPool, SinglePoolsNeedAKindAndRouteNothing) {
+TEST(AutoPool, SinglePoolsNeedAKindAndRouteNothing) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
   Rank r = make_rank();
-  RoutedPool pool(r.pool, RegistryOptions{CheckLevel::off});
-  EXPECT_FALSE(pool.is_auto());
+  SinglePool pool(r.pool, RegistryOptions{CheckLevel::off});
+  EXPECT_FALSE(pool.chooses_kinds());
   EXPECT_THROW(pool.attach(comm, std::nullopt), InvalidArgument);
   pool.attach(comm, RegistrationKind::local);
   void* p = pool.allocate(KiB);
@@ -352,13 +352,13 @@ TEST(RoutedPool, SinglePoolsNeedAKindAndRouteNothing) {
 // Two ranks make the same random requests (sizes across every class, frees, scope ends, commits,
 // trims) on auto pools whose routes use all three parts: invariants hold after every step, every
 // rank's symmetric part agrees, and registrations count back to zero.
-TEST(RoutedPool, RandomRequestsKeepEveryPartConsistentAndCountBackToZero) {
+TEST(AutoPool, RandomRequestsKeepEveryPartConsistentAndCountBackToZero) {
   ProfileFile file(sim_profile(2));
   auto group = std::make_shared<LoopbackGroup>("world", 2, 5000ms);
-  std::vector<std::unique_ptr<RoutedPool>> pools;
+  std::vector<std::unique_ptr<AutoPool>> pools;
   for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
   const auto errors = on_ranks(2, [&](int rank) {
-    RoutedPool& pool = *pools[static_cast<std::size_t>(rank)];
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
     pool.attach(comm, std::nullopt);
     std::mt19937_64 random(42);  // the same on both ranks: the same requests
@@ -375,16 +375,16 @@ TEST(RoutedPool, RandomRequestsKeepEveryPartConsistentAndCountBackToZero) {
       } else if (step % 3 == 0) {
         pool.trim();  // collective over the symmetric part
       } else {
-        RoutedPool::ScopeSet scope(pool);
+        RegisteredPool::ScopeSet scope(pool);
         scope.close();  // commits at the scheduled scope ends
       }
       pool.check_invariants();
     }
     pool.commit();
     for (void* p : live) {
-      const RoutedPool::Part* part = pool.part_of(p);
+      const PoolPart* part = pool.part_of(p);
       ASSERT_NE(part, nullptr);
-      EXPECT_EQ(pool.handle_of(p, *comm) != nullptr, part->placement != Placement::none);
+      EXPECT_EQ(pool.handle_of(p, *comm) != nullptr, part->kind != RegistrationKind::none);
       pool.deallocate(p);
     }
     pool.detach(*comm);
@@ -396,10 +396,10 @@ TEST(RoutedPool, RandomRequestsKeepEveryPartConsistentAndCountBackToZero) {
   EXPECT_EQ(group->live_registrations(), 0);
 }
 
-TEST(RoutedPool, ScopesOpenAndCloseOnEveryPart) {
+TEST(AutoPool, ScopesOpenAndCloseOnEveryPart) {
   auto pool = make_auto();
   {
-    RoutedPool::ScopeSet scope(*pool);
+    RegisteredPool::ScopeSet scope(*pool);
     EXPECT_EQ(pool->open_scopes(), 1);
     for (const auto& part : pool->parts()) EXPECT_EQ(part.registry->open_scopes(), 1);
     scope.close();
@@ -407,13 +407,13 @@ TEST(RoutedPool, ScopesOpenAndCloseOnEveryPart) {
   EXPECT_EQ(pool->open_scopes(), 0);
   EXPECT_EQ(current_scope(), nullptr);
   {
-    RoutedPool::ScopeSet failed(*pool);  // destroyed without close (an exception on its way): still a scope end
+    RegisteredPool::ScopeSet failed(*pool);  // destroyed without close (an exception on its way): still a scope end
   }
   EXPECT_EQ(current_scope(), nullptr);
   EXPECT_EQ(pool->first_registry().scope_ends(), 2u);
   for (const auto& part : pool->parts()) EXPECT_EQ(part.registry->scope_ends(), 2u);
   {
-    RoutedPool::ScopeSet left(*pool);
+    RegisteredPool::ScopeSet left(*pool);
     left.abandon();  // no scope end: what every rank does for a scope(commit=False)
   }
   EXPECT_EQ(current_scope(), nullptr);

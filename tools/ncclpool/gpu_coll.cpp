@@ -21,7 +21,7 @@
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
-#include <ncclpool/routed_pool.hpp>
+#include <ncclpool/auto_pool.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -134,13 +134,13 @@ class RankRunner {
     if (o.auto_pool) {
       // The library's auto pool: parts over sources of their own, routes as the library decides
       // them at the attach (this machine's profile, else built in).
-      auto make_part = [&team, rank](Placement p) {
+      auto make_part = [&team, rank](RegistrationKind p) {
         PoolConfig pc;
         pc.name = std::string("bench-coll-auto/") + to_string(p);
         pc.deterministic = true;
         return std::make_shared<Pool>(team.source(rank), pc);
       };
-      auto_pool_ = std::make_unique<RoutedPool>("bench-coll-auto", make_part, builtin_routes(true), "built-in routes (measured on H200)", RegistryOptions{});
+      auto_pool_ = std::make_unique<AutoPool>("bench-coll-auto", make_part, builtin_routes(true), "built-in routes (measured on H200)", RegistryOptions{});
     }
   }
   ~RankRunner() {
@@ -205,7 +205,7 @@ class RankRunner {
       if (recv) auto_pool_->deallocate(recv);
       throw;
     }
-    const std::string placement = to_string(auto_pool_->part_of(send)->placement);
+    const std::string placement = to_string(auto_pool_->part_of(send)->kind);
     auto_pool_->deallocate(send);
     auto_pool_->deallocate(recv);
     return placement;
@@ -393,7 +393,7 @@ class RankRunner {
   std::shared_ptr<Pool> pool_;
   std::unique_ptr<Registry> registry_;
   std::vector<int> attached_;
-  std::unique_ptr<RoutedPool> auto_pool_;  // --auto-pool
+  std::unique_ptr<AutoPool> auto_pool_;  // --auto-pool
   bool auto_attached_ = false;
   void* send_ = nullptr;
   void* recv_ = nullptr;

@@ -271,7 +271,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       }
       if (chosen_runs == nullptr) throw InvalidArgument("tune: no times of any kind for " + op + " at " + std::to_string(bytes) + " bytes");
       classes[bytes].min_bytes = bytes;
-      classes[bytes].kind[op] = chosen;
+      classes[bytes].kind[op] = *registration_kind_from_string(chosen);  // one of the three names above
       // Run-to-run noise of what was chosen: (max - min) / median over the runs.
       const auto [lo, hi] = std::minmax_element(chosen_runs->begin(), chosen_runs->end());
       (bytes < 256 * 1024 ? noise_small : noise_large).push_back((*hi - *lo) / chosen_us);

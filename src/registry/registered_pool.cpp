@@ -1,0 +1,336 @@
+// RegisteredPool (registered_pool.hpp): what every kind of pool does over its parts, and SinglePool.
+
+#include <ncclpool/errors.hpp>
+#include <ncclpool/registered_pool.hpp>
+
+#include "vote.hpp"
+
+#include <algorithm>
+#include <exception>
+
+namespace ncclpool {
+namespace {
+
+// Sum of counters; maxima of the largest-block fields.
+PoolStats add(PoolStats a, const PoolStats& b) {
+  a.allocated_bytes += b.allocated_bytes;
+  a.peak_allocated_bytes += b.peak_allocated_bytes;
+  a.requested_bytes += b.requested_bytes;
+  a.reserved_bytes += b.reserved_bytes;
+  a.peak_reserved_bytes += b.peak_reserved_bytes;
+  a.segment_count += b.segment_count;
+  a.largest_free_block = std::max(a.largest_free_block, b.largest_free_block);
+  a.active_allocations += b.active_allocations;
+  a.allocation_count += b.allocation_count;
+  a.deallocation_count += b.deallocation_count;
+  a.segments_created += b.segments_created;
+  a.segments_released += b.segments_released;
+  a.oom_count += b.oom_count;
+  a.oom_recoveries += b.oom_recoveries;
+  a.cross_stream_reuses += b.cross_stream_reuses;
+  a.hook_errors += b.hook_errors;
+  a.stream_publishes += b.stream_publishes;
+  a.unpublished_skips += b.unpublished_skips;
+  a.largest_fresh_block = std::max(a.largest_fresh_block, b.largest_fresh_block);
+  return a;
+}
+
+}  // namespace
+
+RegisteredPool::~RegisteredPool() = default;
+
+void RegisteredPool::add_part(RegistrationKind kind, std::shared_ptr<Pool> pool, const RegistryOptions& options) {
+  if (!pool) throw InvalidArgument("pool '" + name_ + "': no pool for its " + to_string(kind) + " part");
+  PoolPart part;
+  part.kind = kind;
+  part.pool = std::move(pool);
+  part.registry = std::make_unique<Registry>(part.pool, options);
+  parts_.push_back(std::move(part));
+}
+
+// ---------------------------------------------------------------- allocation
+
+const PoolPart* RegisteredPool::part_of(const void* ptr) const {
+  for (const PoolPart& p : parts_)
+    if (p.pool->segment_of(ptr)) return &p;
+  return nullptr;
+}
+
+void RegisteredPool::deallocate(void* ptr, stream_t stream) {
+  if (ptr == nullptr) return;
+  if (parts_.size() == 1) return parts_.front().pool->deallocate(ptr, stream);  // the pool tells a foreign pointer itself
+  const PoolPart* p = part_of(ptr);
+  (p ? p->pool : parts_.front().pool)->deallocate(ptr, stream);  // a foreign pointer: the first pool's ForeignPointer message
+}
+
+void RegisteredPool::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  if (parts_.size() == 1) return parts_.front().pool->deallocate(ptr);
+  const PoolPart* p = part_of(ptr);
+  (p ? p->pool : parts_.front().pool)->deallocate(ptr);
+}
+
+void RegisteredPool::publish_frees(stream_t stream) {
+  for (PoolPart& p : parts_) p.pool->publish_frees(stream);
+}
+
+// ---------------------------------------------------------------- attachments
+
+std::vector<RegisteredPool::Attachment>::const_iterator RegisteredPool::find(const Communicator& comm) const {
+  return std::find_if(attachments_.begin(), attachments_.end(), [&](const Attachment& a) { return a.comm.get() == &comm; });
+}
+
+bool RegisteredPool::is_attached_locked(const Communicator& comm) const { return find(comm) != attachments_.end(); }
+
+void RegisteredPool::reserve_attachment() { attachments_.reserve(attachments_.size() + 1); }
+
+void RegisteredPool::record_attachment(std::shared_ptr<Communicator> comm, std::vector<std::size_t> parts, std::optional<RegistrationKind> requested) noexcept {
+  attachments_.push_back(Attachment{std::move(comm), std::move(parts), requested});
+}
+
+// Newest first, every part whatever another part's undo did: a deregistration refused on this rank
+// alone (RegistrationError) has detached the part regardless; a part whose detach agreement failed
+// (on every rank) is forgotten, so that nothing stays attached here.
+void RegisteredPool::undo_attach(const Communicator& comm, const std::vector<std::size_t>& parts) noexcept {
+  for (std::size_t i = parts.size(); i-- > 0;) {
+    Registry& registry = *parts_[parts[i]].registry;
+    try {
+      registry.detach(comm);
+    } catch (const RegistrationError&) {
+    } catch (...) {
+      try {
+        registry.forget(comm);
+      } catch (...) {  // not attached any more
+      }
+    }
+  }
+}
+
+void RegisteredPool::detach(const Communicator& comm) {
+  std::lock_guard lock(mutex_);
+  auto it = attachments_.begin() + (find(comm) - attachments_.cbegin());
+  if (it == attachments_.end()) throw InvalidArgument("detach: " + comm.describe() + " is not attached to pool '" + name_ + "'");
+  // Collective parts first, in the same order on every rank. A part whose detach agreement fails (on
+  // every rank together) stays attached, and so does the attachment; the ones before it are gone. A
+  // deregistration that failed on this rank alone (RegistrationError: detached regardless) must not
+  // stop it before the later parts' collective detaches, which the other ranks make.
+  std::vector<std::size_t> order = it->parts;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return parts_[a].kind == RegistrationKind::symmetric && parts_[b].kind != RegistrationKind::symmetric;
+  });
+  detail::Vote local_failure;
+  for (std::size_t index : order) {
+    try {
+      parts_[index].registry->detach(comm);
+    } catch (const RegistrationError&) {
+      local_failure.fail();
+    }
+    std::erase(it->parts, index);
+  }
+  attachments_.erase(it);
+  local_failure.rethrow();
+}
+
+void RegisteredPool::forget(const Communicator& comm) {
+  std::lock_guard lock(mutex_);
+  auto it = attachments_.begin() + (find(comm) - attachments_.cbegin());
+  if (it == attachments_.end()) throw InvalidArgument("forget: " + comm.describe() + " is not attached to pool '" + name_ + "'");
+  for (std::size_t index : it->parts) parts_[index].registry->forget(comm);
+  attachments_.erase(it);
+}
+
+bool RegisteredPool::attached(const Communicator& comm) const {
+  std::lock_guard lock(mutex_);
+  return is_attached_locked(comm);
+}
+
+std::size_t RegisteredPool::attached_count() const {
+  std::lock_guard lock(mutex_);
+  return attachments_.size();
+}
+
+std::vector<std::shared_ptr<Communicator>> RegisteredPool::communicators() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::shared_ptr<Communicator>> out;
+  for (const Attachment& a : attachments_) out.push_back(a.comm);
+  return out;
+}
+
+CommunicatorStats RegisteredPool::stats(const Communicator& comm) const {
+  std::vector<std::size_t> indices;
+  CommunicatorStats out;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = find(comm);
+    if (it == attachments_.end()) throw InvalidArgument("stats: " + comm.describe() + " is not attached to pool '" + name_ + "'");
+    indices = it->parts;
+    out.routed = !it->requested.has_value();
+    if (it->requested) out.kind = *it->requested;
+  }
+  for (std::size_t index : indices) {
+    const CommunicatorStats s = parts_[index].registry->stats(comm);
+    if (s.kind == RegistrationKind::symmetric) out.kind = RegistrationKind::symmetric;
+    out.registrations += s.registrations;
+    out.deregistrations += s.deregistrations;
+    out.registered_segments += s.registered_segments;
+    out.bytes_registered += s.bytes_registered;
+    out.registration_seconds += s.registration_seconds;
+    out.pending += s.pending;
+    out.agreements += s.agreements;
+    out.agreements_waited += s.agreements_waited;
+    out.agreements_in_flight += s.agreements_in_flight;
+    out.errors += s.errors;
+    out.segments_created_in_capture += s.segments_created_in_capture;
+  }
+  out.has_windows = out.kind == RegistrationKind::symmetric;
+  return out;
+}
+
+void* RegisteredPool::handle_of(const void* ptr, const Communicator& comm) const {
+  const PoolPart* p = part_of(ptr);
+  return p == nullptr ? nullptr : p->registry->handle_of(ptr, comm);
+}
+
+// ---------------------------------------------------------------- collective steps over the parts
+
+// Every part, on every rank, whatever an earlier part did here: a part's commit and trim are
+// collective steps of their own, and a rank that stopped at the first part that threw would leave
+// the later parts' agreements to pair with its next collective. The first error is raised after.
+template <class Op>
+void RegisteredPool::on_every_part(Op&& op) {
+  detail::Vote first;
+  for (PoolPart& p : parts_) {
+    try {
+      op(p);
+    } catch (...) {
+      first.fail();
+    }
+  }
+  first.rethrow();
+}
+
+void RegisteredPool::commit() {
+  on_every_part([](PoolPart& p) { p.registry->commit(); });
+}
+
+void RegisteredPool::commit_after_error() noexcept {
+  for (PoolPart& p : parts_) p.registry->commit_after_error();
+}
+
+void RegisteredPool::poll() {
+  on_every_part([](PoolPart& p) { p.registry->poll(); });
+}
+
+std::size_t RegisteredPool::trim() {
+  std::size_t released = 0;
+  on_every_part([&](PoolPart& p) { released += p.registry->trim(); });
+  return released;
+}
+
+// ---------------------------------------------------------------- queries
+
+std::size_t RegisteredPool::pending() const {
+  std::size_t n = 0;
+  for (const PoolPart& p : parts_) n += p.registry->pending();
+  return n;
+}
+
+PoolStats RegisteredPool::stats() const {
+  PoolStats out = parts_.front().pool->stats();
+  for (std::size_t i = 1; i < parts_.size(); ++i) out = add(out, parts_[i].pool->stats());
+  return out;
+}
+
+MemoryBreakdown RegisteredPool::memory_breakdown() const {
+  MemoryBreakdown out;
+  for (const PoolPart& p : parts_) {
+    const MemoryBreakdown m = p.pool->memory_breakdown();
+    out.reserved += m.reserved;
+    out.requested += m.requested;
+    out.rounding += m.rounding;
+    out.free_in_used_segments += m.free_in_used_segments;
+    out.never_used += m.never_used;
+    out.other_streams_only += m.other_streams_only;
+    out.empty_segments += m.empty_segments;
+  }
+  return out;
+}
+
+void RegisteredPool::check_invariants() const {
+  for (const PoolPart& p : parts_) {
+    p.pool->check_invariants();
+    p.registry->check_invariants();
+  }
+}
+
+int RegisteredPool::open_scopes() const noexcept { return parts_.front().registry->open_scopes(); }
+
+// ---------------------------------------------------------------- scopes
+
+RegisteredPool::ScopeSet::ScopeSet(RegisteredPool& pool) {
+  scopes_.reserve(pool.parts_.size());
+  try {
+    for (PoolPart& p : pool.parts_) scopes_.push_back(std::make_unique<Scope>(*p.registry));
+  } catch (...) {
+    abandon();  // never opened as a whole: no scope end
+    throw;
+  }
+}
+
+RegisteredPool::ScopeSet::~ScopeSet() { close_after_error(); }
+
+void RegisteredPool::ScopeSet::close_after_error() noexcept {
+  while (!scopes_.empty()) {  // innermost first
+    scopes_.back()->close_after_error();
+    scopes_.pop_back();
+  }
+}
+
+void RegisteredPool::ScopeSet::abandon() noexcept {
+  while (!scopes_.empty()) {
+    scopes_.back()->abandon();
+    scopes_.pop_back();
+  }
+}
+
+void RegisteredPool::ScopeSet::close() {
+  std::exception_ptr first;
+  while (!scopes_.empty()) {
+    try {
+      scopes_.back()->close();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    scopes_.pop_back();
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// ---------------------------------------------------------------- SinglePool
+
+SinglePool::SinglePool(std::shared_ptr<Pool> pool, RegistryOptions options) : RegisteredPool(pool ? pool->config().name : std::string()) {
+  if (!pool) throw InvalidArgument("SinglePool: pool is null");
+  add_part(RegistrationKind::local, std::move(pool), options);
+}
+
+// Hot path: straight to the one part.
+void* SinglePool::allocate(std::size_t bytes, stream_t stream, Collective) { return parts_.front().pool->allocate(bytes, stream); }
+
+void* SinglePool::allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t, std::size_t, Collective) {
+  return parts_.front().pool->allocate(bytes, stream);
+}
+
+void SinglePool::reserve(std::size_t bytes) { parts_.front().pool->reserve(bytes); }
+
+void SinglePool::attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) {
+  if (!comm) throw InvalidArgument("attach: communicator is null");
+  if (!kind) throw InvalidArgument("attach: pool '" + name() + "' is not an auto pool: name the kind (local or symmetric)");
+  if (*kind == RegistrationKind::none)
+    throw InvalidArgument("attach: 'none' registers nothing: a communicator is attached as local or symmetric (pool '" + name() + "')");
+  std::lock_guard lock(attach_mutex());
+  reserve_attachment();  // so that recording a successful attach cannot throw
+  parts_.front().registry->attach(comm, *kind);  // refuses a second attach itself (for windows, as its vote)
+  record_attachment(std::move(comm), {0}, kind);
+}
+
+}  // namespace ncclpool

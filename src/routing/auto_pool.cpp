@@ -1,0 +1,184 @@
+// AutoPool (auto_pool.hpp): its parts, routing by size, the routes decision at the first attach, the
+// attach over the parts, and make_auto_pool. The routes agreement is in routes_agreement.cpp.
+
+#include <ncclpool/auto_pool.hpp>
+#include <ncclpool/errors.hpp>
+#include <ncclpool/limit_source.hpp>
+
+#include "registry/vote.hpp"
+
+#include <algorithm>
+#include <exception>
+
+namespace ncclpool {
+namespace {
+
+constexpr std::size_t kMiB = 1ull << 20;
+constexpr std::size_t kGiB = 1ull << 30;
+constexpr RegistrationKind kParts[] = {RegistrationKind::none, RegistrationKind::local, RegistrationKind::symmetric};  // parts_ order = enum order
+
+}  // namespace
+
+AutoPool::AutoPool(std::string name, const PartFactory& make_part, SizeRoutes routes, std::string routes_source, RegistryOptions options)
+    : RegisteredPool(std::move(name)), routes_source_(std::move(routes_source)) {
+  routes_.fill(routes);
+  if (!make_part) throw InvalidArgument("auto pool '" + this->name() + "': no part factory");
+  for (RegistrationKind kind : kParts) add_part(kind, make_part(kind), options);
+  const PoolPart& symmetric = part(RegistrationKind::symmetric);
+  if (!symmetric.pool->source_properties().window_capable && routes_use(RegistrationKind::symmetric)) {
+    for (SizeRoutes& r : routes_) r = r.without_windows();
+    routes_source_ += "; symmetric sizes go to the local part: " + symmetric.pool->source_properties().description + " cannot back windows";
+  }
+}
+
+void AutoPool::fix_routes() noexcept {
+  std::lock_guard lock(attach_mutex());
+  routes_fixed_.store(true, std::memory_order_release);
+}
+
+bool AutoPool::routes_use(RegistrationKind kind) const noexcept {
+  return std::any_of(routes_.begin(), routes_.end(), [&](const SizeRoutes& r) { return r.uses(kind); });
+}
+
+// Hot path: after the first request the routes are fixed (one acquire load), then a lookup in a few
+// size classes.
+PoolPart& AutoPool::route(std::size_t bytes, Collective collective) {
+  if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
+  return parts_[static_cast<std::size_t>(routes_[static_cast<std::size_t>(collective)].for_request(bytes))];
+}
+
+void* AutoPool::allocate(std::size_t bytes, stream_t stream, Collective collective) { return route(bytes, collective).pool->allocate(bytes, stream); }
+
+void* AutoPool::allocate_for_messages(std::size_t bytes, stream_t stream, std::size_t lo, std::size_t hi, Collective collective) {
+  if (!routes_fixed_.load(std::memory_order_acquire)) fix_routes();
+  const RegistrationKind kind = routes_[static_cast<std::size_t>(collective)].for_range(lo, hi);
+  return parts_[static_cast<std::size_t>(kind)].pool->allocate(bytes, stream);
+}
+
+void AutoPool::reserve(std::size_t bytes) { route(bytes, Collective::any).pool->reserve(bytes); }
+
+SizeRoutes AutoPool::routes(Collective collective) const {
+  std::lock_guard lock(attach_mutex());
+  return routes_[static_cast<std::size_t>(collective)];
+}
+
+std::string AutoPool::routes_source() const {
+  std::lock_guard lock(attach_mutex());
+  return routes_source_;
+}
+
+// The first attach of an auto pool that made nothing yet takes the profile measured for comm's
+// machine; the routes are fixed from then on.
+void AutoPool::choose_routes_for(Communicator& comm) {
+  if (routes_fixed_.load(std::memory_order_acquire)) return;
+  // The rule is auto_routes_windows (routes.hpp); the kernels are asked about (and decided, once per
+  // process) only where windows are otherwise possible.
+  const bool capable = part(RegistrationKind::symmetric).pool->source_properties().window_capable;
+  std::string comm_why;
+  const bool comm_windows = capable && comm.supports_windows(&comm_why);
+  const int kernels = comm_windows ? comm.prepare_symmetric_kernels() : -1;
+  std::string why;
+  const bool windows = auto_routes_windows(capable, !capable || comm_windows, comm_why, kernels < 0 || (kernels & kSymmetricKernelsOff) == 0, &why);
+  const MachineKey key = comm.machine();
+  const ProfileLookup lookup = find_profile(key.gpu, key.nccl_version, key.ranks);
+  if (lookup.profile) {
+    for (int c = 0; c < kCollectives; ++c)
+      routes_[static_cast<std::size_t>(c)] = routes_from_profile(*lookup.profile, windows, static_cast<Collective>(c));
+    routes_source_ = "the profile " + lookup.path + " (measured " + lookup.profile->measured + " on " + lookup.profile->gpu + ", NCCL " +
+                     std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)" +
+                     (windows ? "" : ", without windows: " + why);
+  } else {
+    routes_.fill(builtin_routes(windows));
+    routes_source_ = "built-in routes (measured on H200)" + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
+  }
+  routes_fixed_.store(true, std::memory_order_release);
+}
+
+// Lockstep: an auto pool's attach makes the same collective steps on every rank, whatever this
+// rank's routes, profile or failures: local parts (not collective; a failure is this rank's "no"),
+// then the routes agreement (always: no rank can tell locally whether another rank's routes make
+// windows), then the symmetric parts' attaches, each its own agreement. All or nothing.
+void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) {
+  if (!comm) throw InvalidArgument("attach: communicator is null");
+  std::lock_guard lock(attach_mutex());
+  reserve_attachment();  // so that recording a successful attach cannot throw
+  std::vector<std::size_t> done;  // parts attached so far
+  done.reserve(parts_.size());
+  detail::Vote vote;
+  if (is_attached_locked(*comm))
+    vote.fail(std::make_exception_ptr(InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name() + "'")));
+  if (kind == RegistrationKind::none)
+    vote.fail(std::make_exception_ptr(InvalidArgument("attach: 'none' registers nothing: name local or symmetric, or no kind (pool '" + name() + "')")));
+  try {
+    choose_routes_for(*comm);
+  } catch (...) {
+    vote.fail();
+  }
+  std::vector<std::pair<std::size_t, RegistrationKind>> plan;  // parts the routes use, with their kinds
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    const RegistrationKind own = parts_[i].kind;
+    if (!routes_use(own)) continue;
+    if (kind) {
+      plan.emplace_back(i, *kind);
+    } else if (own != RegistrationKind::none) {
+      plan.emplace_back(i, own);
+    }
+  }
+  for (const auto& [index, k] : plan) {
+    if (k != RegistrationKind::local || !vote.yes()) continue;
+    try {
+      parts_[index].registry->attach(comm, k);
+      done.push_back(index);
+    } catch (...) {
+      vote.fail();
+    }
+  }
+  try {
+    agree_on_routes(*comm, !vote.yes());
+  } catch (...) {
+    vote.fail();
+  }
+  if (!vote.yes()) {
+    undo_attach(*comm, done);  // local parts only: not collective; the cause stays the error raised
+    vote.rethrow();
+  }
+  // Every rank gets here or none does. A symmetric part's attach fails on every rank together (its
+  // agreement carries each rank's vote), so every rank undoes the same parts, collectively.
+  try {
+    for (const auto& [index, k] : plan) {
+      if (k != RegistrationKind::symmetric) continue;
+      parts_[index].registry->attach(comm, k);
+      done.push_back(index);
+    }
+  } catch (...) {
+    undo_attach(*comm, done);
+    throw;
+  }
+  record_attachment(std::move(comm), std::move(done), kind);
+}
+
+std::unique_ptr<AutoPool> make_auto_pool(const AutoPoolConfig& config) {
+  if (!config.make_source) throw InvalidArgument("auto pool '" + config.name + "': no segment source factory (AutoPoolConfig::make_source)");
+  // Each part is a pool of its own (its own source: a window-capable one backs the symmetric part);
+  // max_reserved holds for the parts together.
+  std::shared_ptr<SharedLimit> limit;
+  if (config.max_reserved != 0) limit = std::make_shared<SharedLimit>(config.max_reserved, "pool '" + config.name + "'");
+  auto make_part = [&](RegistrationKind kind) {
+    PoolConfig pool;
+    pool.name = config.name + "/" + to_string(kind);
+    pool.alignment = config.alignment;
+    pool.growth_chunk = config.growth_chunk != 0 ? config.growth_chunk : kind == RegistrationKind::symmetric ? kGiB : 2 * kMiB;
+    pool.max_reserved = config.max_reserved;
+    pool.deterministic = true;  // the symmetric part must be; the others route by size alike
+    std::shared_ptr<SegmentSource> source = config.make_source(kind);
+    if (limit) source = std::make_shared<LimitSource>(std::move(source), limit);
+    return std::make_shared<Pool>(std::move(source), pool);
+  };
+  // Until the first attach (which decides with the communicator's answers), the routes are what that
+  // attach would choose here without a profile.
+  std::string source = "built-in routes (measured on H200)" + (config.windows_possible ? std::string() : ", without windows: " + config.why_no_windows) +
+                       "; the first attached communicator decides them again, and a profile of its machine replaces them";
+  return std::make_unique<AutoPool>(config.name, make_part, builtin_routes(config.windows_possible), std::move(source), config.registry);
+}
+
+}  // namespace ncclpool

@@ -1,0 +1,93 @@
+// The routes agreement of an auto pool (auto_pool.hpp): every attach compares the routes of every
+// rank, with each rank's vote on the attach so far, so that all fail together when one differs.
+
+#include <ncclpool/auto_pool.hpp>
+#include <ncclpool/errors.hpp>
+
+#include "core/fnv1a.hpp"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace ncclpool {
+namespace {
+
+// The routes agreement: one all-gathered record per rank (it fits 11 classes; more are compared by
+// digest only), with this rank's vote on the attach so far. Its magic differs from the registry's,
+// so a rank that runs a registry agreement in its place fails both sides.
+constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
+constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 5;
+enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_classes = 5 };
+
+// w_from_profile: bit 0, the routes came from a profile; bit 1, some collective routes otherwise.
+AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bool from_profile, bool per_collective, bool voted_no) {
+  AgreementRecord r;
+  r.words[w_magic] = kRoutesMagic;
+  r.words[w_digest] = digest;
+  r.words[w_count] = routes.classes().size();
+  r.words[w_from_profile] = (from_profile ? 1 : 0) | (per_collective ? 2 : 0);
+  r.words[w_voted_no] = voted_no ? 1 : 0;
+  for (std::size_t i = 0; i < routes.classes().size() && i < kRecordClasses; ++i) {
+    const SizeRoute& c = routes.classes()[i];
+    r.words[w_classes + i] = (static_cast<std::uint64_t>(c.placement) << 62) | (c.min_bytes & ((1ull << 62) - 1));
+  }
+  return r;
+}
+
+std::string describe_routes_record(const AgreementRecord& r) {
+  if (r.words[w_magic] != kRoutesMagic)
+    return "no routes: this rank ran another collective here (its pool is not an auto pool, or it attached pools in another order)";
+  if (r.words[w_voted_no] != 0) return "could not attach (the error raised on that rank says why)";
+  const std::string from = (r.words[w_from_profile] & 1) ? " (from its profile)" : " (built in)";
+  if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from;
+  std::vector<SizeRoute> classes;
+  for (std::size_t i = 0; i < r.words[w_count]; ++i) {
+    const std::uint64_t v = r.words[w_classes + i];
+    classes.push_back(SizeRoute{static_cast<std::size_t>(v & ((1ull << 62) - 1)), static_cast<RegistrationKind>(v >> 62)});
+  }
+  try {
+    const SizeRoutes routes(std::move(classes));
+    const std::string per_collective = (r.words[w_from_profile] & 2) ? " and other routes for some collectives (digest " + std::to_string(r.words[w_digest]) + ")" : "";
+    return routes.describe() + per_collective + from;
+  } catch (const Error&) {
+    return "unreadable routes";
+  }
+}
+
+std::uint64_t routes_digest(const std::array<SizeRoutes, kCollectives>& routes) noexcept {
+  detail::Fnv1a d;
+  for (const SizeRoutes& r : routes) d.mix(r.digest());
+  return d.value();
+}
+
+}  // namespace
+
+void AutoPool::agree_on_routes(Communicator& comm, bool voted_no) const {
+  const bool per_collective = std::any_of(routes_.begin() + 1, routes_.end(), [&](const SizeRoutes& r) { return !(r == routes_[0]); });
+  const AgreementRecord mine = routes_record(routes_[0], routes_digest(routes_), routes_source_.rfind("the profile", 0) == 0, per_collective, voted_no);
+  const std::vector<AgreementRecord> all = comm.all_gather(mine);
+  if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r == mine; })) return;
+  std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
+  for (std::size_t rank = 0; rank < all.size(); ++rank) groups[{all[rank].words.begin(), all[rank].words.end()}].push_back(static_cast<int>(rank));
+  const bool someone_voted_no = std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.words[w_magic] == kRoutesMagic && r.words[w_voted_no] != 0; });
+  std::ostringstream msg;
+  if (someone_voted_no)
+    msg << comm.describe() << ": a rank could not attach the auto pool '" << name() << "', so no rank does; nothing was attached:";
+  else
+    msg << comm.describe() << ": ranks route the auto pool '" << name() << "' differently, so its symmetric part would get other requests on each rank; nothing was attached:";
+  for (const auto& [words, ranks] : groups) {
+    AgreementRecord r;
+    std::copy(words.begin(), words.end(), r.words.begin());
+    msg << (ranks.size() > 1 ? " ranks " : " rank ");
+    for (std::size_t i = 0; i < ranks.size(); ++i) msg << (i ? "," : "") << ranks[i];
+    msg << ": " << describe_routes_record(r) << ';';
+  }
+  if (someone_voted_no)
+    msg << " (that rank's own error says why, e.g. a local registration refused)";
+  else
+    msg << " (give every rank the same profile, NCCLPOOL_PROFILE, and attach before the first allocation)";
+  throw AgreementError(msg.str());
+}
+
+}  // namespace ncclpool
