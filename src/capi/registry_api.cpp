@@ -1,6 +1,7 @@
 // C ABI: attaching communicators, commit, scopes.
 
 #include "handles.hpp"
+#include "stats.hpp"
 
 #include <ncclpool/nccl.hpp>
 
@@ -162,11 +163,7 @@ ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_
   return guarded("ncclpool_comm_stats", [&] {
     capi::require_attached(comm, "comm");
     require(out, "stats");
-    const CommunicatorStats s = comm->pool->routed->stats(*comm->comm);
-    *out = ncclpool_comm_stats_t{static_cast<int>(comm->kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
-                                 s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
-                                 s.registration_seconds, s.pending, s.agreements, s.errors, s.agreements_waited,
-                                 s.agreements_in_flight, s.segments_created_in_capture};
+    capi::fill_stats(out, capi::stats_layout(NCCLPOOL_STATS_COMM), [&] { return capi::comm_stats(*comm); });
   });
 }
 

@@ -8,6 +8,11 @@ namespace ncclpool {
 
 const char* to_string(RegistrationKind kind) noexcept { return kind == RegistrationKind::local ? "local" : "symmetric"; }
 
+CommunicatorStats& CommunicatorStats::operator+=(const CommunicatorStats& other) noexcept {
+  NCCLPOOL_COMM_STATS_FIELDS(NCCLPOOL_STATS_CXX_MERGE)
+  return *this;
+}
+
 namespace detail {
 
 std::optional<SegmentRegistrations> RegistryImpl::lookup(const void* ptr) const {

@@ -56,30 +56,6 @@ std::string describe_routes_record(const AgreementRecord& r) {
   }
 }
 
-// Sum of counters; maxima of the largest-block fields.
-PoolStats add(PoolStats a, const PoolStats& b) {
-  a.allocated_bytes += b.allocated_bytes;
-  a.peak_allocated_bytes += b.peak_allocated_bytes;
-  a.requested_bytes += b.requested_bytes;
-  a.reserved_bytes += b.reserved_bytes;
-  a.peak_reserved_bytes += b.peak_reserved_bytes;
-  a.segment_count += b.segment_count;
-  a.largest_free_block = std::max(a.largest_free_block, b.largest_free_block);
-  a.active_allocations += b.active_allocations;
-  a.allocation_count += b.allocation_count;
-  a.deallocation_count += b.deallocation_count;
-  a.segments_created += b.segments_created;
-  a.segments_released += b.segments_released;
-  a.oom_count += b.oom_count;
-  a.oom_recoveries += b.oom_recoveries;
-  a.cross_stream_reuses += b.cross_stream_reuses;
-  a.hook_errors += b.hook_errors;
-  a.stream_publishes += b.stream_publishes;
-  a.unpublished_skips += b.unpublished_skips;
-  a.largest_fresh_block = std::max(a.largest_fresh_block, b.largest_fresh_block);
-  return a;
-}
-
 }  // namespace
 
 RoutedPool::RoutedPool(std::shared_ptr<Pool> pool, RegistryOptions options) {
@@ -422,21 +398,7 @@ CommunicatorStats RoutedPool::stats(const Communicator& comm) const {
     indices = it->parts;
   }
   CommunicatorStats out;
-  for (std::size_t index : indices) {
-    const CommunicatorStats s = parts_[index].registry->stats(comm);
-    if (s.kind == RegistrationKind::symmetric) out.kind = RegistrationKind::symmetric;
-    out.registrations += s.registrations;
-    out.deregistrations += s.deregistrations;
-    out.registered_segments += s.registered_segments;
-    out.bytes_registered += s.bytes_registered;
-    out.registration_seconds += s.registration_seconds;
-    out.pending += s.pending;
-    out.agreements += s.agreements;
-    out.agreements_waited += s.agreements_waited;
-    out.agreements_in_flight += s.agreements_in_flight;
-    out.errors += s.errors;
-    out.segments_created_in_capture += s.segments_created_in_capture;
-  }
+  for (std::size_t index : indices) out += parts_[index].registry->stats(comm);
   return out;
 }
 
@@ -458,7 +420,7 @@ std::size_t RoutedPool::attached_count() const {
 
 PoolStats RoutedPool::stats() const {
   PoolStats out = parts_.front().pool->stats();
-  for (std::size_t i = 1; i < parts_.size(); ++i) out = add(out, parts_[i].pool->stats());
+  for (std::size_t i = 1; i < parts_.size(); ++i) out += parts_[i].pool->stats();
   return out;
 }
 
