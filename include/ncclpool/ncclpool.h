@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <ncclpool/stats_fields.h>
+
 #if defined(__GNUC__)
 #define NCCLPOOL_C_API __attribute__((visibility("default")))
 #else
@@ -183,18 +185,16 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_trim(ncclpool_pool_t pool, size_t* rel
 /* Checks every internal invariant of the pool and its registrations (INVARIANT_VIOLATION if broken). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_check(ncclpool_pool_t pool);
 
+/* A pool's counters: the fields and what each says are NCCLPOOL_POOL_STATS_FIELDS in
+ * stats_fields.h (an auto pool's: its parts' combined). */
 typedef struct {
-  uint64_t allocated_bytes, peak_allocated_bytes, requested_bytes;
-  uint64_t reserved_bytes, peak_reserved_bytes;
-  uint64_t segment_count, largest_free_block, active_allocations;
-  uint64_t allocation_count, deallocation_count, segments_created, segments_released;
-  uint64_t oom_count, oom_recoveries, cross_stream_reuses, hook_errors;
-  uint64_t attached_communicators, pending_registrations;
-  uint64_t stream_publishes;   /* events recorded so that other streams may reuse freed blocks */
-  uint64_t unpublished_skips;  /* searches that passed over another stream's unpublished free block */
-  uint64_t largest_fresh_block; /* largest free block no stream owns: any stream (a capturing one too)
-                                   takes it without a wait */
+  size_t struct_size; /* set by the caller to sizeof(ncclpool_pool_stats_t) */
+  NCCLPOOL_POOL_STATS_FIELDS(NCCLPOOL_STATS_C_MEMBER)
 } ncclpool_pool_stats_t;
+/* Fills *stats. struct_size must be set: a caller built against an older header passes its smaller
+ * size and gets the fields it has (a newer one gets this library's, and struct_size says how many
+ * bytes were written); a size smaller than the first release's struct, or one that is no version's
+ * size, is INVALID_ARGUMENT. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_t* stats);
 /* Statistics as JSON (the pool's counters plus one object per attached communicator; an auto pool's
  * routes, where they came from, and each part's counters). Writes at
@@ -202,6 +202,29 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclp
  * buffer = NULL with capacity = 0 only asks for the size. Returns INVALID_ARGUMENT when the buffer is
  * too small (nothing partial is written then). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_stats_json(ncclpool_pool_t pool, char* buffer, size_t capacity, size_t* needed);
+
+/* The fields of the stats structs as this library has them, for bindings that build the structs at
+ * run time (the Python package's ctypes): from the same lists as the structs (stats_fields.h). */
+typedef enum ncclpool_stats_kind {
+  NCCLPOOL_STATS_POOL = 0, /* ncclpool_pool_stats_t */
+  NCCLPOOL_STATS_COMM = 1  /* ncclpool_comm_stats_t */
+} ncclpool_stats_kind_t;
+typedef enum ncclpool_field_type {
+  NCCLPOOL_FIELD_SIZE = 0,        /* size_t (struct_size) */
+  NCCLPOOL_FIELD_UINT64 = 1,      /* uint64_t */
+  NCCLPOOL_FIELD_INT = 2,         /* int */
+  NCCLPOOL_FIELD_DOUBLE = 3,      /* double */
+  NCCLPOOL_FIELD_REGISTRATION = 4 /* int holding an ncclpool_registration_t */
+} ncclpool_field_type_t;
+typedef struct ncclpool_stats_field {
+  const char* name;           /* the member's name */
+  ncclpool_field_type_t type;
+  size_t offset;              /* offsetof the member in the struct */
+  const char* doc;            /* what it says */
+} ncclpool_stats_field_t;
+/* *fields: the struct's members in order, struct_size first (static storage, valid for the life of
+ * the process); *count: how many. INVALID_ARGUMENT for another kind. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_stats_fields(ncclpool_stats_kind_t kind, const ncclpool_stats_field_t** fields, size_t* count);
 
 /* ---- Communicators ---- */
 /* Attaches a caller-owned ncclComm_t (from the process's NCCL; ncclpool never destroys it) on the
@@ -238,18 +261,13 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_verify_buffers(ncclpool_comm_t comm, const void* const* buffers, size_t count);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pending(ncclpool_pool_t pool, size_t* pending);
 
+/* One attached communicator's counters: the fields and what each says are
+ * NCCLPOOL_COMM_STATS_FIELDS in stats_fields.h (an auto pool's: summed over its parts). */
 typedef struct {
-  int kind;                          /* ncclpool_registration_t it was attached with (AUTO for auto) */
-  int rank, size, device;
-  uint64_t registrations, deregistrations, registered_segments, bytes_registered;
-  double registration_seconds;       /* time in register/deregister calls and agreements */
-  uint64_t pending, agreements, errors;
-  uint64_t agreements_waited;        /* agreements this rank waited for (it had something to register) */
-  uint64_t agreements_in_flight;     /* started, not checked yet */
-  uint64_t segments_created_in_capture; /* segments that appeared during a CUDA graph capture: their
-                                           registration waited for its end (captured collectives on
-                                           them do not use it) */
+  size_t struct_size; /* set by the caller to sizeof(ncclpool_comm_stats_t) */
+  NCCLPOOL_COMM_STATS_FIELDS(NCCLPOOL_STATS_C_MEMBER)
 } ncclpool_comm_stats_t;
+/* Fills *stats; struct_size as for ncclpool_pool_stats. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* stats);
 /* The window (or local registration handle) of the segment holding ptr, NULL if none. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr, void** handle);

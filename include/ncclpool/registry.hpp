@@ -32,6 +32,7 @@
 #include <ncclpool/export.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registration.hpp>
+#include <ncclpool/stats_fields.h>
 
 #include <atomic>
 #include <memory>
@@ -64,26 +65,14 @@ struct RegistryOptions {
   static constexpr unsigned kDefaultScopePeriod = 16;
 };
 
-/// Per-communicator counters.
+/// Per-communicator counters. The fields and what each says: NCCLPOOL_COMM_STATS_FIELDS in
+/// stats_fields.h (those of scope `both`).
 struct CommunicatorStats {
-  RegistrationKind kind = RegistrationKind::local;  ///< the costliest kind its registrations use
-  bool has_windows = false;  ///< some part registers windows with it: its detach is collective
-  bool routed = false;       ///< attached with no kind: each part registered as the pool's routes say (auto pools)
-  std::uint64_t registrations = 0;      ///< successful register calls, ever
-  std::uint64_t deregistrations = 0;
-  std::size_t registered_segments = 0;  ///< now
-  std::size_t bytes_registered = 0;     ///< now
-  double registration_seconds = 0;      ///< time spent in register/deregister calls and agreements
-  std::size_t pending = 0;              ///< segments waiting for commit()
-  std::uint64_t agreements = 0;         ///< all-gathers started for this communicator
-  std::uint64_t agreements_waited = 0;  ///< of which this rank waited for (it had something to do)
-  std::size_t agreements_in_flight = 0; ///< started, result not checked yet (nothing pending then)
-  std::uint64_t errors = 0;             ///< failed register/deregister calls
-  /// Segments that appeared while a CUDA graph was being captured, so their registration waited for
-  /// the capture's end: the collectives captured on them do not use it (for a symmetric
-  /// communicator: NCCL's non-symmetric kernels for the graph's lifetime). Reserve and commit before
-  /// capturing to avoid it (docs/registry.md, "Graph capture").
-  std::uint64_t segments_created_in_capture = 0;
+  NCCLPOOL_COMM_STATS_FIELDS(NCCLPOOL_STATS_CXX_MEMBER)
+
+  /// Adds the counters of the same communicator in another part of an auto pool: sums, and
+  /// symmetric where either is (each field's `merge` in stats_fields.h).
+  NCCLPOOL_API CommunicatorStats& operator+=(const CommunicatorStats& other) noexcept;
 };
 
 /// One communicator's registration of one segment.

@@ -1,11 +1,11 @@
 #pragma once
 /// @file routes.hpp
-/// @brief Which registration an allocation of a given size gets in an `auto` pool (RoutedPool): size
+/// @brief Which registration an allocation of a given size gets in an `auto` pool (AutoPool, auto_pool.hpp): size
 /// classes, each with a placement (none, local, symmetric), taken from a measured Profile or from
 /// the built-in routes measured on H200 (docs/pool.md, "Auto pools").
 ///
 /// Routing depends on the request size only, so ranks that make the same requests route them the
-/// same, and a symmetric part stays deterministic. Ranks must hold the same routes: RoutedPool
+/// same, and a symmetric part stays deterministic. Ranks must hold the same routes: AutoPool
 /// compares their digests when it attaches a communicator.
 
 #include <ncclpool/export.hpp>
@@ -68,7 +68,7 @@ NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows
 NCCLPOOL_API SizeRoutes builtin_routes(bool windows_possible);
 
 /// @brief Whether an auto pool may route sizes to windows: the one rule, used at its first attach
-/// (RoutedPool::choose_routes_for, with the communicator's answers), for the routes it shows before
+/// (AutoPool::choose_routes_for, with the communicator's answers), for the routes it shows before
 /// that attach (ncclpool_pool_create, with what this process's NCCL and GPU say) and by
 /// `ncclpool info` (the same). Windows are routed when
 ///   * the symmetric part's source can back windows (vmm, nccl and the simulator's can; cuda cannot),

@@ -19,7 +19,7 @@ import os
 from ctypes import byref, c_size_t, c_uint64, c_void_p
 
 from . import errors
-from ._capi import CommStats, Features, PoolOptions, PoolStats, _struct_to_dict, call, library, library_path, raise_last
+from ._capi import Features, PoolOptions, _struct_to_dict, call, library, library_path, raise_last, read_stats
 from .errors import (AgreementError, BackendError, DoubleFree, Error, ForeignPointer, InvalidArgument,
                      InvalidPointer, InvalidState, OutOfMemory, RegistrationError, SizeTooLarge, Unsupported)
 from .report import format_bytes, memory_summary
@@ -341,9 +341,7 @@ class Pool:
 
     # -- statistics --
     def stats(self) -> dict:
-        s = PoolStats()
-        call("ncclpool_pool_stats", self.handle, byref(s))
-        return _struct_to_dict(s)
+        return read_stats("pool", self.handle)
 
     def stats_json(self) -> dict:
         """Pool counters plus one entry per attached communicator."""
@@ -406,9 +404,7 @@ class Communicator:
         self._drop()
 
     def stats(self) -> dict:
-        s = CommStats()
-        call("ncclpool_comm_stats", self.handle, byref(s))
-        out = _struct_to_dict(s)
+        out = read_stats("comm", self.handle)
         out["kind"] = _KIND_NAMES.get(out["kind"], str(out["kind"]))
         return out
 

@@ -11,7 +11,7 @@ import glob
 import importlib.util
 import os
 import threading
-from ctypes import POINTER, c_char, c_char_p, c_double, c_int, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_int, c_size_t, c_uint64, c_void_p
 
 from . import errors
 
@@ -61,27 +61,59 @@ class Features(ctypes.Structure):
     ]
 
 
-_POOL_STATS_FIELDS = (
-    "allocated_bytes", "peak_allocated_bytes", "requested_bytes", "reserved_bytes", "peak_reserved_bytes",
-    "segment_count", "largest_free_block", "active_allocations", "allocation_count", "deallocation_count",
-    "segments_created", "segments_released", "oom_count", "oom_recoveries", "cross_stream_reuses",
-    "hook_errors", "attached_communicators", "pending_registrations", "stream_publishes", "unpublished_skips",
-    "largest_fresh_block",
-)
+class _StatsField(ctypes.Structure):
+    """ncclpool_stats_field_t: one member of a stats struct, as the loaded library has it."""
+    _fields_ = [("name", c_char_p), ("type", c_int), ("offset", c_size_t), ("doc", c_char_p)]
 
 
-class PoolStats(ctypes.Structure):
-    _fields_ = [(name, c_uint64) for name in _POOL_STATS_FIELDS]
+# ncclpool_field_type_t -> its ctypes type (REGISTRATION is an int holding an ncclpool_registration_t).
+_FIELD_CTYPES = {0: c_size_t, 1: c_uint64, 2: c_int, 3: c_double, 4: c_int}
+# The stats structs: name -> (ncclpool_stats_kind_t, the function that fills one).
+_STATS = {"pool": (0, "ncclpool_pool_stats"), "comm": (1, "ncclpool_comm_stats")}
+_stats_structs: dict[str, type] = {}
 
 
-class CommStats(ctypes.Structure):
-    _fields_ = [
-        ("kind", c_int), ("rank", c_int), ("size", c_int), ("device", c_int),
-        ("registrations", c_uint64), ("deregistrations", c_uint64), ("registered_segments", c_uint64),
-        ("bytes_registered", c_uint64), ("registration_seconds", c_double), ("pending", c_uint64),
-        ("agreements", c_uint64), ("errors", c_uint64), ("agreements_waited", c_uint64),
-        ("agreements_in_flight", c_uint64), ("segments_created_in_capture", c_uint64),
-    ]
+def _build_stats_struct(lib: ctypes.CDLL, name: str) -> type:
+    """The ctypes Structure of stats struct `name`, made from the library's own table of its fields
+    (ncclpool_stats_fields, made from include/ncclpool/stats_fields.h): no field list is written here."""
+    kind, function = _STATS[name]
+    table = POINTER(_StatsField)()
+    count = c_size_t()
+    status = lib.ncclpool_stats_fields(kind, byref(table), byref(count))
+    if status != 0:
+        _raise(lib, status)
+    rows = [(table[i].name.decode(), table[i].type, table[i].offset, table[i].doc.decode()) for i in range(count.value)]
+    unknown = [(field, type_) for field, type_, _, _ in rows if type_ not in _FIELD_CTYPES]
+    if unknown:
+        raise errors.InternalError(f"ncclpool: {function}'s fields {unknown} have types this package does not know: "
+                                   "the library is newer than the package")
+    struct = type(f"{name.capitalize()}Stats", (ctypes.Structure,), {
+        "_fields_": [(field, _FIELD_CTYPES[type_]) for field, type_, _, _ in rows],
+        "__doc__": f"The struct {function} fills, as the loaded library has it (docs: what each field says)."})
+    struct.docs = {field: doc for field, _, _, doc in rows}
+    moved = [(field, offset, getattr(struct, field).offset) for field, _, offset, _ in rows if getattr(struct, field).offset != offset]
+    if moved:
+        raise errors.InternalError(f"ncclpool: {function}'s fields are at other offsets in the library than in ctypes "
+                                   f"(field, library, ctypes): {moved}")
+    return struct
+
+
+def stats_struct(name: str) -> type:
+    """The ctypes Structure of the stats struct `name` ("pool": ncclpool_pool_stats_t, "comm":
+    ncclpool_comm_stats_t) as the loaded library has it; ``.docs`` says what each field is."""
+    library()
+    return _stats_structs[name]
+
+
+def read_stats(name: str, handle) -> dict:
+    """Fills the stats struct `name` of a pool or communicator handle: a dict of its fields (without
+    struct_size)."""
+    out = stats_struct(name)()
+    out.struct_size = ctypes.sizeof(out)
+    call(_STATS[name][1], handle, byref(out))
+    fields = _struct_to_dict(out)
+    del fields["struct_size"]
+    return fields
 
 
 def _struct_to_dict(s: ctypes.Structure) -> dict:
@@ -112,8 +144,8 @@ _PROTOTYPES = {
     "ncclpool_reserve": (_Status, [_P, c_size_t]),
     "ncclpool_trim": (_Status, [_P, POINTER(c_size_t)]),
     "ncclpool_check": (_Status, [_P]),
-    "ncclpool_pool_stats": (_Status, [_P, POINTER(PoolStats)]),
     "ncclpool_pool_stats_json": (_Status, [_P, c_char_p, c_size_t, POINTER(c_size_t)]),
+    "ncclpool_stats_fields": (_Status, [c_int, POINTER(POINTER(_StatsField)), POINTER(c_size_t)]),
     "ncclpool_attach_nccl": (_Status, [_P, _P, c_int, POINTER(_P)]),
     "ncclpool_detach": (_Status, [_P]),
     "ncclpool_forget": (_Status, [_P]),
@@ -122,7 +154,6 @@ _PROTOTYPES = {
     "ncclpool_pending": (_Status, [_P, POINTER(c_size_t)]),
     "ncclpool_poll": (_Status, [_P]),
     "ncclpool_verify_buffers": (_Status, [_P, POINTER(_P), c_size_t]),
-    "ncclpool_comm_stats": (_Status, [_P, POINTER(CommStats)]),
     "ncclpool_comm_handle_of": (_Status, [_P, _P, POINTER(_P)]),
     "ncclpool_scope_begin": (_Status, [_P]),
     "ncclpool_scope_begin_for": (_Status, [_P, c_int]),
@@ -203,6 +234,10 @@ def library() -> ctypes.CDLL:
                 fn = getattr(lib, name)
                 fn.restype = restype
                 fn.argtypes = argtypes
+            for name, (_, function) in _STATS.items():  # the stats calls take structs made from the library's tables
+                _stats_structs[name] = _build_stats_struct(lib, name)
+                getattr(lib, function).restype = _Status
+                getattr(lib, function).argtypes = [_P, POINTER(_stats_structs[name])]
             _lib, _path = lib, _resolved_path(lib, candidate)
             return lib
         raise errors.LibraryNotFound(
@@ -237,7 +272,9 @@ def call(name: str, *args) -> None:
 
 def raise_last(status: int | None = None):
     lib = library()
-    if status is None:
-        status = lib.ncclpool_last_status()
+    _raise(lib, lib.ncclpool_last_status() if status is None else status)
+
+
+def _raise(lib: ctypes.CDLL, status: int):
     message = (lib.ncclpool_last_error() or b"").decode(errors="replace")
     raise errors.from_status(status, message)

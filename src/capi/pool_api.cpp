@@ -3,6 +3,7 @@
 #include "handles.hpp"
 
 #include "core/json.hpp"
+#include "stats.hpp"
 
 #include <ncclpool/auto_pool.hpp>
 #include <ncclpool/cuda.hpp>
@@ -159,15 +160,9 @@ std::string full_json(ncclpool_pool_s& p) {
   std::lock_guard lock(p.comms_mutex);
   for (std::size_t i = 0; i < p.comms.size(); ++i) {
     const auto& c = *p.comms[i];
-    const CommunicatorStats s = r.stats(*c.comm);
-    const char* kind = s.routed ? "auto" : to_string(s.kind);
-    out << (i ? "," : "") << "{\"communicator\":" << json_quote(c.comm->describe()) << ",\"kind\":\"" << kind
-        << "\",\"rank\":" << c.comm->rank() << ",\"size\":" << c.comm->size() << ",\"registrations\":" << s.registrations
-        << ",\"deregistrations\":" << s.deregistrations << ",\"registered_segments\":" << s.registered_segments
-        << ",\"bytes_registered\":" << s.bytes_registered << ",\"registration_seconds\":" << s.registration_seconds
-        << ",\"pending\":" << s.pending << ",\"agreements\":" << s.agreements
-        << ",\"agreements_waited\":" << s.agreements_waited << ",\"agreements_in_flight\":" << s.agreements_in_flight
-        << ",\"errors\":" << s.errors << ",\"segments_created_in_capture\":" << s.segments_created_in_capture << "}";
+    out << (i ? "," : "") << "{\"communicator\":" << json_quote(c.comm->describe());
+    write_json_fields(out, comm_stats(c));
+    out << "}";
   }
   out << "]}";
   return out.str();
@@ -319,13 +314,7 @@ ncclpool_status_t ncclpool_pool_stats(ncclpool_pool_t pool, ncclpool_pool_stats_
   return guarded("ncclpool_pool_stats", [&] {
     require(pool, "pool");
     require(out, "stats");
-    const PoolStats s = pool->registered->stats();
-    *out = ncclpool_pool_stats_t{s.allocated_bytes, s.peak_allocated_bytes, s.requested_bytes, s.reserved_bytes,
-                                 s.peak_reserved_bytes, s.segment_count, s.largest_free_block, s.active_allocations,
-                                 s.allocation_count, s.deallocation_count, s.segments_created, s.segments_released,
-                                 s.oom_count, s.oom_recoveries, s.cross_stream_reuses, s.hook_errors,
-                                 pool->registered->attached_count(), pool->registered->pending(), s.stream_publishes,
-                                 s.unpublished_skips, s.largest_fresh_block};
+    capi::fill_stats(out, capi::stats_layout(NCCLPOOL_STATS_POOL), [&] { return capi::pool_stats(*pool); });
   });
 }
 

@@ -1,6 +1,7 @@
 // C ABI: attaching communicators, commit, scopes.
 
 #include "handles.hpp"
+#include "stats.hpp"
 
 #include <ncclpool/nccl.hpp>
 
@@ -161,14 +162,7 @@ ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_
   return guarded("ncclpool_comm_stats", [&] {
     capi::require_attached(comm, "comm");
     require(out, "stats");
-    const CommunicatorStats s = comm->pool->registered->stats(*comm->comm);
-    const ncclpool_registration_t kind = s.routed ? NCCLPOOL_REGISTRATION_AUTO
-                                         : s.kind == RegistrationKind::symmetric ? NCCLPOOL_REGISTRATION_SYMMETRIC
-                                                                                 : NCCLPOOL_REGISTRATION_LOCAL;
-    *out = ncclpool_comm_stats_t{static_cast<int>(kind), comm->comm->rank(), comm->comm->size(), comm->comm->device(),
-                                 s.registrations, s.deregistrations, s.registered_segments, s.bytes_registered,
-                                 s.registration_seconds, s.pending, s.agreements, s.errors, s.agreements_waited,
-                                 s.agreements_in_flight, s.segments_created_in_capture};
+    capi::fill_stats(out, capi::stats_layout(NCCLPOOL_STATS_COMM), [&] { return capi::comm_stats(*comm); });
   });
 }
 

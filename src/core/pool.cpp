@@ -1,9 +1,9 @@
-// ncclpool::Pool: the public facade over PoolImpl, plus small shared helpers (errors, names, JSON).
+// ncclpool::Pool: the public facade over PoolImpl, plus small shared helpers (errors, names;
+// PoolStats' JSON is in stats.cpp).
 
 #include "pool_impl.hpp"
 
 #include <cstdio>
-#include <sstream>
 
 namespace ncclpool {
 
@@ -35,21 +35,6 @@ const char* to_string(SourceKind kind) noexcept {
     case SourceKind::nccl: return "nccl";
   }
   return "unknown";
-}
-
-std::string to_json(const PoolStats& s) {
-  std::ostringstream out;
-  out << "{\"allocated_bytes\":" << s.allocated_bytes << ",\"peak_allocated_bytes\":" << s.peak_allocated_bytes
-      << ",\"requested_bytes\":" << s.requested_bytes << ",\"reserved_bytes\":" << s.reserved_bytes
-      << ",\"peak_reserved_bytes\":" << s.peak_reserved_bytes << ",\"segment_count\":" << s.segment_count
-      << ",\"largest_free_block\":" << s.largest_free_block << ",\"active_allocations\":" << s.active_allocations
-      << ",\"allocation_count\":" << s.allocation_count << ",\"deallocation_count\":" << s.deallocation_count
-      << ",\"segments_created\":" << s.segments_created << ",\"segments_released\":" << s.segments_released
-      << ",\"oom_count\":" << s.oom_count << ",\"oom_recoveries\":" << s.oom_recoveries
-      << ",\"cross_stream_reuses\":" << s.cross_stream_reuses << ",\"hook_errors\":" << s.hook_errors
-      << ",\"stream_publishes\":" << s.stream_publishes << ",\"unpublished_skips\":" << s.unpublished_skips
-      << ",\"largest_fresh_block\":" << s.largest_fresh_block << "}";
-  return out.str();
 }
 
 Pool::Pool(std::shared_ptr<SegmentSource> source, PoolConfig config)

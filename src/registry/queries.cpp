@@ -7,6 +7,11 @@
 namespace ncclpool {
 
 
+CommunicatorStats& CommunicatorStats::operator+=(const CommunicatorStats& other) noexcept {
+  NCCLPOOL_COMM_STATS_FIELDS(NCCLPOOL_STATS_CXX_MERGE)
+  return *this;
+}
+
 namespace detail {
 
 std::optional<SegmentRegistrations> RegistryImpl::lookup(const void* ptr) const {

@@ -9,34 +9,6 @@
 #include <exception>
 
 namespace ncclpool {
-namespace {
-
-// Sum of counters; maxima of the largest-block fields.
-PoolStats add(PoolStats a, const PoolStats& b) {
-  a.allocated_bytes += b.allocated_bytes;
-  a.peak_allocated_bytes += b.peak_allocated_bytes;
-  a.requested_bytes += b.requested_bytes;
-  a.reserved_bytes += b.reserved_bytes;
-  a.peak_reserved_bytes += b.peak_reserved_bytes;
-  a.segment_count += b.segment_count;
-  a.largest_free_block = std::max(a.largest_free_block, b.largest_free_block);
-  a.active_allocations += b.active_allocations;
-  a.allocation_count += b.allocation_count;
-  a.deallocation_count += b.deallocation_count;
-  a.segments_created += b.segments_created;
-  a.segments_released += b.segments_released;
-  a.oom_count += b.oom_count;
-  a.oom_recoveries += b.oom_recoveries;
-  a.cross_stream_reuses += b.cross_stream_reuses;
-  a.hook_errors += b.hook_errors;
-  a.stream_publishes += b.stream_publishes;
-  a.unpublished_skips += b.unpublished_skips;
-  a.largest_fresh_block = std::max(a.largest_fresh_block, b.largest_fresh_block);
-  return a;
-}
-
-}  // namespace
-
 RegisteredPool::~RegisteredPool() = default;
 
 void RegisteredPool::add_part(RegistrationKind kind, std::shared_ptr<Pool> pool, const RegistryOptions& options) {
@@ -164,25 +136,11 @@ CommunicatorStats RegisteredPool::stats(const Communicator& comm) const {
     auto it = find(comm);
     if (it == attachments_.end()) throw InvalidArgument("stats: " + comm.describe() + " is not attached to pool '" + name_ + "'");
     indices = it->parts;
-    out.routed = !it->requested.has_value();
-    if (it->requested) out.kind = *it->requested;
+    out.kind = it->requested.value_or(RegistrationKind::local);  // symmetric below where a part has windows
+    out.routed = it->requested.has_value() ? 0 : 1;
   }
-  for (std::size_t index : indices) {
-    const CommunicatorStats s = parts_[index].registry->stats(comm);
-    if (s.kind == RegistrationKind::symmetric) out.kind = RegistrationKind::symmetric;
-    out.registrations += s.registrations;
-    out.deregistrations += s.deregistrations;
-    out.registered_segments += s.registered_segments;
-    out.bytes_registered += s.bytes_registered;
-    out.registration_seconds += s.registration_seconds;
-    out.pending += s.pending;
-    out.agreements += s.agreements;
-    out.agreements_waited += s.agreements_waited;
-    out.agreements_in_flight += s.agreements_in_flight;
-    out.errors += s.errors;
-    out.segments_created_in_capture += s.segments_created_in_capture;
-  }
-  out.has_windows = out.kind == RegistrationKind::symmetric;
+  for (std::size_t index : indices) out += parts_[index].registry->stats(comm);
+  out.has_windows = out.kind == RegistrationKind::symmetric ? 1 : 0;
   return out;
 }
 
@@ -237,7 +195,7 @@ std::size_t RegisteredPool::pending() const {
 
 PoolStats RegisteredPool::stats() const {
   PoolStats out = parts_.front().pool->stats();
-  for (std::size_t i = 1; i < parts_.size(); ++i) out = add(out, parts_[i].pool->stats());
+  for (std::size_t i = 1; i < parts_.size(); ++i) out += parts_[i].pool->stats();
   return out;
 }
 

@@ -95,6 +95,7 @@ static void test_alloc_free_errors(void) {
   OK(ncclpool_alloc(pool, 1000, (void*)7, &a));
   OK(ncclpool_alloc(pool, 3u << 20, (void*)7, &b));
   EXPECT(((uintptr_t)a % 512) == 0);
+  stats.struct_size = sizeof stats;
   OK(ncclpool_pool_stats(pool, &stats));
   EXPECT(stats.active_allocations == 2);
   EXPECT(stats.requested_bytes == 1000 + (3u << 20));
@@ -157,6 +158,7 @@ static void test_registration_and_scopes(void) {
   EXPECT(ncclpool_current_pool() == NULL);
   OK(ncclpool_pending(pool, &pending));
   EXPECT(pending == 0);
+  cs.struct_size = sizeof cs;
   OK(ncclpool_comm_stats(comm, &cs));
   EXPECT(cs.kind == NCCLPOOL_REGISTRATION_SYMMETRIC && cs.registered_segments == 1 && cs.agreements >= 1);
   OK(ncclpool_comm_handle_of(comm, p, &handle));
@@ -221,6 +223,7 @@ static void test_nested_scopes_and_failures(void) {
   p = ncclpool_torch_alloc(1024, 0, NULL);
   EXPECT(p != NULL);
   OK(ncclpool_scope_end(a));
+  cs.struct_size = sizeof cs;
   OK(ncclpool_comm_stats(comm, &cs));
   EXPECT(cs.registered_segments == 1 && cs.errors == 1);
   ncclpool_torch_free(p, 1024, 0, NULL);
@@ -251,6 +254,7 @@ static void test_destroy_with_open_scope_and_free_stream(void) {
   OK(ncclpool_scope_end(pool));
   OK(ncclpool_alloc(pool, 4096, (void*)7, &p));
   OK(ncclpool_free_on_alloc_stream(pool, p));
+  st.struct_size = sizeof st;
   OK(ncclpool_pool_stats(pool, &st));
   reuses = st.cross_stream_reuses;
   OK(ncclpool_alloc(pool, 4096, (void*)7, &q));
@@ -286,11 +290,12 @@ static void test_auto_pool(void) {
   OK(ncclpool_scope_end(pool));
   OK(ncclpool_comm_handle_of(comm, p, &handle));
   EXPECT(handle != NULL);
+  cs.struct_size = sizeof cs;
   OK(ncclpool_comm_stats(comm, &cs));
   EXPECT(cs.kind == NCCLPOOL_REGISTRATION_AUTO);
   EXPECT(cs.registered_segments == 1);
   OK(ncclpool_pool_stats_json(pool, json, sizeof json, NULL));
-  EXPECT(strstr(json, "\"kind\":\"auto\"") != NULL);
+  EXPECT(strstr(json, "\"kind\":\"auto\",\"rank\":0,\"size\":1,\"device\":0,\"registrations\":") != NULL);
   EXPECT(strstr(json, "\"description\":\"symmetric at every size\"") != NULL);
   EXPECT(ncclpool_pool_destroy(pool) == NCCLPOOL_ERROR_INVALID_STATE); /* windows attached, a block live */
   ncclpool_torch_free(p, 2u << 20, 0, NULL);
@@ -301,6 +306,92 @@ static void test_auto_pool(void) {
   OK(ncclpool_sim_group_destroy(group));
 }
 
+/* The stats structs start with struct_size (too small, or no version's size: INVALID_ARGUMENT, nothing
+ * written; a newer caller's larger struct gets this library's fields), and ncclpool_stats_fields
+ * describes each struct member by member, in the order of the lists in stats_fields.h. */
+static void test_stats_structs(void) {
+  ncclpool_pool_t pool = make_sim_pool("c-stats", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_sim_group_t group = NULL;
+  ncclpool_comm_t comm = NULL;
+  const ncclpool_stats_field_t* fields = NULL;
+  size_t count = 0;
+  size_t i = 0;
+  void* p = NULL;
+  struct {
+    ncclpool_pool_stats_t stats;
+    uint64_t newer_field; /* what a caller built against a later header would have */
+  } newer;
+  ncclpool_pool_stats_t st;
+  ncclpool_comm_stats_t cs;
+  OK(ncclpool_alloc(pool, 1000, NULL, &p));
+  memset(&st, 0x5a, sizeof st);
+  st.struct_size = 0;
+  EXPECT(ncclpool_pool_stats(pool, &st) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(ncclpool_last_status() == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "ncclpool_pool_stats: stats->struct_size is 0, smaller than any version of ncclpool_pool_stats_t") != NULL);
+  EXPECT(strstr(ncclpool_last_error(), "set it to sizeof(ncclpool_pool_stats_t)") != NULL);
+  EXPECT(st.struct_size == 0 && st.active_allocations == 0x5a5a5a5a5a5a5a5aull); /* nothing written */
+  st.struct_size = sizeof st - 8;
+  EXPECT(ncclpool_pool_stats(pool, &st) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  st.struct_size = sizeof st + 4; /* not a struct's size: it would end inside a field */
+  EXPECT(ncclpool_pool_stats(pool, &st) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "not the size of any version of ncclpool_pool_stats_t") != NULL);
+  st.struct_size = sizeof st;
+  OK(ncclpool_pool_stats(pool, &st));
+  EXPECT(st.struct_size == sizeof st && st.active_allocations == 1 && st.requested_bytes == 1000);
+  memset(&newer, 0x5a, sizeof newer);
+  newer.stats.struct_size = sizeof newer;
+  OK(ncclpool_pool_stats(pool, &newer.stats));
+  EXPECT(newer.stats.struct_size == sizeof newer.stats); /* what this library wrote */
+  EXPECT(newer.stats.active_allocations == 1 && newer.newer_field == 0x5a5a5a5a5a5a5a5aull);
+  EXPECT(ncclpool_pool_stats(pool, NULL) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+
+  OK(ncclpool_sim_group_create("c-stats-world", 1, 2000, &group));
+  OK(ncclpool_attach_sim(pool, group, 0, NCCLPOOL_REGISTRATION_LOCAL, &comm));
+  cs.struct_size = sizeof cs - 1;
+  EXPECT(ncclpool_comm_stats(comm, &cs) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "ncclpool_comm_stats: stats->struct_size") != NULL);
+  cs.struct_size = sizeof cs;
+  OK(ncclpool_comm_stats(comm, &cs));
+  EXPECT(cs.kind == NCCLPOOL_REGISTRATION_LOCAL && cs.rank == 0 && cs.size == 1 && cs.device == 0);
+  EXPECT(cs.registered_segments == 1 && cs.registrations == 1);
+  st.struct_size = sizeof st;
+  OK(ncclpool_pool_stats(pool, &st));
+  EXPECT(st.attached_communicators == 1 && st.pending_registrations == 0);
+
+  /* The tables: struct_size, then the list's fields with their C offsets. */
+  EXPECT(ncclpool_stats_fields((ncclpool_stats_kind_t)2, &fields, &count) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "stats kind 2") != NULL);
+  EXPECT(ncclpool_stats_fields(NCCLPOOL_STATS_POOL, NULL, &count) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_stats_fields(NCCLPOOL_STATS_POOL, &fields, &count));
+  EXPECT(strcmp(fields[0].name, "struct_size") == 0 && fields[0].type == NCCLPOOL_FIELD_SIZE && fields[0].offset == 0);
+  i = 1;
+#define CHECK_POOL_ROW(type_, name_, merge_, scope_, doc_)                                               \
+  EXPECT(i < count && strcmp(fields[i].name, #name_) == 0 && fields[i].offset == offsetof(ncclpool_pool_stats_t, name_) && \
+         fields[i].type == NCCLPOOL_STATS_FIELD_TYPE_##type_ && strcmp(fields[i].doc, doc_) == 0); \
+  ++i;
+  NCCLPOOL_POOL_STATS_FIELDS(CHECK_POOL_ROW)
+#undef CHECK_POOL_ROW
+  EXPECT(i == count && count == 1 + NCCLPOOL_POOL_STATS_FIELDS_0_1);
+  EXPECT(fields[count - 1].offset + 8 == sizeof(ncclpool_pool_stats_t));
+  OK(ncclpool_stats_fields(NCCLPOOL_STATS_COMM, &fields, &count));
+  EXPECT(strcmp(fields[0].name, "struct_size") == 0);
+  i = 1;
+#define CHECK_COMM_ROW(type_, name_, merge_, scope_, doc_)                                               \
+  EXPECT(i < count && strcmp(fields[i].name, #name_) == 0 && fields[i].offset == offsetof(ncclpool_comm_stats_t, name_) && \
+         fields[i].type == NCCLPOOL_STATS_FIELD_TYPE_##type_);                                      \
+  ++i;
+  NCCLPOOL_COMM_STATS_FIELDS(CHECK_COMM_ROW)
+#undef CHECK_COMM_ROW
+  EXPECT(i == count && count == 1 + NCCLPOOL_COMM_STATS_FIELDS_0_1);
+  EXPECT(fields[1].type == NCCLPOOL_FIELD_REGISTRATION && fields[2].type == NCCLPOOL_FIELD_INT);
+
+  OK(ncclpool_free(pool, p, NULL));
+  OK(ncclpool_detach(comm));
+  OK(ncclpool_pool_destroy(pool));
+  OK(ncclpool_sim_group_destroy(group));
+}
+
 int main(void) {
   test_status_and_version();
   test_alloc_free_errors();
@@ -308,6 +399,7 @@ int main(void) {
   test_nested_scopes_and_failures();
   test_destroy_with_open_scope_and_free_stream();
   test_auto_pool();
+  test_stats_structs();
   printf("test_capi: %d checks passed\n", checks);
   return 0;
 }

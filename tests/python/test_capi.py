@@ -184,6 +184,41 @@ def test_local_registration_and_stats_json():
     p.close()
 
 
+def test_stats_structs_come_from_the_librarys_field_lists():
+    """The ctypes structs are built from ncclpool_stats_fields (no field list in Python): stats() and
+    the JSON have exactly the library's fields; a wrong struct_size is refused with a clear message."""
+    from ncclpool import _capi
+    pool_struct, comm_struct = _capi.stats_struct("pool"), _capi.stats_struct("comm")
+    assert pool_struct._fields_[0] == ("struct_size", ctypes.c_size_t)
+    assert comm_struct._fields_[1] == ("kind", ctypes.c_int) and dict(comm_struct._fields_)["registration_seconds"] is ctypes.c_double
+    assert "without a wait" in pool_struct.docs["largest_fresh_block"]
+    g = ncclpool.SimGroup("fields", 1)
+    p = sim_pool(name="py-fields")
+    x = p.alloc(1 * MiB)
+    c = p.attach_sim(g, 0)
+    s = p.stats()
+    assert list(s) == [name for name, _ in pool_struct._fields_][1:]
+    assert s["attached_communicators"] == 1 and s["active_allocations"] == 1 and s["largest_fresh_block"] > 0
+    cs = c.stats()
+    assert list(cs) == [name for name, _ in comm_struct._fields_][1:]
+    assert cs["kind"] == "local" and (cs["rank"], cs["size"], cs["device"]) == (0, 1, 0)
+    j = p.stats_json()
+    # The pool's JSON has the C++ struct's fields (not the C ABI's own); a communicator's has all.
+    assert set(j["stats"]) == set(s) - {"attached_communicators", "pending_registrations"}
+    assert set(j["communicators"][0]) == {"communicator"} | set(cs)
+    assert j["communicators"][0]["kind"] == "local" and j["communicators"][0]["registered_segments"] == 1
+    wrong = pool_struct()
+    for size in (0, ctypes.sizeof(wrong) - 8, ctypes.sizeof(wrong) + 1):
+        wrong.struct_size = size
+        with pytest.raises(errors.InvalidArgument, match=f"ncclpool_pool_stats: stats->struct_size is {size}, .*set it to sizeof"):
+            _capi.call("ncclpool_pool_stats", p.handle, ctypes.byref(wrong))
+    with pytest.raises(errors.InvalidArgument, match="stats kind 9"):
+        _capi.call("ncclpool_stats_fields", 9, ctypes.byref(ctypes.POINTER(_capi._StatsField)()), ctypes.byref(ctypes.c_size_t()))
+    p.free(x)
+    c.detach()
+    p.close()
+
+
 def test_failed_registration_rolls_back():
     g = ncclpool.SimGroup("ep", 1)
     p = sim_pool()

@@ -1101,7 +1101,7 @@ TEST(LockstepFuzz, EveryRankInStepUnderOneFault) {
 // local before the routes agreement. Rank 1's local registration fails, so rank 1 votes no in the
 // routes agreement and every rank undoes its local parts. On rank 0 the undo's first deregistration
 // fails: Registry::detach then detaches the communicator regardless and throws RegistrationError; the
-// undo lambda (routed_pool.cpp, `undo`) answers with forget(), which throws InvalidArgument ("not
+// undo (then routed_pool.cpp's `undo` lambda, now RegisteredPool::undo_attach) answers with forget(), which throws InvalidArgument ("not
 // attached") out of the catch handler, out of undo(), so the older part is never undone.
 //
 // Must: the attach fails on every rank with nothing attached anywhere (docs/registry.md: "All or

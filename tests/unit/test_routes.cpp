@@ -1,5 +1,5 @@
 // Auto pools: size routes (routes.hpp), where they come from (profile, built in), and AutoPool
-// (routed_pool.hpp) over the simulator: routing, registration per part, the routes agreement,
+// (auto_pool.hpp) over the simulator: routing, registration per part, the routes agreement,
 // rollback, statistics, and registrations counting back to zero.
 
 #include <gtest/gtest.h>

@@ -128,7 +128,7 @@ struct CollOptions {
   int iters = 20;                       // nccl-tests' default -n 20
   bool check = true;                    // nccl-tests' -c 1
   bool auto_kind = false;
-  bool auto_pool = false;               // measure buffers from the library's auto pool (RoutedPool)
+  bool auto_pool = false;               // measure buffers from the library's auto pool (AutoPool)
   bool graph = false;                   // time `iters` launches captured in a CUDA graph, replayed
   int replays = 5;                      // graph replays timed (with graph)
   int rounds = 1;                       // every point measured once per round, kinds in rotated order; medians reported
