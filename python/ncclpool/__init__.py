@@ -40,7 +40,8 @@ __all__ = [
 
 
 def version() -> str:
-    """Version of the loaded libncclpool, e.g. '0.1.0'."""
+    """Version of the loaded libncclpool ('major.minor.patch': project() in CMakeLists.txt, the one
+    place it is written; the wheel's metadata carries the same)."""
     return library().ncclpool_version_string().decode()
 
 
