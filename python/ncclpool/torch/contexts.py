@@ -17,8 +17,8 @@ from .binding import _attachment_of, _binding, _kind_for, register_mem_pool
 # Megatron-Core's allocator registers at every context exit, and Megatron enters nccl_mem only to
 # allocate a new buffer (mostly in the first steps), then never again: at the pool's scheduled scope
 # ends alone, the last buffers' windows would wait for a use that never comes. ncclpool.torch.megatron
-# .install() sets this: every context exit then commits (one agreement per group, ~10 us, against the
-# milliseconds Megatron-Core's allocator spends re-registering there).
+# .install() sets this: every context exit then commits (one agreement per group, far cheaper than
+# Megatron-Core's allocator's re-registration there: docs/benchmarks/scope.md and torch.md).
 _commit_at_every_exit = False
 
 
