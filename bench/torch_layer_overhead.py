@@ -44,7 +44,7 @@ def main():
         sims = [ncclpool.SimGroup(f"g{i}", 1) for i in range(g)]
         groups = [dist.ProcessGroup() for _ in range(g)]
         pool.attach_nccl = lambda ptr, kind, pool=pool, sims=sims: pool.attach_sim(sims[ptr - 1], 0, kind)
-        layer._comm_ptr = lambda group, device, groups=groups: 1 + groups.index(group)
+        layer.binding._comm_ptr = lambda group, device, groups=groups: 1 + groups.index(group)
 
         def use():
             with layer.MultiGroupMemPoolAllocator(mempool, groups):

@@ -75,8 +75,8 @@ NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();
 
 /// The CTA (thread block) count of NCCL's symmetric kernels, the ones that run on windows.
 /// NCCL >= 2.27 picks the fewest blocks its model puts near peak; on H200 that is too few: a
-/// symmetric window then loses to plain memory at some sizes (decode all-reduce on 2x H200: 0.91x
-/// at 1 MiB), while 32 CTAs make it faster at every size (1.06-1.46x; docs/benchmarks/decode.md).
+/// symmetric window then loses to plain memory at some sizes (decode all-reduce on 2x H200), while
+/// 32 CTAs make it faster at every size (figures in docs/benchmarks/decode.md).
 /// NCCL reads the count once per process, from NCCL_SYM_CTAS, at its first symmetric collective.
 /// ncclpool therefore decides it once per process, when it first attaches an NCCL communicator for
 /// symmetric registration (before any window), and every rank's decision is compared there:

@@ -60,6 +60,7 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_last_status(void);
 NCCLPOOL_C_API void ncclpool_clear_last_error(void);
 
 /* ---- Version and features ---- */
+/* The version of project() in CMakeLists.txt, which configuring checks these against. */
 #define NCCLPOOL_VERSION_MAJOR 0
 #define NCCLPOOL_VERSION_MINOR 1
 #define NCCLPOOL_VERSION_PATCH 0

@@ -399,8 +399,8 @@ void RegistryImpl::register_existing(CommState& cs, const std::vector<std::uint6
 // registry saw, so every rank that makes the same uses agrees at the same ones: the first
 // scope_period_ (a pool grows in its first uses: their windows come at once), then every
 // scope_period_-th. In between, a scope end costs an atomic increment (and registers local
-// registrations a capture left pending, if any): the steady path's agreement all-gather, ~8 us of
-// NCCL host time per symmetric communicator, is paid once per period. A pending window waits for
+// registrations a capture left pending, if any): the steady path's agreement all-gather, NCCL host
+// time per symmetric communicator (docs/benchmarks/scope.md), is paid once per period. A pending window waits for
 // the next scheduled one; its memory works meanwhile, without the window.
 // A scope that ends with an error on this rank counts like any other (the schedule must stay the
 // same on every rank) and votes no at a scheduled one.

@@ -17,10 +17,10 @@ def torch_layer(monkeypatch):
     torch.cuda and torch.distributed for the layer's bookkeeping, with pools on the simulator."""
     for name, module in torch_stand_in.make_modules().items():
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.delitem(sys.modules, "ncclpool.torch", raising=False)
+    for name in [n for n in sys.modules if n == "ncclpool.torch" or n.startswith("ncclpool.torch.")]:
+        monkeypatch.delitem(sys.modules, name)  # a fresh layer: its modules hold its tables
     import ncclpool
     monkeypatch.setattr(ncclpool, "features", lambda: {"nccl_available": True, "nccl_version": 0, "why_not": ""})
-    monkeypatch.delitem(sys.modules, "ncclpool.torch.megatron", raising=False)
     import ncclpool.torch as layer
     return layer
 

@@ -121,7 +121,7 @@ def test_with_the_dropin_every_context_exit_commits(torch_layer, packages, monke
     pool = layer.ncclpool_pool(mempool)
     group = ncclpool.SimGroup("dp", 1)
     monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
-    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: 1)
     world = layer.dist.group.WORLD
     lib = ncclpool.library()
     buffers = []
@@ -134,7 +134,7 @@ def test_with_the_dropin_every_context_exit_commits(torch_layer, packages, monke
     dropin, _ = install(layer)
     assert [new_buffer() for _ in range(20)] == [0] * 20, "an exit left a window pending"
     dropin.uninstall()
-    assert layer._commit_at_every_exit is False
+    assert layer.contexts._commit_at_every_exit is False
     # The drop-in's exits committed themselves and are not the pool's scope ends: its schedule starts now.
     assert [new_buffer() for _ in range(17)] == [0] * 17  # scope ends 0..16: each scheduled
     for _ in range(15):  # scope ends 17..31: not scheduled

@@ -181,7 +181,7 @@ def test_helpers_follow_the_kind_the_pool_was_made_for(torch_layer, monkeypatch,
 
     monkeypatch.setattr(pool, "attach_nccl", attach_nccl)
     world, other = layer.dist.ProcessGroup(), layer.dist.ProcessGroup()
-    monkeypatch.setattr(layer, "_comm_ptr", lambda group, device: 1 if group is world else 2)
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda group, device: 1 if group is world else 2)
     with layer.nccl_mem(mempool, group=world):
         pass
     with layer.MultiGroupMemPoolAllocator(mempool, [world, other]):
@@ -203,7 +203,7 @@ def test_an_auto_pool_routes_torch_segments_and_release_detaches_its_local_group
     pool = layer.ncclpool_pool(mempool)
     group = ncclpool.SimGroup("dp", 1)
     monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
-    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: 1)
     world = layer.dist.ProcessGroup()
     lib = ncclpool.library()
     with layer.nccl_mem(mempool, group=world):
@@ -230,7 +230,7 @@ def test_an_auto_pool_with_windows_for_one_collective_only_counts_as_having_wind
     pool = layer.ncclpool_pool(mempool)
     group = ncclpool.SimGroup("dp", 1)
     monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
-    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: 1)
     world = layer.dist.ProcessGroup()
     layer.register_mem_pool(mempool, world)
     assert pool.routes()["description"] == "none at every size"
@@ -250,7 +250,7 @@ def test_a_context_use_finds_registered_groups_without_asking_torch(torch_layer,
     monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
     world = layer.dist.ProcessGroup()
     asked = []
-    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: asked.append(g) or 1)
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: asked.append(g) or 1)
     for _ in range(5):
         with layer.nccl_mem(mempool, group=world):
             pass

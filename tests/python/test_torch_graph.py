@@ -20,7 +20,7 @@ def graph_rig(torch_layer, monkeypatch):
     pool = layer.ncclpool_pool(mempool)
     group = ncclpool.SimGroup("tp", 1)
     monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
-    monkeypatch.setattr(layer, "_comm_ptr", lambda g, device: 1)
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: 1)
 
     @contextlib.contextmanager
     def capture(cuda_graph, pool=None, **kwargs):

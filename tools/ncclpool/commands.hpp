@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#define NCCLPOOL_TOOL_VERSION "0.1.0"
+// NCCLPOOL_TOOL_VERSION comes from CMake (tools/CMakeLists.txt: project()'s version).
 
 namespace ncclpool::tool {
 

@@ -67,6 +67,7 @@ def install() -> list[str]:
     """Routes Megatron's NCCL allocator to ncclpool.torch; returns (and warns with) what it replaced.
     Calling it again changes nothing more."""
     import ncclpool.torch as layer
+    import ncclpool.torch.contexts as contexts
 
     replaced: list[str] = []
     original = sys.modules.get(TARGET)
@@ -85,7 +86,7 @@ def install() -> list[str]:
         _set_attr_new(sys.modules["megatron"], "core", sys.modules["megatron.core"])
         replaced.append("megatron, megatron.core (not installed: empty parent packages)")
     _set_module(TARGET, layer)
-    _set_attr(layer, "_commit_at_every_exit", True)
+    _set_attr(contexts, "_commit_at_every_exit", True)
     replaced.append(f"sys.modules['{TARGET}']" + (f" (was {getattr(original, '__file__', original)})" if original else ""))
     core = sys.modules.get("megatron.core")
     if core is not None:

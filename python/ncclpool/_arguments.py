@@ -1,0 +1,74 @@
+"""Python arguments to C ABI values, checked: the name tables (sources, registration kinds,
+collectives, check levels) and the conversions that refuse what ctypes would wrap or take silently.
+Shared by the pool, the communicators and ncclpool.torch."""
+from __future__ import annotations
+
+import os
+from ctypes import c_size_t, c_void_p
+
+from .errors import InvalidArgument, SizeTooLarge
+
+SOURCES = {"auto": 0, "sim": 1, "cuda": 2, "vmm": 3, "vmm_host_numa": 4, "nccl": 5}
+REGISTRATIONS = {None: -1, "default": -1, "local": 0, "symmetric": 1, "auto": 2}
+_SOURCE_NAMES = {v: k for k, v in SOURCES.items()}
+_KIND_NAMES = {0: "local", 1: "symmetric", 2: "auto"}
+COLLECTIVES = {None: 0, "any": 0, "all_gather": 1, "reduce_scatter": 2, "all_reduce": 3}
+
+
+def _collective(collective) -> int:
+    if collective not in COLLECTIVES:
+        raise InvalidArgument(f"collective {collective!r} is not one of 'all_gather', 'reduce_scatter', 'all_reduce' or None")
+    return COLLECTIVES[collective]
+
+
+def _kind(kind) -> int:
+    if kind not in REGISTRATIONS:
+        raise InvalidArgument(f"registration kind {kind!r} is not one of 'local', 'symmetric', 'auto' or None (the pool's default)")
+    return REGISTRATIONS[kind]
+
+
+CHECK_LEVELS = {None: -1, "off": 0, "layout": 1, "collectives": 2, 0: 0, 1: 1, 2: 2}
+_CHECK_NAMES = {0: "off", 1: "layout", 2: "collectives"}
+_SIZE_MAX = 2**64 - 1
+
+
+def _size(value, what: str) -> c_size_t:
+    """A size_t from a Python int, refusing what ctypes would wrap silently (2**64 + 1024 -> 1024)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an int, not {type(value).__name__}")
+    if value < 0 or value > _SIZE_MAX:
+        raise (SizeTooLarge if value > _SIZE_MAX else InvalidArgument)(
+            f"{what} = {value} is outside 0 .. 2**64 - 1")
+    return c_size_t(value)
+
+
+def _check_level(check) -> int:
+    if check not in CHECK_LEVELS:
+        raise InvalidArgument(f"check {check!r} is not one of None (NCCLPOOL_CHECK), 'off', 'layout', 'collectives', 0, 1, 2")
+    return CHECK_LEVELS[check]
+
+
+def _stream(stream) -> c_void_p:
+    """Accepts an int handle, None (default stream) or anything with ``cuda_stream`` (torch.cuda.Stream).
+    Anything else, and a handle outside 0 .. 2**64 - 1 (which ctypes would wrap), is InvalidArgument."""
+    if stream is None:
+        return c_void_p(0)
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int):
+        raise InvalidArgument(f"stream {stream!r} is not a stream: give an int handle (cudaStream_t), None (the default stream) "
+                              "or an object with a cuda_stream attribute (torch.cuda.Stream)")
+    if handle < 0 or handle > _SIZE_MAX:
+        raise InvalidArgument(f"stream handle {handle} is outside 0 .. 2**64 - 1 (a cudaStream_t; 0: the default stream)")
+    return c_void_p(handle)
+
+
+def _growth_chunk_from_env() -> int:
+    """$NCCLPOOL_GROWTH_CHUNK: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
+    Anything else is InvalidArgument (`ncclpool info` reports it too)."""
+    value = os.environ.get("NCCLPOOL_GROWTH_CHUNK", "")
+    if value == "":
+        return 0
+    if not (value.isascii() and value.isdigit()) or int(value) > _SIZE_MAX:
+        raise InvalidArgument(f"NCCLPOOL_GROWTH_CHUNK={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
+                              "0 or unset: the pool's default)")
+    return int(value)

@@ -1,0 +1,75 @@
+"""The simulator, for tests without GPUs: SimGroup (simulated ranks that are threads of this process,
+with injected failures) and the pool's simulated graph capture and out-of-memory."""
+from __future__ import annotations
+
+from ctypes import byref, c_uint64, c_void_p
+from typing import TYPE_CHECKING
+
+from ._capi import call
+from .errors import InvalidArgument, InvalidState
+
+if TYPE_CHECKING:
+    from .pool import Pool
+
+
+class SimGroup:
+    """Simulated communicator: `size` ranks that are threads of this process (collectives block until
+    every rank made its call, or fail after `timeout_ms`). matching='strict' fails mismatched calls on
+    every rank; 'nccl' pairs calls by position unchecked, as NCCL does."""
+
+    MATCHING = {"strict": 0, "nccl": 1}
+
+    def __init__(self, name: str, size: int, timeout_ms: int = 5000, matching: str = "strict"):
+        if matching not in self.MATCHING:
+            raise InvalidArgument(f"matching {matching!r} is not 'strict' or 'nccl'")
+        handle = c_void_p()
+        call("ncclpool_sim_group_create_matching", name.encode(), size, timeout_ms, self.MATCHING[matching], byref(handle))
+        self._handle = handle
+        self.name = name
+        self.size = size
+
+    @property
+    def handle(self) -> c_void_p:
+        if self._handle is None:
+            raise InvalidState(f"sim group '{self.name}' is closed")
+        return self._handle
+
+    def close(self) -> None:
+        if self._handle is not None:
+            call("ncclpool_sim_group_destroy", self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def live_registrations(self) -> int:
+        out = c_uint64()
+        call("ncclpool_sim_group_live_registrations", self.handle, byref(out))
+        return out.value
+
+    OPS = {"register_local": 0, "deregister_local": 1, "register_window": 2, "deregister_window": 3}
+
+    def inject_failure(self, op: str, rank: int = -1, nth: int = 1) -> None:
+        """Makes the nth call of `op` on `rank` (-1: every rank) fail."""
+        if op not in self.OPS:
+            raise InvalidArgument(f"op {op!r} is not one of {sorted(self.OPS)}")
+        call("ncclpool_sim_group_inject_failure", self.handle, self.OPS[op], rank, nth)
+
+    def set_symmetric_kernels(self, rank: int, setting: int) -> None:
+        """What `rank`'s (-1: every rank's) communicators report as their symmetric kernel setting (the
+        CTA count; -1: nothing), compared across ranks at a symmetric attach."""
+        call("ncclpool_sim_group_set_symmetric_kernels", self.handle, rank, setting)
+
+
+def sim_set_capturing(pool: Pool, capturing: bool) -> None:
+    """Simulator only: models a CUDA graph capture on the pool's device."""
+    call("ncclpool_sim_set_capturing", pool.handle, int(capturing))
+
+
+def sim_inject_oom(pool: Pool, count: int = 1) -> None:
+    """Simulator only: the next `count` segment allocations fail with out of memory."""
+    call("ncclpool_sim_inject_oom", pool.handle, count)

@@ -1,0 +1,293 @@
+"""ncclpool.torch's binding of torch to ncclpool: the pluggable allocator's set-up (init), torch
+MemPools made over ncclpool pools (create_nccl_mem_pool, release_mem_pool) and the table that maps
+one to the other, registration of process groups with a pool (register / deregister / forget), and
+the destroy_process_group hook that forgets a group's registrations before its communicator goes.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+import ncclpool as _np
+from ncclpool import errors
+from ncclpool._capi import library, library_path
+
+_lock = threading.RLock()
+_allocator = None  # torch.cuda.memory.CUDAPluggableAllocator over ncclpool_torch_alloc/free
+_original_destroy_process_group = None
+
+
+@dataclass
+class _Attachment:
+    group: object
+    comm_ptr: int
+    kind: str
+    comm: _np.Communicator
+
+    @property
+    def windows(self) -> bool:
+        """Whether some of the pool's memory is a window with it (its detach is collective): the pool
+        owns its attachments and says (the communicator's has_windows)."""
+        return self.comm.attached and bool(self.comm.stats()["has_windows"])
+
+
+@dataclass
+class _Binding:
+    pool: _np.Pool
+    mempool: object
+    attachments: dict = field(default_factory=dict)  # comm_ptr -> _Attachment
+
+
+_bindings: dict = {}  # torch MemPool id -> _Binding
+_pools_created = 0     # names pools in creation order (the same on every rank)
+
+
+def init() -> None:
+    """Loads ncclpool and makes the torch pluggable allocator. Idempotent.
+
+    Raises ncclpool.Unsupported when torch has NCCL and another NCCL library is loaded in the process
+    besides the one ncclpool uses (a communicator must be used with the library that made it). The
+    one library torch and ncclpool share may be newer than the NCCL torch was built with (a
+    libnccl.so.2 swapped under nvidia/nccl/lib/ to get a fix): that is allowed; ``ncclpool.features()``
+    says which is loaded (``nccl_version``, ``nccl_library``), ``torch.cuda.nccl.version()`` what torch
+    was built with."""
+    global _allocator
+    with _lock:
+        if _allocator is not None:
+            return
+        if not torch.cuda.is_available():
+            raise errors.Unsupported("ncclpool.torch needs CUDA: torch.cuda.is_available() is False")
+        features = _np.features()
+        if not features["nccl_available"]:
+            raise errors.Unsupported(f"ncclpool.torch: NCCL unavailable: {features['why_not']}")
+        # One NCCL per process, judged on the libraries actually mapped (the C++ loader lists every
+        # loaded object that defines ncclGetVersion, by load address: one file, one copy), not on
+        # torch.cuda.nccl.version(), which is the version torch was built with. With a single copy
+        # loaded, torch's symbols and ncclpool's resolve to it whatever its version.
+        others = features.get("nccl_other_copies", 0)
+        if others and _torch_nccl_version():
+            more = f" and {others - 1} more" if others > 1 else ""
+            raise errors.Unsupported(
+                f"two NCCL libraries are loaded in this process: ncclpool uses NCCL {features['nccl_version']} from "
+                f"{features['nccl_library']}, and NCCL {features['nccl_other_version']} from "
+                f"{features['nccl_other_library']}{more} is loaded too; torch's communicators may come from either "
+                f"(one NCCL per process). To run torch on another NCCL, replace the libnccl.so.2 that torch loads "
+                f"(nvidia/nccl/lib/ in its environment) instead of loading a second one with LD_PRELOAD (docs/python.md)")
+        _allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "ncclpool_torch_alloc", "ncclpool_torch_free")
+        _install_destroy_hook()
+
+
+def _torch_nccl_version() -> int:
+    """The NCCL version torch was built with (0: torch without NCCL). Not the loaded library's."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:
+        return 0
+    if isinstance(v, tuple):
+        major, minor, patch = (list(v) + [0, 0, 0])[:3]
+        return major * 10000 + minor * 100 + patch
+    return int(v)
+
+
+def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = None, device=None,
+                         growth_chunk: int | None = None, source: str = "auto", name: str | None = None, check=None):
+    """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
+
+    Neither ``symmetric`` nor ``kind`` (the default): an auto pool. Each torch segment goes to the part
+    of the pool registered as this machine's profile (``ncclpool tune``) says is fastest for the
+    tensors it serves (none, local or symmetric), else as the built-in routes say (windows at every
+    size, the fastest kind everywhere on H200: docs/pool.md, "Auto pools"); every helper below
+    registers each part its way, and a helper given ``symmetric=True``/``False`` registers every part
+    that way (what Megatron's callers do). symmetric=True: a symmetric pool (deterministic placement,
+    1 GiB chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only.
+    kind='local' | 'symmetric' | 'auto' names the kind instead (do not give both).
+    check: check mode (None: $NCCLPOOL_CHECK; 'layout'; 'collectives' also verifies the buffers of
+    every torch.distributed collective on a group with windows: see docs/registry.md). Pools are
+    matched across ranks by name: the default names count pools in creation order, the same on every
+    rank of a program that creates them in the same order."""
+    init()
+    device = _device_index(device)
+    if growth_chunk is None:
+        growth_chunk = _np._growth_chunk_from_env()
+    registration = _registration_of(symmetric, kind)
+    global _pools_created
+    with _lock:
+        # torch's caching allocator asks for coarse segments and caches them itself: the pool grows
+        # by their own sizes within its segment budget, so it holds about what torch holds (docs/pool.md).
+        pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk,
+                        name=name or f"torch-pool-{_pools_created}", check=check)
+        _pools_created += 1
+        if pool.check_level == "collectives":
+            from .checks import check_collectives  # here, not at the top: checks reads this module's table
+            check_collectives(True)
+        mempool = torch.cuda.MemPool(_allocator.allocator())
+        _bindings[mempool.id] = _Binding(pool, mempool)
+        library().ncclpool_torch_bind(pool.handle)
+    return mempool
+
+
+def ncclpool_pool(mempool) -> _np.Pool:
+    """The ncclpool pool behind a MemPool made by create_nccl_mem_pool."""
+    binding = _bindings.get(getattr(mempool, "id", None))
+    if binding is None:
+        raise errors.InvalidArgument(f"{mempool!r} was not made by ncclpool.torch.create_nccl_mem_pool")
+    return binding.pool
+
+
+def _binding(mempool) -> _Binding:
+    ncclpool_pool(mempool)
+    return _bindings[mempool.id]
+
+
+def _device_index(device) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    return torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+
+
+def _comm_ptr(group, device: int) -> int:
+    """The ncclComm_t of a process group on `device`, forcing the communicator into being if needed."""
+    if group is None:
+        group = dist.group.WORLD
+    backend = group._get_backend(torch.device("cuda", device))
+    ptr = backend._comm_ptr()
+    if not ptr:
+        # Lazily initialized group: one tiny collective creates the communicator on every rank.
+        dist.all_reduce(torch.zeros(1, device=f"cuda:{device}"), group=group)
+        torch.cuda.synchronize(device)
+        ptr = backend._comm_ptr()
+    if not ptr:
+        raise errors.InvalidState(f"process group {group} has no NCCL communicator on cuda:{device}; create it with "
+                                  f"init_process_group(..., device_id=torch.device('cuda', {device}))")
+    return int(ptr)
+
+
+def _registration_of(symmetric, kind) -> str:
+    if kind is None:
+        return "auto" if symmetric is None else "symmetric" if symmetric else "local"
+    if kind not in ("local", "symmetric", "auto"):
+        raise errors.InvalidArgument(f"kind {kind!r} is not 'local', 'symmetric' or 'auto'")
+    if symmetric is not None:
+        raise errors.InvalidArgument(f"symmetric={symmetric} and kind={kind!r}: give one of them")
+    return kind
+
+
+def _kind_for(binding, symmetric) -> str:
+    """symmetric=None follows what the pool was made for (create_nccl_mem_pool's `symmetric` or `kind`)."""
+    if symmetric is None:
+        return binding.pool.registration
+    return "symmetric" if symmetric else "local"
+
+
+def _attachment_of(binding, group):
+    """The attachment of `group` (a process group, not None) to the binding's pool, found by
+    identity, without a torch call: every context use asks."""
+    for a in tuple(binding.attachments.values()):
+        if a.group is group:
+            return a
+    return None
+
+
+def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
+    """Registers every segment of the pool with the group's communicator, now and as segments appear.
+
+    Collective over the group (symmetric). A group already registered with the same kind is a no-op;
+    with the other kind it is an error (deregister first)."""
+    binding = _binding(pool)
+    kind = _kind_for(binding, symmetric)
+    group = group if group is not None else dist.group.WORLD
+    existing = _attachment_of(binding, group)
+    ptr = existing.comm_ptr if existing is not None else _comm_ptr(group, binding.pool.device)
+    with _lock:
+        existing = binding.attachments.get(ptr)
+        if existing is not None:
+            if existing.kind != kind:
+                raise errors.InvalidState(f"group {group} is registered with pool '{binding.pool.name}' as {existing.kind}, "
+                                          f"not {kind}: deregister_mem_pool first")
+            return
+        comm = binding.pool.attach_nccl(ptr, kind)
+        binding.attachments[ptr] = _Attachment(group, ptr, kind, comm)
+
+
+def deregister_mem_pool(pool, group) -> None:
+    """Removes every registration of the pool with the group (collective for symmetric windows)."""
+    binding = _binding(pool)
+    group = group if group is not None else dist.group.WORLD
+    with _lock:
+        for ptr, a in list(binding.attachments.items()):
+            if a.group is group:
+                try:
+                    a.comm.detach()
+                except errors.RegistrationError:  # detached regardless: the entry goes as on every rank
+                    del binding.attachments[ptr]
+                    raise
+                del binding.attachments[ptr]
+                return
+    raise errors.InvalidArgument(f"group {group} is not registered with pool '{binding.pool.name}'")
+
+
+def forget_group(group=None) -> int:
+    """Drops every registration with `group` (None: every group) without calling NCCL. For a
+    communicator that was destroyed or aborted. destroy_process_group() does this by itself after
+    init(). Returns how many attachments were dropped."""
+    dropped = 0
+    with _lock:
+        for binding in _bindings.values():
+            for ptr, a in list(binding.attachments.items()):
+                if group is None or a.group is group:
+                    a.comm.forget()
+                    del binding.attachments[ptr]
+                    dropped += 1
+    return dropped
+
+
+def _install_destroy_hook() -> None:
+    """destroy_process_group frees the communicators: forget their registrations first."""
+    global _original_destroy_process_group
+    if _original_destroy_process_group is not None:
+        return
+    original = dist.destroy_process_group
+
+    def destroy_process_group(group=None, *args, **kwargs):
+        forget_group(group)
+        return original(group, *args, **kwargs)
+
+    destroy_process_group.__doc__ = original.__doc__
+    destroy_process_group.__wrapped__ = original
+    _original_destroy_process_group = original
+    dist.destroy_process_group = destroy_process_group
+    dist.distributed_c10d.destroy_process_group = destroy_process_group
+
+
+def stats(pool) -> dict:
+    """Pool counters and one entry per registered group (see ncclpool.Pool.stats_json)."""
+    return _binding(pool).pool.stats_json()
+
+
+def memory_summary(pool=None) -> str:
+    """Text report of one pool made by create_nccl_mem_pool, or of all of them."""
+    pools = [b.pool for b in _bindings.values()] if pool is None else [ncclpool_pool(pool)]
+    return _np.memory_summary(pools)
+
+
+def release_mem_pool(pool) -> None:
+    """Destroys the ncclpool pool behind a MemPool after torch released its segments (drop the tensors,
+    then ``del`` the MemPool and call torch.cuda.empty_cache()). Detach symmetric groups first."""
+    binding = _binding(pool)
+    with _lock:
+        library().ncclpool_torch_unbind(binding.pool.handle)
+        try:
+            for ptr, a in list(binding.attachments.items()):
+                if not a.windows:
+                    a.comm.detach()
+                    del binding.attachments[ptr]  # the table says what is still attached, even if a later step fails
+            binding.pool.close()
+        except errors.Error:
+            library().ncclpool_torch_bind(binding.pool.handle)
+            raise
+        del _bindings[pool.id]
