@@ -47,7 +47,6 @@ def main():
 
     # The two groups. new_group is collective: every rank creates every group, in the same order.
     world = dist.group.WORLD
-    pair = None
     for first in range(0, world_size, 2):
         ranks = list(range(first, min(first + 2, world_size)))
         group = dist.new_group(ranks)
