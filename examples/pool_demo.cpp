@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
       return usage(argv[0]);
     }
   }
+  // With --json, stdout carries the JSON only: what the demo says about its source goes to stderr.
+  std::FILE* info = json ? stderr : stdout;
   try {
     std::shared_ptr<ncclpool::SegmentSource> source;
     if (source_name == "auto") {
@@ -50,7 +52,7 @@ int main(int argc, char** argv) {
       if (ncclpool::cuda_available(&why)) {
         source_name = "vmm";
       } else {
-        std::printf("No GPU here (%s): using the built-in simulator (host memory, streams as ids).\n", why.c_str());
+        std::fprintf(info, "No GPU here (%s): using the built-in simulator (host memory, streams as ids).\n", why.c_str());
         source_name = "sim";
       }
     }
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     } else {
       return usage(argv[0]);
     }
-    std::printf("source: %s\n", source->properties().description.c_str());
+    std::fprintf(info, "source: %s\n", source->properties().description.c_str());
 
     ncclpool::PoolConfig config;
     config.name = "demo";

@@ -7,7 +7,7 @@
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
 #                                   pdl, ncclversions, bench, torch, megatron, fsdp2, decode, wheel, tool,
-#                                   toolbench, nccltests, demo;
+#                                   toolbench, nccltests, demo, examples;
 #                                   default all)
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
@@ -59,7 +59,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,wheel,tool,toolbench,nccltests,demo},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,wheel,tool,toolbench,nccltests,demo,examples},"
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 # NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every
@@ -475,6 +475,36 @@ fi
 if want demo; then
   "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
   row "demo (vmm source)" "rc=$?"
+fi
+
+# 10. The examples (docs/examples.md) as a user runs them: the simulated ranks, then the torch ones
+#     under torchrun on every GPU of this host (one included). Each torch example checks its own
+#     results and ends with a 'done:' line on rank 0; megatron_shim needs megatron_fsdp (.whl/site).
+run_example() {  # name, command...
+  local name=$1 rc
+  shift
+  timeout "$(within 300)" env NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" "$@" \
+    >"$OUT/example-$name.log" 2>&1
+  rc=$?
+  { echo "=== example $name (rc=$rc)"; cat "$OUT/example-$name.log"; } >>"$LOG"
+  row "example $name" "rc=$rc; $(grep -m1 '^done:' "$OUT/example-$name.log" || tail -1 "$OUT/example-$name.log" | cut -c1-150)"
+}
+if want examples; then
+  run_example sim_ranks env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" python3 examples/sim_ranks.py --ranks 4
+  if [ "$gpus" -ge 1 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    for ex in torch_two_groups fsdp2; do
+      run_example "$ex" env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m torch.distributed.run --nproc-per-node "$gpus" "examples/$ex.py"
+    done
+    fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
+    if PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
+      run_example megatron_shim env PYTHONPATH="$PWD/python:$fsdp_path${PYTHONPATH:+:$PYTHONPATH}" python3 -m torch.distributed.run --nproc-per-node "$gpus" \
+        examples/megatron_shim.py
+    else
+      row "example megatron_shim" "not run (no megatron_fsdp: unpack megatron-fsdp into .whl/site, scripts/gpu-inputs.sh)"
+    fi
+  else
+    row "examples (torch)" "not run (no GPU, or no torch with CUDA here)"
+  fi
 fi
 
 echo
