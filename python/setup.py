@@ -27,6 +27,8 @@ def find_library():
 class BuildWithLibrary(build_py):
     def run(self):
         super().run()
+        # The start-up hook of ncclpool.sglang goes beside the package, into site-packages (docs/sglang.md).
+        shutil.copy2(os.path.join(HERE, "ncclpool-sglang.pth"), os.path.join(self.build_lib, "ncclpool-sglang.pth"))
         lib = find_library()
         target = os.path.join(self.build_lib, "ncclpool")
         if lib is None:

@@ -29,7 +29,8 @@ wheel=$(ls "$work"/wheels/ncclpool-*.whl)
 "$py" - "$wheel" <<'PY' || fail "wheel contents"
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-for need in ("ncclpool/libncclpool.so", "ncclpool/bin/ncclpool", "ncclpool/torch/__init__.py", "ncclpool/__main__.py"):
+for need in ("ncclpool/libncclpool.so", "ncclpool/bin/ncclpool", "ncclpool/torch/__init__.py", "ncclpool/__main__.py",
+             "ncclpool/sglang.py", "ncclpool-sglang.pth"):
     assert need in names, f"{need} missing from {sys.argv[1]}: {names}"
 PY
 echo "packaging: pip install . and pip wheel . work ($(basename "$wheel"))"
