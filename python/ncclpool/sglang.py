@@ -12,9 +12,11 @@ Same names, arguments and call sites as SGLang's module; what differs:
 * Windows only at agreement points: a group's communicator (``group_coordinator.pynccl_comm.comm``)
   is attached at its first use outside graph capture (collective over the group); a context exit is
   a scope end of the pool, whose scheduled ones (the first 16, then every 16th) agree and register
-  new windows; so do the first use after a capture, the preallocation and a symmetric buffer. A pool
-  that grew on one rank only ends in ``ncclpool.AgreementError`` on every rank instead of a hang
-  inside ``ncclCommWindowRegister``.
+  new windows; so do the first use after a capture, the preallocation and a symmetric buffer. Those
+  with windows are fenced (the stream before, the device after: SGLang's communicators do not order
+  ncclpool's launches after its graphs), so a pool that grew on one rank only ends in
+  ``ncclpool.AgreementError`` on every rank at the same context exit instead of a hang inside
+  ``ncclCommWindowRegister``.
 * ``SGLANG_DEBUG_SYMM_MEM=1``: the pool checks its layout at every scope end, and each buffer that
   SGLang checks before a collective is proven to sit at the same offset of the same window on every
   rank (buffers checked during a capture: at the group's first use after it, or at the
@@ -64,6 +66,8 @@ _creation_lock = threading.Lock()
 _commit_after_capture = False  # a context left during a capture: its segments' windows wait for the next use
 _debug_seen_traces: set = set()
 _segments_cache: tuple = ((), [], [])  # (pool counters, segment bases, segment ends) for is_tensor_in_...
+_scope_ends = 0           # this module alone ends scopes of _pool: the registry's count, kept here too
+_scope_period = 16        # the registry's (read when the pool is made; 1 in check mode)
 
 
 @dataclass
@@ -72,6 +76,7 @@ class _Attachment:
     kind: str
     label: str
     captured_checks: list  # (op_name, buffer pointers) checked during a capture, verified after it
+    windows: bool = False  # some of the pool's memory is a window of it: scope ends agree over it
 
 
 _attachments: dict = {}  # ncclComm_t address -> _Attachment
@@ -90,7 +95,7 @@ def set_graph_pool_id(graph_pool_id):
 def get_nccl_mem_pool():
     """The torch.cuda.MemPool every group shares, over the ncclpool pool 'sglang' (made at first use,
     on the current device)."""
-    global _mem_pool, _pool, _cur_device
+    global _mem_pool, _pool, _cur_device, _scope_ends, _scope_period
     if _mem_pool is None:
         if not after_2_8_0:
             raise Unsupported(f"--enable-symm-mem through ncclpool needs torch >= 2.8, not {torch.__version__}")
@@ -101,6 +106,8 @@ def get_nccl_mem_pool():
                 mempool = _layer.create_nccl_mem_pool(kind=_support.kind_from_env(), name=POOL_NAME, check=check)
                 _pool = _layer.ncclpool_pool(mempool)
                 _cur_device = torch.cuda.current_device()
+                schedule = _pool.stats_json()
+                _scope_ends, _scope_period = schedule["scope_ends"], schedule["scope_period"]
                 _mem_pool = mempool
     return _mem_pool
 
@@ -124,13 +131,44 @@ def _step(comm_ptr, label, what, fn, *args):
         _registration = None
 
 
+def _collective(comm_ptr, label, what, fn, *args, poll: bool = True):
+    """A collective step of the pool (an agreement, and windows after it), fenced on this device.
+
+    SGLang creates its PyNccl communicators with NCCL's graphUsageMode=1 when symmetric memory is on:
+    NCCL then does not order a launch outside a graph after an outstanding graph launch of the same
+    communicator (or the other way round), and ncclpool's agreement runs on a stream of its own. So
+    the current stream (SGLang's graph replays) is drained before the step and the device after it
+    (not after a failed step). A rank with nothing to register does not wait in the step; after the
+    fence its result has arrived, and poll() raises a mismatch here, at the same point as on the rank
+    that waited."""
+    fenced = not torch.cuda.is_current_stream_capturing()
+    if fenced:
+        torch.cuda.current_stream().synchronize()
+    result = _step(comm_ptr, label, what, fn, *args)  # an error (a mismatch, a timeout) skips the fence after:
+    if fenced:                                        # a step that timed out left a kernel that never ends
+        torch.cuda.synchronize()
+        if poll:
+            _step(comm_ptr, label, f"{what} (its outcome)", _pool.poll)
+    return result
+
+
+def _windows_of(kind: str) -> bool:
+    """Whether an attachment of this kind gets windows (an auto pool: whether its routes use them)."""
+    if kind != "auto":
+        return kind == "symmetric"
+    routes = _pool.routes() or {}
+    return any(c["placement"] == "symmetric" for c in routes.get("classes", [])) or \
+        any("symmetric" in d for d in routes.get("by_collective", {}).values())
+
+
 def _attachment(comm_ptr: int, label: str, what: str) -> _Attachment:
     """The pool's attachment of a communicator, made at its first use (collective over its group:
     every rank attaches its groups at the same points, as SGLang uses them)."""
     attachment = _attachments.get(comm_ptr)
     if attachment is None:
-        comm = _step(comm_ptr, label, f"attach at {what}", _pool.attach_nccl, comm_ptr, None)
-        attachment = _attachments[comm_ptr] = _Attachment(comm, _pool.registration, label, [])
+        comm = _collective(comm_ptr, label, f"attach at {what}", _pool.attach_nccl, comm_ptr, None)
+        kind = _pool.registration
+        attachment = _attachments[comm_ptr] = _Attachment(comm, kind, label, [], _windows_of(kind))
         _unattached_in_capture.discard(comm_ptr)
     return attachment
 
@@ -142,7 +180,7 @@ def _settle(comm_ptr: int, label: str, what: str) -> _Attachment:
     attachment = _attachment(comm_ptr, label, what)
     if _commit_after_capture:
         _commit_after_capture = False
-        _step(comm_ptr, label, f"commit after a capture, at {what}", _pool.commit)
+        _collective(comm_ptr, label, f"commit after a capture, at {what}", _pool.commit)
     _verify_captured(attachment, comm_ptr)
     return attachment
 
@@ -229,11 +267,18 @@ class SymmetricMemoryContext:
 
     def _end_scope(self, scope, error) -> None:
         """The pool's scope end: the same collective steps on every rank; an error on this rank is
-        its "no" where the scope end is an agreement point (docs/registry.md, "Lockstep")."""
-        if error is None:
-            _step(self._comm_ptr, self._label, "scope end", scope.__exit__, None, None, None)
+        its "no" where the scope end is an agreement point (docs/registry.md, "Lockstep"). The
+        registry's scheduled ones (its first `scope_period`, then every `scope_period`-th) agree
+        when windows exist: those are fenced (_collective)."""
+        global _scope_ends
+        n, _scope_ends = _scope_ends, _scope_ends + 1
+        args = (None, None, None) if error is None else (type(error), error, error.__traceback__)
+        what = "scope end" if error is None else "scope end after an error"
+        agrees = (n < _scope_period or n % _scope_period == 0) and any(a.windows for a in _attachments.values())
+        if agrees and not self.is_graph_capture:
+            _collective(self._comm_ptr, self._label, what, scope.__exit__, *args, poll=error is None)
         else:
-            _step(self._comm_ptr, self._label, "scope end after an error", scope.__exit__, type(error), error, error.__traceback__)
+            _step(self._comm_ptr, self._label, what, scope.__exit__, *args)
 
     def _route(self, on: bool) -> None:
         if on:
@@ -320,7 +365,7 @@ def is_tensor_in_symmetric_mempool(tensor) -> bool:
 
 def _verify(attachment: _Attachment, comm_ptr: int, op_name: str, ptrs, when: str) -> None:
     try:
-        _step(comm_ptr, attachment.label, f"buffer check of {op_name}", attachment.comm.verify_buffers, *ptrs)
+        _collective(comm_ptr, attachment.label, f"buffer check of {op_name}", attachment.comm.verify_buffers, *ptrs)
     except AgreementError as e:
         raise AgreementError(f"{op_name} on group '{attachment.label}'{when}: {e}") from e
 
@@ -380,7 +425,7 @@ def prealloc_symmetric_memory_pool(*, is_draft_worker: bool, enable_symm_mem: bo
         with context:
             torch.empty((gib << 30,), dtype=torch.uint8, device=device)
     if isinstance(context, SymmetricMemoryContext):
-        _step(context._comm_ptr, context._label, "commit after the preallocation", _pool.commit)
+        _collective(context._comm_ptr, context._label, "commit after the preallocation", _pool.commit)
 
 
 def _release_buffer(pool, ptr: int, device) -> None:
@@ -420,7 +465,7 @@ def allocate_symmetric_buffer(comm, nbytes: int):
         ptr = _pool.alloc(nbytes, stream=torch.cuda.current_stream(device))  # OutOfMemory raises
         release = None
         try:
-            _step(comm_ptr, label, "commit of a symmetric buffer", _pool.commit)
+            _collective(comm_ptr, label, "commit of a symmetric buffer", _pool.commit)
             owner = _support.BufferOwner(ptr, nbytes)
             release = weakref.finalize(owner, _release_buffer, _pool, ptr, device)
             release.atexit = False  # at process exit the pool goes with the process

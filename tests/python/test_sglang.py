@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import types
 
 import pytest
@@ -40,8 +41,21 @@ class FakeTorch:
     def state(self):
         t = self.tls
         if not hasattr(t, "stack"):
-            t.stack, t.calls, t.capturing = [], [], False
+            t.stack, t.calls, t.capturing, t.fences = [], [], False, []
         return t
+
+    # the fences around the pool's collective steps: the current stream drained, then the device; a
+    # test may give the device's wait something to wait for (an agreement's kernel ends only when
+    # every rank launched its part)
+    device_wait = None
+
+    def stream_synchronize(self):
+        self.state().fences.append("stream")
+
+    def device_synchronize(self, device=None):
+        self.state().fences.append("device")
+        if self.device_wait is not None:
+            self.device_wait()
 
     # torch._C: which pool this thread's allocations go to
     def begin(self, device, pool_id):
@@ -128,8 +142,9 @@ def sg(torch_layer, monkeypatch):
     cuda = torch.cuda
     monkeypatch.setattr(cuda, "MemPool", lambda allocator=None: _new_mempool(fake))
     monkeypatch.setattr(cuda, "is_current_stream_capturing", lambda: fake.state().capturing)
-    for name, value in {"synchronize": lambda device=None: None, "device": lambda d: contextlib.nullcontext(),
-                        "current_stream": lambda device=None: types.SimpleNamespace(cuda_stream=0)}.items():
+    for name, value in {"synchronize": fake.device_synchronize, "device": lambda d: contextlib.nullcontext(),
+                        "current_stream": lambda device=None: types.SimpleNamespace(cuda_stream=0, synchronize=fake.stream_synchronize)
+                        }.items():
         monkeypatch.setattr(cuda, name, value, raising=False)
     monkeypatch.syspath_prepend(STANDINS)
     for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.") or n.startswith("ncclpool.sglang")]:
@@ -314,6 +329,10 @@ def test_windows_wait_for_the_pools_scheduled_scope_ends(sg):
         for _ in range(15):  # ... up to scope end 32, which is scheduled
             with m.use_symmetric_memory(tp[r]):
                 pass
+        assert m._scope_ends == m._pool.stats_json()["scope_ends"] == 33, "the module's count is the registry's"
+        fences = sg.torch.state().fences
+        # attach, then scope ends 0..16 and 32: each fenced by the stream before and the device after
+        assert fences == ["stream", "device"] * (1 + 17 + 1), fences
         return pending_after_17, m._pool.pending, windows(m, late.ptr)
 
     results, failures = run_ranks(2, rank)
@@ -464,7 +483,17 @@ def test_growth_at_run_time_on_one_rank_ends_in_an_error_on_every_rank(sg):
     mods = sg.make(2)
     _, tp = sg.group("tp", 2, matching="strict")
 
+    def agreement_kernel_done():  # the other rank reached the same scope end (its part is launched there)
+        mine = next(m for m in mods if threading.current_thread().name == f"rank{mods.index(m)}")
+        deadline = time.monotonic() + 5
+        while any(m._scope_ends < mine._scope_ends for m in mods) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)  # ... and into the C call that launches it
+
+    sg.torch.device_wait = agreement_kernel_done
+
     def rank(r):
+        threading.current_thread().name = f"rank{r}"
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             t.empty((8 * MiB,))
@@ -484,10 +513,11 @@ def test_growth_at_run_time_on_one_rank_ends_in_an_error_on_every_rank(sg):
 
     results, failures = run_ranks(2, rank)
     assert failures == [None, None], failures
-    assert results[0] and results[0][0][0] == 0, results[0]
+    assert [use for use, _ in results[0]] == [use for use, _ in results[1]] == [0, 1, 2, 3], results
     assert "ranks disagree" in results[0][0][1] and "rank 0: pool 'sglang' (attachment #0), commit #3: 1 segment(s)" in results[0][0][1]
-    assert results[1], "rank 1 must end in an error too"
-    assert "found after the fact" in results[1][0][1]
+    assert "found after the fact" in results[1][0][1], "rank 1 did not wait, and hears of it after the fence, at the same use"
+    assert all(m._pool.pending == (1 if r == 0 else 0) for r, m in enumerate(mods)), "nothing was registered"
+
 
 
 def test_an_exception_inside_a_context_on_one_rank_fails_every_rank_at_that_scope_end(sg):
