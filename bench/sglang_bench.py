@@ -22,7 +22,8 @@ The driver starts, through torchrun (one process per GPU):
   (SGLang #36943) and buffers at other offsets in a capture (SGLang #33037), with and without
   SGLANG_DEBUG_SYMM_MEM=1.
 
-Rank 0 of each run writes its part; the driver prints tables and writes everything with --json.
+Each rank of a run writes its part; the driver prints each run's table or outcomes as it ends and
+rewrites --json after every run (a stopped driver leaves what finished).
 NVLink multicast stays off. NCCL versions and the guard's decision are in the output.
 """
 import argparse
@@ -114,18 +115,24 @@ def perf_worker(args):
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
         t0 = common.now()
-        api = apis[mode] = common.load_allocator(mode)
-        if api:
-            api.get_nccl_mem_pool()  # SGLang's: the JIT build (and a barrier)
-        t1 = common.now()
-        for size in sizes:
-            graphs[(mode, size)] = build_step(torch, api, group, size, args.layers, rank, world)
+        try:  # a mode that cannot be set up (SGLang's JIT build without a compiler, say) is reported, not fatal
+            api = apis[mode] = common.load_allocator(mode)
+            if api:
+                api.get_nccl_mem_pool()  # SGLang's: the JIT build (and a barrier)
+            t1 = common.now()
+            for size in sizes:
+                graphs[(mode, size)] = build_step(torch, api, group, size, args.layers, rank, world)
+        except Exception as e:  # noqa: BLE001 (the same on every rank: the setup is the same)
+            setup[mode] = dict(error=f"{type(e).__name__}: {str(e)[-600:]}")
+            graphs = {k: v for k, v in graphs.items() if k[0] != mode}
+            continue
         t2 = common.now()
         setup[mode] = dict(pool_s=t1 - t0, capture_s=t2 - t1, total_s=t2 - t0,
                            device_bytes=free_before - torch.cuda.mem_get_info()[0], pool_bytes=pool_bytes(api))
     samples = []
+    ready = [m for m in MODES if "error" not in setup[m]]
     for rnd in range(args.rounds):
-        order = MODES[rnd % len(MODES):] + MODES[:rnd % len(MODES)]
+        order = ready[rnd % len(ready):] + ready[:rnd % len(ready)]
         for size in sizes:
             for mode in order:
                 samples.append(dict(round=rnd, size=size, mode=mode, us=time_graph(torch, graphs[(mode, size)][0], args.replays)))
@@ -137,10 +144,10 @@ def perf_worker(args):
         torch.cuda.synchronize()
         if not bool((out.float() == expect).all()):
             wrong.append(dict(mode=mode, size=size, got=sorted(set(out.float().unique().tolist()))[:4], expect=expect))
-    npool = apis["ncclpool"]._pool
+    npool = getattr(apis.get("ncclpool"), "_pool", None)
     result = dict(rank=rank, world=world, layers=args.layers, replays=args.replays, config=args.config, setup=setup,
                   samples=samples, wrong=wrong, toolchain=toolchain, versions=common.versions(),
-                  ncclpool_stats=dict(npool.stats(), communicators=npool.stats_json()["communicators"], routes=npool.routes()))
+                  ncclpool_stats=npool and dict(npool.stats(), communicators=npool.stats_json()["communicators"], routes=npool.routes()))
     common.write_rank_result(args.json_dir, f"perf-{args.config_index}", rank, result)
     graphs.clear()  # graphs before communicators (NCCL waits for graphs that captured its collectives)
     torch.cuda.synchronize()
@@ -252,16 +259,20 @@ def summarize_perf(part):
              f"{r0['world']} GPUs ({r0['versions']['gpu']}), {r0['layers']} layers per step (us per step: median, min-max over rounds)"]
     sizes = sorted({s["size"] for s in r0["samples"]})
     lines.append(f"{'size':>8}  " + "  ".join(f"{m:>24}" for m in MODES) + "   sglang/ncclpool  plain/ncclpool")
+    nan = float("nan")
     for size in sizes:
         med, cells = {}, []
         for mode in MODES:
             us = [s["us"] for s in r0["samples"] if s["mode"] == mode and s["size"] == size]
-            med[mode] = statistics.median(us)
-            cells.append(f"{med[mode]:8.1f} ({min(us):.1f}-{max(us):.1f})")
+            med[mode] = statistics.median(us) if us else nan
+            cells.append(f"{med[mode]:8.1f} ({min(us):.1f}-{max(us):.1f})" if us else "not run")
         lines.append(f"{size >> 10:>6}Ki  " + "  ".join(f"{c:>24}" for c in cells) +
                      f"   {med['sglang'] / med['ncclpool']:14.3f}x {med['plain'] / med['ncclpool']:14.3f}x")
     for mode in MODES:
         s = r0["setup"][mode]
+        if "error" in s:
+            lines.append(f"setup {mode:>8}: FAILED: {s['error'][-300:]}")
+            continue
         lines.append(f"setup {mode:>8}: pool {s['pool_s']:.2f} s, warm-up+capture {s['capture_s']:.2f} s; device memory "
                      f"{s['device_bytes'] / 2**20:.0f} MiB (pool holds {s['pool_bytes'] / 2**20:.0f} MiB)")
     wrong = [w for r in ranks for w in r["wrong"]]
@@ -272,6 +283,13 @@ def summarize_perf(part):
 def driver(args):
     here = os.path.dirname(os.path.abspath(__file__))
     out = dict(perf=[], cases=[], failures=[])
+
+    def save():  # after every run: what finished survives a driver that is stopped (a device call's limit)
+        if args.json:
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(out, f, indent=1, default=str)
+            os.replace(args.json + ".tmp", args.json)
+
     with tempfile.TemporaryDirectory() as tmp:
         for i, config in enumerate(c for c in args.configs.split(";") if c):
             env = dict(os.environ, **dict(kv.split("=", 1) for kv in config.split(",") if kv))
@@ -285,8 +303,12 @@ def driver(args):
                      if os.path.exists(os.path.join(tmp, f"perf-{i}.rank{r}.json"))]
             if rc != 0 or len(ranks) != args.nproc:
                 out["failures"].append(dict(run=f"perf {config}", rc=rc, tail=tail))
+                print(f"FAILED perf {config} (rc={rc}): {tail[-2000:]}", flush=True)
+                save()
                 continue
             out["perf"].append(dict(config=config, ranks=ranks))
+            print("\n".join(summarize_perf(out["perf"][-1])) + "\n", flush=True)
+            save()
         for case, allocator, debug in ([] if args.no_cases else CASES):
             name = f"{case}-{allocator}{'-debug' if debug else ''}"
             env = dict(os.environ, SGLANG_DEBUG_SYMM_MEM="1" if debug else "0", NCCLPOOL_AGREEMENT_TIMEOUT_S="20")
@@ -296,21 +318,18 @@ def driver(args):
                                  "--timeout", str(args.case_timeout)], env, args.case_timeout + 300)
             ranks = [json.load(open(os.path.join(tmp, f"{name}.rank{r}.json"))) for r in range(args.nproc)
                      if os.path.exists(os.path.join(tmp, f"{name}.rank{r}.json"))]
-            out["cases"].append(dict(name=name, rc=rc, ranks=ranks, tail=tail if len(ranks) != args.nproc else ""))
-    for part in out["perf"]:
-        print("\n".join(summarize_perf(part)) + "\n")
-    for case in out["cases"]:
-        print(f"case {case['name']} (rc={case['rc']}):")
-        for r in case["ranks"]:
-            print(f"  rank {r['rank']}: {r['outcome']}")
-        if len(case["ranks"]) != args.nproc:
-            print(f"  missing ranks; output: {case['tail'][-1500:]}")
-    for failure in out["failures"]:
-        print(f"FAILED {failure['run']} (rc={failure['rc']}): {failure['tail'][-2000:]}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=str)
-    return 1 if out["failures"] or any(w for p in out["perf"] for r in p["ranks"] for w in r["wrong"]) else 0
+            case = dict(name=name, rc=rc, ranks=ranks, tail=tail if len(ranks) != args.nproc else "")
+            out["cases"].append(case)
+            print(f"case {case['name']} (rc={case['rc']}):")
+            for r in case["ranks"]:
+                print(f"  rank {r['rank']}: {r['outcome']}")
+            if len(case["ranks"]) != args.nproc:
+                print(f"  missing ranks; output: {case['tail'][-1500:]}")
+            sys.stdout.flush()
+            save()
+    broken = any(w for p in out["perf"] for r in p["ranks"] for w in r["wrong"]) or \
+        any("error" in s for p in out["perf"] for r in p["ranks"] for s in r["setup"].values())
+    return 1 if out["failures"] or broken else 0
 
 
 def main():

@@ -115,11 +115,18 @@ def main():
     rank, world, local = common.init_distributed()
     toolchain = common.jit_toolchain()
     group = common.make_tp_group(rank, world, local)
-    api = common.load_allocator(args.allocator)
-    api.get_nccl_mem_pool()  # SGLang's JIT build (cached by the perf runs) before the clock starts
     events = []
     result = dict(rank=rank, world=world, case=args.case, allocator=args.allocator, events=events, toolchain=toolchain,
                   debug=os.environ.get("SGLANG_DEBUG_SYMM_MEM", "0"), versions=common.versions())
+    try:
+        api = common.load_allocator(args.allocator)
+        api.get_nccl_mem_pool()  # SGLang's JIT build (cached by the perf runs) before the clock starts
+    except Exception as e:  # noqa: BLE001 (the outcome: no case without the allocator)
+        record(events, "setup", e)
+        result.update(outcome=f"not run: the allocator could not be set up: {type(e).__name__}: {str(e)[-240:]}")
+        common.write_rank_result(args.json_dir, args.name, rank, result)
+        sys.stdout.flush()
+        os._exit(0)
 
     def hung(seconds, stacks):  # no CUDA or NCCL call here: the main thread may be stuck inside one
         result.update(outcome=f"HANG: no end within {seconds:g} s", stacks=stacks)

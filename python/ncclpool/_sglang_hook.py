@@ -33,6 +33,7 @@ _ON = ("1", "true", "yes", "y", "on")
 _OFF = ("", "0", "false", "no", "n", "off")
 
 _undo: list = []  # callables that revert install(), newest last
+_warned = False   # site may read the .pth twice (a venv's lib64 -> lib): one line on stderr is enough
 
 
 class _Loader(importlib.abc.Loader):
@@ -58,10 +59,12 @@ _finder = _Finder()
 def enabled_by_env() -> bool:
     """$NCCLPOOL_SGLANG: 1/true/yes/on switches the hook on, unset/0/false/no/off leaves it off;
     anything else leaves it off with a line on stderr (a start-up hook must not stop the program)."""
+    global _warned
     value = os.environ.get(ENV, "").strip().lower()
     if value in _ON:
         return True
-    if value not in _OFF:
+    if value not in _OFF and not _warned:
+        _warned = True
         sys.stderr.write(f"ncclpool: {ENV}={os.environ[ENV]!r} is not one of 1, true, yes, on, 0, false, no, off: "
                          "SGLang keeps its own pynccl_allocator\n")
     return False

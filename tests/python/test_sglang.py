@@ -834,7 +834,9 @@ def test_the_startup_hook_parses_its_variable(monkeypatch, capsys):
         monkeypatch.setenv("NCCLPOOL_SGLANG", value)
         assert hook.enabled_by_env() is on
     monkeypatch.setenv("NCCLPOOL_SGLANG", "perhaps")
+    monkeypatch.setattr(hook, "_warned", False)
     assert hook.enabled_by_env() is False and "NCCLPOOL_SGLANG='perhaps'" in capsys.readouterr().err
+    assert hook.enabled_by_env() is False and capsys.readouterr().err == "", "said once (site may read the .pth twice)"
     with open(os.path.join(ROOT, "python", hook.PTH)) as f:
         lines = [line for line in f if line.startswith("import ")]
     assert len(lines) == 1 and "ncclpool._sglang_hook" in lines[0], "the .pth runs the hook's startup()"
