@@ -62,13 +62,21 @@ def jit_toolchain() -> dict:
 
 
 def loaded_nccl() -> str:
-    """The libnccl.so.2 this process has loaded (torch's), from /proc/self/maps."""
+    """The libnccl.so.2 this process has loaded (torch's), from /proc/self/maps; else the one torch's
+    nvidia.nccl package ships (what torch will load)."""
     import torch  # noqa: F401 (loads torch's NCCL)
     with open("/proc/self/maps") as maps:
         for line in maps:
             path = line.split(None, 5)[-1].strip()
             if os.path.basename(path).startswith("libnccl.so"):
                 return os.path.realpath(path)
+    try:
+        import nvidia.nccl
+        for folder in nvidia.nccl.__path__:
+            if os.path.isfile(os.path.join(folder, "lib", "libnccl.so.2")):
+                return os.path.realpath(os.path.join(folder, "lib", "libnccl.so.2"))
+    except ImportError:
+        pass
     return ""
 
 

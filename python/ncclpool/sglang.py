@@ -113,8 +113,8 @@ def get_nccl_mem_pool():
 
 
 def describe_registration_in_progress():
-    """What collective step of the pool runs now (for SGLang's watchdog), or None. ncclpool's steps
-    end in an AgreementError after NCCLPOOL_AGREEMENT_TIMEOUT_S instead of waiting forever."""
+    """What collective step of the pool runs now (for SGLang's watchdog), or None. A rank waiting for
+    the others inside one raises AgreementError after NCCLPOOL_AGREEMENT_TIMEOUT_S."""
     step = _registration
     if step is None:
         return None
