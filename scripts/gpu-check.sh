@@ -6,8 +6,8 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   pdl, ncclversions, bench, torch, megatron, fsdp2, decode, wheel, tool,
-#                                   toolbench, nccltests, demo, examples;
+#                                   pdl, ncclversions, bench, torch, megatron, fsdp2, decode, sglang, wheel,
+#                                   tool, toolbench, nccltests, demo, examples;
 #                                   default all)
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
@@ -21,6 +21,7 @@
 #   .whl/nccl-tests            a checkout of NVIDIA/nccl-tests (NCCL_TESTS_SRC overrides)
 #   .whl/nccl-src-VER.tar.gz   NCCL sources to build here and run against (section ncclversions;
 #                              scripts/build-nccl.sh says how to make one)
+#   .whl/sglang                SGLang 0.5.23's pynccl*.py and a ninja binary (scripts/sglang-inputs.sh)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
@@ -59,7 +60,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,wheel,tool,toolbench,nccltests,demo,examples},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,sglang,wheel,tool,toolbench,nccltests,demo,examples},"
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 # NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every
@@ -372,6 +373,36 @@ if want decode; then
     fi
   else
     row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
+  fi
+fi
+
+# 6f. SGLang (issue 31): SGLang 0.5.23's own symmetric-memory allocator, unmodified (three files of its
+#     wheel, carried in .whl/sglang) beside ncclpool.sglang. One GPU: the smoke test (imports, the
+#     stand-ins, SGLang's JIT build from cold, ncclpool.sglang's null-context paths, install()). Two or
+#     more: the benchmark (a decode step in a CUDA graph, plain / SGLang's / ncclpool's, per
+#     SGLANG_BENCH_CONFIGS; then growth at run time and buffers at other offsets on both allocators).
+if want sglang; then
+  if [ ! -f .whl/sglang/sglang/srt/distributed/device_communicators/pynccl_allocator.py ]; then
+    row "sglang" "not run (no .whl/sglang: run scripts/sglang-inputs.sh where PyPI is reachable, carry .whl/sglang)"
+  elif ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    row "sglang" "not run (no torch with CUDA)"
+  else
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 420)" python3 bench/sglang_bench.py --smoke --cold-jit \
+      --json "$OUT/sglang-smoke.json" >"$OUT/sglang-smoke.txt" 2>&1
+    rc=$?
+    cat "$OUT/sglang-smoke.txt" >>"$LOG"
+    row "sglang smoke (1 GPU)" "rc=$rc; $(grep -c '^SMOKE .*: ok' "$OUT/sglang-smoke.txt") ok, $(grep -c '^SMOKE .*: FAILED' "$OUT/sglang-smoke.txt") failed; JIT: $(grep -m1 "^SMOKE SGLang's JIT" "$OUT/sglang-smoke.txt" | grep -o '([0-9.]* s)')"
+    grep '^SMOKE .*: FAILED' "$OUT/sglang-smoke.txt" | cut -c1-300 | while read -r line; do echo "  $line"; done >>"$LOG"
+    if [ "$gpus" -ge 2 ]; then
+      # --warm-jit: the smoke test built SGLang's allocator from cold just now (its time is above).
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/sglang_bench.py --nproc 2 --warm-jit \
+        ${SGLANG_BENCH_CONFIGS:+--configs "$SGLANG_BENCH_CONFIGS"} --json "$OUT/sglang.json" >"$OUT/sglang.txt" 2>&1
+      rc=$?
+      cat "$OUT/sglang.txt" >>"$LOG"
+      tables+=("$(grep -v '^sglang_bench:' "$OUT/sglang.txt" | head -80)" "(sglang bench rc=$rc)")
+      row "sglang bench (2 GPUs): results" "rc=$rc; $(grep -c '^results: right' "$OUT/sglang.txt") config(s) right, $(grep -c '^results: WRONG' "$OUT/sglang.txt") wrong"
+      while read -r line; do row "  ${line%%:*}" "${line#*: }"; done < <(awk '/^case / {c=$2} /^  rank 0:/ {sub(/^  rank 0: /, ""); print c ": " substr($0, 1, 150)}' "$OUT/sglang.txt")
+    fi
   fi
 fi
 

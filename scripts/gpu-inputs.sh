@@ -4,6 +4,7 @@
 #   .whl/site/megatron_fsdp   megatron-fsdp 0.6.1, unpacked (section `megatron`)
 #   .whl/mcore/megatron       Megatron-Core 0.16.1's Python source, for its own allocator (`megatron`)
 #   .whl/ncclpool-*.whl       this checkout's wheel (`wheel`)
+#   .whl/sglang               SGLang 0.5.23's pynccl*.py and ninja (`sglang`: scripts/sglang-inputs.sh)
 # and says where .whl/nccl-tests stands (`nccltests`: a checkout of NVIDIA/nccl-tests, brought by
 # other means). Carry .whl with the build folder. Re-running replaces what it made.
 set -euo pipefail
@@ -20,6 +21,7 @@ find .whl/mcore -name '*.so' -delete  # a CPython-version-specific extension the
 rm -f .whl/ncclpool-*.whl
 python3 -m pip wheel -q . --no-deps -w "$tmp/wheel"
 cp "$tmp"/wheel/ncclpool-*.whl .whl/
+scripts/sglang-inputs.sh >/dev/null
 echo "gpu-inputs: $(ls .whl | tr '\n' ' ')($(du -sh .whl | cut -f1))"
 if [ -d .whl/nccl-tests ]; then
   echo "gpu-inputs: .whl/nccl-tests is there"

@@ -37,7 +37,8 @@ wheel=$(ls "$work"/wheels/ncclpool-"$version"-*.whl) || fail "no ncclpool-$versi
 "$py" - "$wheel" <<'PY' || fail "wheel contents"
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-for need in ("ncclpool/libncclpool.so", "ncclpool/bin/ncclpool", "ncclpool/torch/__init__.py", "ncclpool/__main__.py"):
+for need in ("ncclpool/libncclpool.so", "ncclpool/bin/ncclpool", "ncclpool/torch/__init__.py", "ncclpool/__main__.py",
+             "ncclpool/sglang.py", "ncclpool-sglang.pth"):
     assert need in names, f"{need} missing from {sys.argv[1]}: {names}"
 PY
 echo "packaging: pip install . and pip wheel . work ($(basename "$wheel"))"

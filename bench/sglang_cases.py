@@ -1,0 +1,149 @@
+"""The two failures SGLang's symmetric-memory allocator is known for, run on it and on ncclpool.sglang
+(one process per GPU, under torchrun; bench/sglang_bench.py starts them and prints the outcomes):
+
+  --case growth    after warm-up and a capture, rank 0's pool grows at run time and rank 1's does not
+                   (a bigger batch on one rank; SGLang #36943: every rank hangs in
+                   ncclCommWindowRegister). 8 context uses, each followed by SGLang's all-reduce.
+  --case offsets   in a capture, rank 1 allocates one more tensor before the step's buffer, so the
+                   buffer sits at another offset of the same window (SGLang #33037, #34230: symmetric
+                   kernels read peers at the wrong place, silently). The captured all-reduce is
+                   checked as SGLang checks it (debug_check_symmetric_mempool), then SGLang's
+                   finalize point (prealloc_symmetric_memory_pool) runs, then the graph is replayed
+                   and its result compared with the right one.
+
+    torchrun --nproc-per-node 2 bench/sglang_cases.py --case growth|offsets --allocator sglang|ncclpool
+             --json-dir DIR --name NAME [--timeout 60]      (SGLANG_DEBUG_SYMM_MEM=1: SGLang's debug mode)
+
+Each rank writes DIR/NAME.rankN.json: its outcome in words, the errors it raised (where, type,
+message), whether results were right, or, after --timeout seconds without an end, "hang" with where
+its threads were."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sglang_common as common  # noqa: E402
+
+MiB = 1 << 20
+
+
+def record(events, where, error):
+    events.append(dict(where=where, type=type(error).__name__, message=str(error)[:600]))
+
+
+def growth(torch, api, group, rank, world, events):
+    """Returns the outcome in words. Every rank keeps the same collective sequence whatever it raised
+    (the all-reduce runs after the context either way), as a rank that survives its error would."""
+    for _ in range(3):  # warm-up: the pool's first segments and windows
+        with api.use_symmetric_memory(group):
+            y = torch.ones(MiB // 2, dtype=torch.bfloat16, device="cuda")
+        common.all_reduce(group, y)
+    graph = torch.cuda.CUDAGraph()
+    pool = torch.cuda.graph_pool_handle()
+    api.set_graph_pool_id(pool)
+    with torch.cuda.graph(graph, pool=pool):
+        with api.use_symmetric_memory(group):
+            y = torch.empty(MiB // 2, dtype=torch.bfloat16, device="cuda")
+        common.all_reduce(group, y)
+    torch.cuda.synchronize()
+    kept = []
+    for use in range(8):
+        y = None
+        try:
+            with api.use_symmetric_memory(group):
+                y = torch.ones(MiB // 2, dtype=torch.bfloat16, device="cuda")
+                if rank == 0 and use == 0:
+                    kept.append(torch.empty(256 * MiB, dtype=torch.uint8, device="cuda"))  # grows rank 0's pool only
+        except Exception as e:  # noqa: BLE001 (the outcome)
+            record(events, f"context exit, use {use}", e)
+        common.all_reduce(group, y if y is not None else torch.ones(MiB // 2, dtype=torch.bfloat16, device="cuda"))
+        torch.cuda.synchronize()
+    del graph
+    if not events:
+        return "no error, no hang (the growth was registered where every rank agreed, or needed no window)"
+    return f"error at {events[0]['where']}: {events[0]['type']}: {events[0]['message'][:240]}"
+
+
+def offsets(torch, api, group, rank, world, events):
+    with api.use_symmetric_memory(group):  # warm-up: a 64 MiB segment (windowed) that torch splits later
+        warm = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    common.all_reduce(group, torch.ones(1024, device="cuda"))
+    del warm
+    torch.cuda.synchronize()
+    count = 4 * MiB // 2
+    x_in = torch.full((count,), float(rank + 1), dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    pool = torch.cuda.graph_pool_handle()
+    api.set_graph_pool_id(pool)
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            with api.use_symmetric_memory(group):
+                pad = torch.empty(count, dtype=torch.bfloat16, device="cuda") if rank == 1 else None
+                y = x_in * 1.0
+            api.debug_check_symmetric_mempool(group, {"input": y}, "all_reduce")  # what GroupCoordinator.all_reduce does
+            common.all_reduce(group, y)
+    except Exception as e:  # noqa: BLE001 (the outcome)
+        record(events, "capture", e)
+        return f"error during the capture: {events[-1]['type']}: {events[-1]['message'][:240]}"
+    try:
+        api.prealloc_symmetric_memory_pool(is_draft_worker=False, enable_symm_mem=True, device="cuda",
+                                           forward_stream=torch.cuda.current_stream())  # SGLang's finalize point
+    except Exception as e:  # noqa: BLE001 (the outcome)
+        record(events, "after the capture (SGLang's finalize: prealloc_symmetric_memory_pool)", e)
+        return f"error before any replay: {events[-1]['type']}: {events[-1]['message'][:240]}"
+    x_in.fill_(rank + 1)
+    graph.replay()
+    torch.cuda.synchronize()
+    expect = world * (world + 1) / 2
+    got = sorted(set(y.float().unique().tolist()))
+    del pad, graph
+    if got == [expect]:
+        return f"no error; results right ({expect:g})"
+    return f"no error; WRONG results: {got[:4]} instead of {expect:g} (silent)"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--case", choices=("growth", "offsets"), required=True)
+    ap.add_argument("--allocator", choices=("sglang", "ncclpool"), required=True)
+    ap.add_argument("--json-dir", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--timeout", type=float, default=60)
+    args = ap.parse_args()
+    common.prepare_paths()
+    import torch
+    rank, world, local = common.init_distributed()
+    toolchain = common.jit_toolchain()
+    group = common.make_tp_group(rank, world, local)
+    events = []
+    result = dict(rank=rank, world=world, case=args.case, allocator=args.allocator, events=events, toolchain=toolchain,
+                  debug=os.environ.get("SGLANG_DEBUG_SYMM_MEM", "0"), versions=common.versions())
+    try:
+        api = common.load_allocator(args.allocator)
+        api.get_nccl_mem_pool()  # SGLang's JIT build (cached by the perf runs) before the clock starts
+    except Exception as e:  # noqa: BLE001 (the outcome: no case without the allocator)
+        record(events, "setup", e)
+        result.update(outcome=f"not run: the allocator could not be set up: {type(e).__name__}: {str(e)[-240:]}")
+        common.write_rank_result(args.json_dir, args.name, rank, result)
+        sys.stdout.flush()
+        os._exit(0)
+
+    def hung(seconds, stacks):  # no CUDA or NCCL call here: the main thread may be stuck inside one
+        result.update(outcome=f"HANG: no end within {seconds:g} s", stacks=stacks)
+        common.write_rank_result(args.json_dir, args.name, rank, result)
+
+    watchdog = common.Watchdog(args.timeout, hung)
+    try:
+        outcome = (growth if args.case == "growth" else offsets)(torch, api, group, rank, world, events)
+    except Exception as e:  # noqa: BLE001 (the outcome)
+        record(events, "case", e)
+        outcome = f"error: {type(e).__name__}: {str(e)[:240]}"
+    watchdog.cancel()
+    result.update(outcome=outcome, versions=common.versions())  # the guard's decision, made at the first attach
+    common.write_rank_result(args.json_dir, args.name, rank, result)
+    sys.stdout.flush()
+    os._exit(0)  # no teardown: a failed case may leave NCCL work that never ends
+
+
+if __name__ == "__main__":
+    main()

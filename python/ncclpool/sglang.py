@@ -1,0 +1,494 @@
+"""SGLang drop-in: ``sglang.srt.distributed.device_communicators.pynccl_allocator`` (sglang 0.5.23)
+over one ncclpool pool shared by every group. Switching (docs/sglang.md)::
+
+    NCCLPOOL_SGLANG=1 python -m sglang.launch_server ... --enable-symm-mem   # or, in Python:
+    import ncclpool.sglang; ncclpool.sglang.install()
+
+Same names, arguments and call sites as SGLang's module; what differs:
+
+* No JIT build: the pool is an ncclpool pool behind a ``torch.cuda.MemPool`` (ncclpool.torch),
+  made at first use, of kind ``auto`` unless ``NCCLPOOL_SGLANG_KIND`` says ``symmetric`` or
+  ``local`` (the NCCL-version guard, ``NCCLPOOL_SYMMETRIC_KERNELS``, applies).
+* Windows only at agreement points: a group's communicator (``group_coordinator.pynccl_comm.comm``)
+  is attached at its first use outside graph capture (collective over the group); a context exit is
+  a scope end of the pool, whose scheduled ones (the first 16, then every 16th) agree and register
+  new windows; so do the first use after a capture, the preallocation and a symmetric buffer. Those
+  with windows are fenced (the stream before, the device after: SGLang's communicators do not order
+  ncclpool's launches after its graphs), so a pool that grew on one rank only ends in
+  ``ncclpool.AgreementError`` on every rank at the same context exit instead of a hang inside
+  ``ncclCommWindowRegister``.
+* ``SGLANG_DEBUG_SYMM_MEM=1``: the pool checks its layout at every scope end, and each buffer that
+  SGLang checks before a collective is proven to sit at the same offset of the same window on every
+  rank (buffers checked during a capture: at the group's first use after it, or at the
+  preallocation), else ``AgreementError`` on every rank before garbage is computed.
+* Out of memory raises (``torch.OutOfMemoryError`` with ncclpool's reason as a note).
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import sys
+import threading
+import warnings
+import weakref
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+import ncclpool
+import ncclpool.torch as _layer
+from ncclpool import AgreementError, InvalidArgument, InvalidState, Unsupported
+from ncclpool import _sglang_hook
+from ncclpool import _sglang_support as _support
+
+__all__ = [
+    "is_symmetric_memory_enabled", "set_graph_pool_id", "get_nccl_mem_pool", "SymmetricMemoryContext",
+    "use_symmetric_memory", "disable_symmetric_memory_context", "restore_symmetric_memory_context",
+    "is_tensor_in_symmetric_mempool", "debug_check_symmetric_mempool", "prealloc_symmetric_memory_pool",
+    "allocate_symmetric_buffer", "describe_registration_in_progress", "install", "uninstall", "POOL_NAME",
+]
+SGLANG_NAMES = tuple(__all__[:12])  # the names sglang 0.5.23's module offers its callers
+POOL_NAME = "sglang"  # pools are matched across ranks by name
+
+
+after_2_8_0 = _support.torch_release() >= (2, 8)
+logger = logging.getLogger(_sglang_hook.TARGET)  # SGLang's logging setup covers its module's name
+
+_mem_pool = None          # the torch.cuda.MemPool every group shares
+_pool = None              # the ncclpool.Pool behind it
+_graph_pool_id = None
+_cur_device = None
+_active_symmetric_memory_context = None
+_registration = None      # (comm pointer, group name, step) while a collective step of the pool runs
+_creation_lock = threading.Lock()
+_commit_after_capture = False  # a context left during a capture: its segments' windows wait for the next use
+_debug_seen_traces: set = set()
+_segments_cache: tuple = ((), [], [])  # (pool counters, segment bases, segment ends) for is_tensor_in_...
+_scope_ends = 0           # this module alone ends scopes of _pool: the registry's count, kept here too
+_scope_period = 16        # the registry's (read when the pool is made; 1 in check mode)
+
+
+@dataclass
+class _Attachment:
+    comm: ncclpool.Communicator
+    kind: str
+    label: str
+    captured_checks: list  # (op_name, buffer pointers) checked during a capture, verified after it
+    windows: bool = False  # some of the pool's memory is a window of it: scope ends agree over it
+
+
+_attachments: dict = {}  # ncclComm_t address -> _Attachment
+_unattached_in_capture: set = set()  # groups first used during a capture (warned once)
+
+
+def is_symmetric_memory_enabled():
+    return _support.symmetric_memory_enabled()
+
+
+def set_graph_pool_id(graph_pool_id):
+    global _graph_pool_id
+    _graph_pool_id = graph_pool_id
+
+
+def get_nccl_mem_pool():
+    """The torch.cuda.MemPool every group shares, over the ncclpool pool 'sglang' (made at first use,
+    on the current device)."""
+    global _mem_pool, _pool, _cur_device, _scope_ends, _scope_period
+    if _mem_pool is None:
+        if not after_2_8_0:
+            raise Unsupported(f"--enable-symm-mem through ncclpool needs torch >= 2.8, not {torch.__version__}")
+        with _creation_lock:
+            if _mem_pool is None:
+                # Debug mode: the pool compares live blocks at every scope end (NCCLPOOL_CHECK may ask for more).
+                check = "layout" if _support.debug_enabled() and os.environ.get("NCCLPOOL_CHECK", "") in ("", "off", "0") else None
+                mempool = _layer.create_nccl_mem_pool(kind=_support.kind_from_env(), name=POOL_NAME, check=check)
+                _pool = _layer.ncclpool_pool(mempool)
+                _cur_device = torch.cuda.current_device()
+                schedule = _pool.stats_json()
+                _scope_ends, _scope_period = schedule["scope_ends"], schedule["scope_period"]
+                _mem_pool = mempool
+    return _mem_pool
+
+
+def describe_registration_in_progress():
+    """What collective step of the pool runs now (for SGLang's watchdog), or None. A rank waiting for
+    the others inside one raises AgreementError after NCCLPOOL_AGREEMENT_TIMEOUT_S."""
+    step = _registration
+    if step is None:
+        return None
+    comm_ptr, label, what = step
+    return f"comm={comm_ptr} group={label} ({what}, ncclpool pool '{POOL_NAME}')"
+
+
+def _step(comm_ptr, label, what, fn, *args):
+    global _registration
+    _registration = (comm_ptr, label, what)
+    try:
+        return fn(*args)
+    finally:
+        _registration = None
+
+
+def _collective(comm_ptr, label, what, fn, *args, poll: bool = True):
+    """A collective step of the pool (an agreement, and windows after it), fenced on this device.
+
+    SGLang creates its PyNccl communicators with NCCL's graphUsageMode=1 when symmetric memory is on:
+    NCCL then does not order a launch outside a graph after an outstanding graph launch of the same
+    communicator (or the other way round), and ncclpool's agreement runs on a stream of its own. So
+    the current stream (SGLang's graph replays) is drained before the step and the device after it
+    (not after a failed step). A rank with nothing to register does not wait in the step; after the
+    fence its result has arrived, and poll() raises a mismatch here, at the same point as on the rank
+    that waited."""
+    fenced = not torch.cuda.is_current_stream_capturing()
+    if fenced:
+        torch.cuda.current_stream().synchronize()
+    result = _step(comm_ptr, label, what, fn, *args)  # an error (a mismatch, a timeout) skips the fence after:
+    if fenced:                                        # a step that timed out left a kernel that never ends
+        torch.cuda.synchronize()
+        if poll:
+            _step(comm_ptr, label, f"{what} (its outcome)", _pool.poll)
+    return result
+
+
+def _windows_of(kind: str) -> bool:
+    """Whether an attachment of this kind gets windows (an auto pool: whether its routes use them)."""
+    if kind != "auto":
+        return kind == "symmetric"
+    routes = _pool.routes() or {}
+    return any(c["placement"] == "symmetric" for c in routes.get("classes", [])) or \
+        any("symmetric" in d for d in routes.get("by_collective", {}).values())
+
+
+def _attachment(comm_ptr: int, label: str, what: str) -> _Attachment:
+    """The pool's attachment of a communicator, made at its first use (collective over its group:
+    every rank attaches its groups at the same points, as SGLang uses them)."""
+    attachment = _attachments.get(comm_ptr)
+    if attachment is None:
+        comm = _collective(comm_ptr, label, f"attach at {what}", _pool.attach_nccl, comm_ptr, None)
+        kind = _pool.registration
+        attachment = _attachments[comm_ptr] = _Attachment(comm, kind, label, [], _windows_of(kind))
+        _unattached_in_capture.discard(comm_ptr)
+    return attachment
+
+
+def _settle(comm_ptr: int, label: str, what: str) -> _Attachment:
+    """Outside capture, at a point every rank of the group reaches alike: attach the group, register
+    the windows of segments a capture made, verify the buffers checked during a capture (debug)."""
+    global _commit_after_capture
+    attachment = _attachment(comm_ptr, label, what)
+    if _commit_after_capture:
+        _commit_after_capture = False
+        _collective(comm_ptr, label, f"commit after a capture, at {what}", _pool.commit)
+    _verify_captured(attachment, comm_ptr)
+    return attachment
+
+
+class SymmetricMemoryContext:
+    """Allocations inside come from the shared pool; at exit the pool's scope ends (a scheduled scope
+    end registers new windows with every attached group, after the ranks agree). Under graph capture
+    the graph's memory pool is paused inside, as in SGLang."""
+
+    def __init__(self, group_coordinator):
+        self.group_coordinator = group_coordinator
+        label = getattr(group_coordinator, "unique_name", repr(group_coordinator))
+        pynccl = getattr(group_coordinator, "pynccl_comm", None)
+        if pynccl is None:
+            raise InvalidArgument(f"Symmetric memory requires pynccl to be enabled in group '{label}'")
+        self._pool_id = get_nccl_mem_pool().id
+        self._device_index = torch.cuda.current_device()
+        self.is_graph_capture = torch.cuda.is_current_stream_capturing()
+        self._comm_ptr = _support.comm_pointer(pynccl, label)
+        self._label = label
+        self._scope = None      # the ncclpool scope while entered
+        self._routing = False   # torch routes this thread's allocations to the pool
+        self._suspended = False
+        self._failures = 0
+
+    def __enter__(self):
+        global _active_symmetric_memory_context
+        if self._scope is not None:
+            raise InvalidState(f"this SymmetricMemoryContext of group '{self._label}' is entered already")
+        if self._device_index != _pool.device:
+            raise InvalidState(f"group '{self._label}': the current device is cuda:{self._device_index}, the symmetric pool "
+                               f"'{POOL_NAME}' is on cuda:{_pool.device} (one pool per process, made on its first use)")
+        if self.is_graph_capture:
+            if self._comm_ptr not in _attachments and self._comm_ptr not in _unattached_in_capture:
+                _unattached_in_capture.add(self._comm_ptr)
+                warnings.warn(f"ncclpool.sglang: group '{self._label}' is first used during CUDA graph capture; it is attached "
+                              "(collectively) at its first use after the capture, so the collectives captured on its buffers "
+                              "run without registration", _layer.PerformanceWarning, stacklevel=2)
+            _pause_graph_pool()
+        else:
+            _settle(self._comm_ptr, self._label, "context entry")
+        self._failures = ncclpool.library().ncclpool_torch_failures()
+        scope = _pool.scope()
+        try:
+            scope.__enter__()
+        except BaseException:
+            if self.is_graph_capture:
+                _resume_graph_pool()
+            raise
+        try:
+            self._route(True)
+        except BaseException as e:
+            self._end_scope(scope, e)  # the scope end counts on every path, voting no here
+            if self.is_graph_capture:
+                _resume_graph_pool()
+            raise
+        self._scope = scope
+        _active_symmetric_memory_context = self
+        return self
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        global _active_symmetric_memory_context, _commit_after_capture
+        scope, self._scope = self._scope, None
+        if scope is None:
+            raise InvalidState(f"this SymmetricMemoryContext of group '{self._label}' is not entered")
+        suspended, self._suspended = self._suspended, False  # left while disabled: the graph pool runs already
+        try:
+            try:
+                if self._routing:
+                    self._route(False)
+            except BaseException as e:
+                self._end_scope(scope, e)  # the scope end counts, voting no
+                raise
+            self._end_scope(scope, exc_val)
+        finally:
+            if self.is_graph_capture:
+                _commit_after_capture = True
+                if not suspended:
+                    _resume_graph_pool()
+            _active_symmetric_memory_context = None
+        if exc_val is not None and ncclpool.library().ncclpool_torch_failures() > self._failures and hasattr(exc_val, "add_note"):
+            exc_val.add_note(f"ncclpool: {ncclpool.last_error()}")
+        return False
+
+    def _end_scope(self, scope, error) -> None:
+        """The pool's scope end: the same collective steps on every rank; an error on this rank is
+        its "no" where the scope end is an agreement point (docs/registry.md, "Lockstep"). The
+        registry's scheduled ones (its first `scope_period`, then every `scope_period`-th) agree
+        when windows exist: those are fenced (_collective)."""
+        global _scope_ends
+        n, _scope_ends = _scope_ends, _scope_ends + 1
+        args = (None, None, None) if error is None else (type(error), error, error.__traceback__)
+        what = "scope end" if error is None else "scope end after an error"
+        agrees = (n < _scope_period or n % _scope_period == 0) and any(a.windows for a in _attachments.values())
+        if agrees and not self.is_graph_capture:
+            _collective(self._comm_ptr, self._label, what, scope.__exit__, *args, poll=error is None)
+        else:
+            _step(self._comm_ptr, self._label, what, scope.__exit__, *args)
+
+    def _route(self, on: bool) -> None:
+        if on:
+            torch._C._cuda_beginAllocateCurrentThreadToPool(self._device_index, self._pool_id)
+        else:
+            torch._C._cuda_endAllocateToPool(self._device_index, self._pool_id)
+            torch._C._cuda_releasePool(self._device_index, self._pool_id)
+        self._routing = on
+
+    # disable_symmetric_memory_context() / restore_...(): SGLang calls them around code that runs on
+    # one rank only (DeepGEMM's warm-up). Only torch's routing pauses: the pool's scope stays open, so
+    # no scope end is counted there (every rank keeps one schedule of agreement points).
+    def _suspend(self) -> None:
+        global _active_symmetric_memory_context
+        self._route(False)
+        self._suspended = True
+        if self.is_graph_capture:
+            _resume_graph_pool()
+        _active_symmetric_memory_context = None
+
+    def _resume(self) -> None:
+        global _active_symmetric_memory_context
+        if not self._suspended or self._scope is None:
+            raise InvalidState(f"restore_symmetric_memory_context: the context of group '{self._label}' was not disabled "
+                               "by disable_symmetric_memory_context() (or has exited since)")
+        if self.is_graph_capture:
+            _pause_graph_pool()
+        self._route(True)
+        self._suspended = False
+        _active_symmetric_memory_context = self
+
+
+def _pause_graph_pool() -> None:
+    if _graph_pool_id is None:
+        raise InvalidState("graph_pool_id is not set under graph capture: call set_graph_pool_id(pool) before capturing")
+    torch._C._cuda_endAllocateToPool(_cur_device, _graph_pool_id)
+
+
+def _resume_graph_pool() -> None:
+    torch._C._cuda_beginAllocateCurrentThreadToPool(_cur_device, _graph_pool_id)
+
+
+def use_symmetric_memory(group_coordinator, disabled: bool = False):
+    disabled = not is_symmetric_memory_enabled() or disabled or group_coordinator.world_size == 1
+    return SymmetricMemoryContext(group_coordinator) if not disabled else nullcontext()
+
+
+def disable_symmetric_memory_context():
+    """Pauses the active context's routing (no scope end, nothing collective); returns it, or None."""
+    saved_context = _active_symmetric_memory_context
+    if saved_context is None:
+        return None
+    saved_context._suspend()
+    return saved_context
+
+
+def restore_symmetric_memory_context(saved_context):
+    if saved_context is None:
+        return
+    if not isinstance(saved_context, SymmetricMemoryContext):
+        raise InvalidArgument(f"restore_symmetric_memory_context: {saved_context!r} is not what "
+                              "disable_symmetric_memory_context() returned")
+    saved_context._resume()
+
+
+# ---- debug mode (SGLANG_DEBUG_SYMM_MEM=1) ----
+
+def is_tensor_in_symmetric_mempool(tensor) -> bool:
+    """Whether the tensor's storage was allocated from the shared pool (its segments, looked up in
+    O(log segments); torch's snapshot is read again only after the pool's segments changed)."""
+    global _segments_cache
+    if _mem_pool is None:
+        return False
+    stats = _pool.stats()
+    key = (stats["allocation_count"], stats["deallocation_count"])
+    if _segments_cache[0] != key:
+        segments = sorted((s["address"], s["address"] + s["total_size"]) for s in _mem_pool.snapshot())
+        _segments_cache = (key, [b for b, _ in segments], [e for _, e in segments])
+    _, bases, ends = _segments_cache
+    ptr = tensor.untyped_storage().data_ptr()
+    i = bisect.bisect_right(bases, ptr) - 1
+    return i >= 0 and ptr < ends[i]
+
+
+def _verify(attachment: _Attachment, comm_ptr: int, op_name: str, ptrs, when: str) -> None:
+    try:
+        _collective(comm_ptr, attachment.label, f"buffer check of {op_name}", attachment.comm.verify_buffers, *ptrs)
+    except AgreementError as e:
+        raise AgreementError(f"{op_name} on group '{attachment.label}'{when}: {e}") from e
+
+
+def _verify_captured(attachment: _Attachment, comm_ptr: int) -> None:
+    """Buffers checked during a capture, now that nothing captures (collective over the group; every
+    rank recorded the same checks)."""
+    checks, attachment.captured_checks = attachment.captured_checks, []
+    for n, (op_name, ptrs) in enumerate(checks):
+        _verify(attachment, comm_ptr, op_name, ptrs, f" (captured in a CUDA graph, check {n + 1} of {len(checks)})")
+
+
+def debug_check_symmetric_mempool(group_coordinator, tensors: dict, op_name: str) -> None:
+    """SGLANG_DEBUG_SYMM_MEM=1: on every rank, the tensors of a collective must sit at the same place of
+    the same window (else AgreementError on every rank; during a capture the check runs at the group's
+    first use after it, or at the preallocation); on the first rank, a warning names tensors outside
+    the pool (once per stack)."""
+    if not _support.debug_enabled() or not is_symmetric_memory_enabled():
+        return
+    if not isinstance(tensors, dict):
+        raise InvalidArgument(f"debug_check_symmetric_mempool: tensors must be a dict of name -> tensor, not {type(tensors).__name__}")
+    pynccl = getattr(group_coordinator, "pynccl_comm", None)
+    if pynccl is not None and group_coordinator.world_size > 1 and _pool is not None:
+        comm_ptr = _support.comm_pointer(pynccl, group_coordinator.unique_name)
+        attachment = _attachments.get(comm_ptr)
+        if attachment is not None:  # a group never used in a context has no window to be wrong in
+            ptrs = [t.data_ptr() for t in tensors.values()]
+            if torch.cuda.is_current_stream_capturing():
+                attachment.captured_checks.append((op_name, ptrs))
+            else:
+                _verify_captured(attachment, comm_ptr)
+                _verify(attachment, comm_ptr, op_name, ptrs, "")
+    if group_coordinator.is_first_rank:
+        _support.warn_outside_pool(logger, _debug_seen_traces, tensors, op_name, is_tensor_in_symmetric_mempool)
+
+
+# ---- preallocation and standalone symmetric buffers ----
+
+def prealloc_symmetric_memory_pool(*, is_draft_worker: bool, enable_symm_mem: bool, device: str, forward_stream):
+    """SGLANG_SYMM_MEM_PREALLOC_GB_SIZE GiB through the TP group's context on `forward_stream` (torch
+    keeps the segment for later tensors), then an agreement point that registers its windows at once.
+    SGLang calls this on every rank after its graphs are captured: in debug mode the buffers checked
+    during the captures are verified here too."""
+    if is_draft_worker or not enable_symm_mem:
+        return
+    for comm_ptr, attachment in list(_attachments.items()):
+        _verify_captured(attachment, comm_ptr)
+    gib = _support.prealloc_gib()
+    if gib <= 0:
+        return
+    from sglang.srt.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    with torch.get_device_module(device).stream(forward_stream):
+        logger.info(f"Pre-allocating symmetric memory pool with {gib} GiB (ncclpool pool '{POOL_NAME}')")
+        context = use_symmetric_memory(group)
+        with context:
+            torch.empty((gib << 30,), dtype=torch.uint8, device=device)
+    if isinstance(context, SymmetricMemoryContext):
+        _collective(context._comm_ptr, context._label, "commit after the preallocation", _pool.commit)
+
+
+def _release_buffer(pool, ptr: int, device) -> None:
+    try:
+        torch.cuda.synchronize(device)  # work queued on any stream may still use it
+        pool.free(ptr)
+    except Exception:  # noqa: BLE001 (a finalizer: report, never raise)
+        logger.exception("ncclpool.sglang: could not return a symmetric buffer to the pool")
+
+
+def _in_window(attachment: _Attachment, ptr: int, nbytes: int) -> bool:
+    if attachment.kind == "local" or not attachment.comm.handle_of(ptr):
+        return False
+    if attachment.kind == "symmetric":
+        return True
+    return _support.placement_of(_pool.routes(), nbytes) == "symmetric"  # auto: the part nbytes goes to
+
+
+def allocate_symmetric_buffer(comm, nbytes: int):
+    """A zeroed uint8 tensor of `nbytes` from the shared pool, registered with `comm` (SGLang's
+    PyNcclCommunicator; attached at its first use, collectively), and whether it is in a symmetric
+    window of `comm` (on every NCCL version: ncclpool refuses what is no real window). Every rank must
+    request the same sizes in the same order. An agreement point: ranks whose requests grew the pool
+    differently get AgreementError. The memory returns to the pool when the last view dies."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+        raise InvalidArgument(f"allocate_symmetric_buffer: nbytes must be a positive int, not {nbytes!r}")
+    device = getattr(comm, "device", None)
+    if not isinstance(device, torch.device):
+        raise InvalidArgument(f"allocate_symmetric_buffer: {comm!r} is not a PyNcclCommunicator (no torch.device `device`)")
+    label = f"PyNcclCommunicator on {device}"
+    comm_ptr = _support.comm_pointer(comm, label)
+    with torch.cuda.device(device):
+        get_nccl_mem_pool()
+        if device.index is not None and device.index != _pool.device:
+            raise InvalidState(f"allocate_symmetric_buffer: {label}, the symmetric pool '{POOL_NAME}' is on cuda:{_pool.device}")
+        attachment = _settle(comm_ptr, label, "allocate_symmetric_buffer")
+        ptr = _pool.alloc(nbytes, stream=torch.cuda.current_stream(device))  # OutOfMemory raises
+        release = None
+        try:
+            _collective(comm_ptr, label, "commit of a symmetric buffer", _pool.commit)
+            owner = _support.BufferOwner(ptr, nbytes)
+            release = weakref.finalize(owner, _release_buffer, _pool, ptr, device)
+            release.atexit = False  # at process exit the pool goes with the process
+            buf = torch.as_tensor(owner)
+            buf.zero_()
+        except BaseException:
+            if release is None:
+                _pool.free(ptr)
+            else:
+                release()
+            raise
+    return buf, _in_window(attachment, ptr, nbytes)
+
+
+# ---- switching SGLang over ----
+
+def install() -> list:
+    """Makes ``import sglang.srt.distributed.device_communicators.pynccl_allocator`` give this module,
+    here and (through ncclpool-sglang.pth and NCCLPOOL_SGLANG=1) in the processes this one starts;
+    rebinds modules that imported SGLang's already. Returns (and warns with) what it replaced."""
+    return _sglang_hook.install(sys.modules[__name__], SGLANG_NAMES)
+
+
+def uninstall() -> None:
+    """Reverts install()."""
+    _sglang_hook.uninstall()
