@@ -1,5 +1,5 @@
 #pragma once
-// A device for the GPU benches (gpu.cpp, gpu_coll.cpp): its primary context, made current on the
+// A device for the GPU benches (gpu.cpp, gpu_coll_rank.cpp): its primary context, made current on the
 // creating thread, and non-blocking streams that are synchronized and destroyed with it.
 
 #include "backends/cuda/driver.hpp"
