@@ -6,8 +6,8 @@
 #include "bench.hpp"
 #include "gpu_device.hpp"
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
@@ -33,7 +33,7 @@ namespace {
 // got (release threshold = max), as frameworks configure it; release_cached() trims it to zero.
 class DriverPoolStrategy final : public AllocStrategy {
  public:
-  explicit DriverPoolStrategy(int device) : d_(cuda::driver()) {
+  explicit DriverPoolStrategy(int device) : d_(tool::bench_driver()) {
     CUmemPoolProps props{};
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -61,13 +61,13 @@ class DriverPoolStrategy final : public AllocStrategy {
   }
 
  private:
-  const cuda::Driver& d_;
+  const tool::BenchDriver& d_;
   CUmemoryPool pool_ = nullptr;
 };
 
 class CuMemAllocStrategy final : public AllocStrategy {
  public:
-  CuMemAllocStrategy() : d_(cuda::driver()) {}
+  CuMemAllocStrategy() : d_(tool::bench_driver()) {}
   [[nodiscard]] std::string name() const override { return "cuMemAlloc"; }
   [[nodiscard]] void* allocate(std::size_t bytes, stream_t) override {
     CUdeviceptr p = 0;
@@ -78,12 +78,12 @@ class CuMemAllocStrategy final : public AllocStrategy {
   void release_cached() override {}
 
  private:
-  const cuda::Driver& d_;
+  const tool::BenchDriver& d_;
 };
 
 class NcclTeam final : public Team {
  public:
-  NcclTeam(int ranks, int groups) : lib_(nccl::library()), ranks_(ranks) {
+  NcclTeam(int ranks, int groups) : lib_(tool::bench_nccl()), ranks_(ranks) {
     const int available = cuda_device_count();
     if (ranks < 1 || ranks > available)
       throw InvalidArgument(std::to_string(ranks) + " ranks asked for, " + std::to_string(available) + " GPU(s) here (one rank per GPU)");
@@ -122,7 +122,7 @@ class NcclTeam final : public Team {
   }
 
  private:
-  const nccl::Library& lib_;
+  const tool::BenchNccl& lib_;
   int ranks_;
   std::vector<std::vector<ncclComm_t>> native_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> comms_;
@@ -133,7 +133,7 @@ class NcclTeam final : public Team {
 AllocTarget make_gpu_alloc_target(int device) {
   auto streams = std::make_shared<DeviceStreams>(device, 2);
   char name[256] = {};
-  cuda::driver().cuDeviceGetName(name, sizeof name, streams->context.device());
+  tool::bench_driver().cuDeviceGetName(name, sizeof name, streams->context.device());
   AllocTarget t;
   t.description = "GPU " + std::to_string(device) + " (" + name + ")";
   t.streams[0] = reinterpret_cast<stream_t>(streams->streams[0]);
@@ -151,7 +151,7 @@ AllocTarget make_gpu_alloc_target(int device) {
 std::unique_ptr<Team> make_nccl_team(int ranks, int groups) { return std::make_unique<NcclTeam>(ranks, groups); }
 
 void describe_gpus(std::vector<GpuDescription>& gpus, std::vector<PeerLink>& links) {
-  const cuda::Driver* d = cuda::try_driver(nullptr);
+  const tool::BenchDriver* d = tool::try_bench_driver(nullptr);
   if (d == nullptr) return;
   int count = 0;
   if (d->cuDeviceGetCount(&count) != CUDA_SUCCESS) return;

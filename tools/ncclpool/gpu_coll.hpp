@@ -9,8 +9,8 @@
 #include "compute_load.hpp"
 #include "gpu_device.hpp"
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
@@ -140,8 +140,8 @@ class RankRunner {
   double time_graph(const Launch& launch, RankBarrier& sync);
   int check_result(const std::string& op, void* res, std::size_t count);
 
-  const cuda::Driver& d_;
-  const nccl::Library& lib_;
+  const tool::BenchDriver& d_;
+  const tool::BenchNccl& lib_;
   Team& team_;
   int rank_, n_;
   const CollOptions& o_;

@@ -13,7 +13,7 @@ struct RankRunner::Events {
   CUevent start = nullptr, coll_end = nullptr, compute_end = nullptr;
   Events() {
     try {
-      for (CUevent* e : {&start, &coll_end, &compute_end}) cuda::check(cuda::driver().cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate");
+      for (CUevent* e : {&start, &coll_end, &compute_end}) cuda::check(tool::bench_driver().cuEventCreate(e, CU_EVENT_DEFAULT), "cuEventCreate");
     } catch (...) {
       destroy();
       throw;
@@ -24,13 +24,13 @@ struct RankRunner::Events {
   Events& operator=(const Events&) = delete;
   void destroy() noexcept {
     for (CUevent e : {start, coll_end, compute_end})
-      if (e != nullptr) cuda::driver().cuEventDestroy_v2(e);
+      if (e != nullptr) tool::bench_driver().cuEventDestroy_v2(e);
     start = coll_end = compute_end = nullptr;
   }
 };
 
 RankRunner::RankRunner(Team& team, int rank, const CollOptions& o)
-    : d_(cuda::driver()), lib_(nccl::library()), team_(team), rank_(rank), n_(team.ranks()), o_(o), device_(rank, o.compute ? 2 : 1), stream_(device_.streams[0]) {
+    : d_(tool::bench_driver()), lib_(tool::bench_nccl()), team_(team), rank_(rank), n_(team.ranks()), o_(o), device_(rank, o.compute ? 2 : 1), stream_(device_.streams[0]) {
   if (o.compute) {
     compute_ = std::make_unique<ComputeLoad>(device_.context.device(), device_.streams[1]);
     events_ = std::make_unique<Events>();
@@ -235,7 +235,7 @@ double RankRunner::time_graph(const Launch& launch, RankBarrier& sync) {
   d_.cuGraphDestroy(graph);
   cuda::check(instantiated, "cuGraphInstantiate");
   struct ExecGuard {
-    const cuda::Driver& d;
+    const tool::BenchDriver& d;
     CUgraphExec exec;
     ~ExecGuard() { d.cuGraphExecDestroy(exec); }
   } guard{d_, exec};

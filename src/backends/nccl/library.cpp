@@ -58,6 +58,7 @@ Library load() {
   lib.ncclGetVersion(&info.version);
   info.windows = info.version >= 22700 && lib.ncclCommWindowRegister != nullptr && lib.ncclCommWindowDeregister != nullptr;
   info.available = true;
+  lib.handle = handle;
   return lib;
 }
 
