@@ -87,7 +87,6 @@ class NcclTeam final : public Team {
     const int available = cuda_device_count();
     if (ranks < 1 || ranks > available)
       throw InvalidArgument(std::to_string(ranks) + " ranks asked for, " + std::to_string(available) + " GPU(s) here (one rank per GPU)");
-    if (lib_.ncclCommInitAll == nullptr || lib_.ncclCommDestroy == nullptr) throw Unsupported("the loaded NCCL lacks ncclCommInitAll");
     std::vector<int> devices(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) devices[static_cast<std::size_t>(r)] = r;
     for (int g = 0; g < groups; ++g) {
@@ -96,7 +95,9 @@ class NcclTeam final : public Team {
         throw BackendError("ncclCommInitAll(" + std::to_string(ranks) + " GPUs): " + nccl::error_text(res));
       native_.push_back(comms);
       std::vector<std::shared_ptr<Communicator>> wrapped;
-      for (ncclComm_t c : comms) wrapped.push_back(make_nccl_communicator(c));
+      NcclCommunicatorOptions options;  // this machine's profile counts for the symmetric CTAs, as in ncclpool_attach_nccl
+      options.profile_lookup = [](const MachineKey& m) { return find_profile(m.gpu, m.nccl_version, m.ranks); };
+      for (ncclComm_t c : comms) wrapped.push_back(make_nccl_communicator(c, options));
       comms_.push_back(std::move(wrapped));
     }
   }
