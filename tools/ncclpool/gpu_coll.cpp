@@ -13,9 +13,10 @@
 
 #include "gpu_coll.hpp"
 
+#include "core/environment.hpp"
+
 #include <ncclpool/nccl.hpp>
 
-#include <cstdlib>
 
 namespace ncclpool::tool {
 namespace {
@@ -29,9 +30,9 @@ std::vector<std::size_t> size_sweep(const CollOptions& o) {
   return sizes;
 }
 
-std::string env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v ? v : fallback;
+std::string nvls_setting() {
+  const char* v = environment::nccl_nvls_enable();
+  return v ? v : "(unset)";
 }
 
 }  // namespace
@@ -64,7 +65,7 @@ void run_coll(const CollOptions& o, Report& report) {
                                         ", host time per op averaged over ranks, busbw = algbw x (n-1)/n (AG, RS) or 2(n-1)/n (AR)"});
   report.facts.push_back({"memory", "one ncclpool pool per GPU (cuMem, deterministic); none = communicator without registration, local = "
                                     "ncclCommRegister, symmetric = ncclCommWindowRegister"});
-  report.facts.push_back({"environment", "NCCL_NVLS_ENABLE=" + env_or("NCCL_NVLS_ENABLE", "(unset)")});
+  report.facts.push_back({"environment", "NCCL_NVLS_ENABLE=" + nvls_setting()});
   // What `ncclpool tune` needs to tell a profile's machine (GPU model, NCCL version, rank count).
   {
     std::vector<GpuDescription> gpu_list;

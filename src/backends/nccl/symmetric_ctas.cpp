@@ -5,6 +5,8 @@
 
 #include <ncclpool/nccl.hpp>
 
+#include "core/environment.hpp"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -82,8 +84,8 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
 SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const ProfileLookup* profile) {
   std::lock_guard lock(g_mutex);
   if (g_decided.decided) return g_decided;
-  SymmetricCtas d = choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), cc_major, cc_minor, profile);
-  if (d.set_by_ncclpool && setenv("NCCL_SYM_CTAS", std::to_string(d.ctas).c_str(), /*overwrite=*/0) != 0) {
+  SymmetricCtas d = choose_symmetric_ctas(environment::nccl_sym_ctas(), environment::ncclpool_sym_ctas(), cc_major, cc_minor, profile);
+  if (d.set_by_ncclpool && !environment::set_nccl_sym_ctas(d.ctas)) {
     d.ctas = 0;
     d.set_by_ncclpool = false;
     d.source = "NCCL's own choice: setting NCCL_SYM_CTAS failed (errno " + std::to_string(errno) + ")";
