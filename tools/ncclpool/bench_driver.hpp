@@ -6,8 +6,6 @@
 
 #include "backends/cuda/driver.hpp"
 
-#include <string>
-
 namespace ncclpool::tool {
 
 #define NCCLPOOL_BENCH_CUDA_FUNCTIONS(X)                                                             \
@@ -32,7 +30,5 @@ struct BenchDriver : cuda::Driver {
 // The loaded driver with the benches' entry points. Throws Unsupported with the reason when there
 // is no driver or it lacks one of them.
 const BenchDriver& bench_driver();
-// Same, without throwing: nullptr and `why` when unavailable.
-const BenchDriver* try_bench_driver(std::string* why) noexcept;
 
 }  // namespace ncclpool::tool

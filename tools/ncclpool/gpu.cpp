@@ -152,8 +152,12 @@ AllocTarget make_gpu_alloc_target(int device) {
 std::unique_ptr<Team> make_nccl_team(int ranks, int groups) { return std::make_unique<NcclTeam>(ranks, groups); }
 
 void describe_gpus(std::vector<GpuDescription>& gpus, std::vector<PeerLink>& links) {
-  const tool::BenchDriver* d = tool::try_bench_driver(nullptr);
-  if (d == nullptr) return;
+  const tool::BenchDriver* d = nullptr;
+  try {
+    d = &tool::bench_driver();
+  } catch (const Error&) {
+    return;  // no driver: nothing to describe
+  }
   int count = 0;
   if (d->cuDeviceGetCount(&count) != CUDA_SUCCESS) return;
   std::vector<CUdevice> devs(static_cast<std::size_t>(count));
