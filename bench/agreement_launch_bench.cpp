@@ -11,13 +11,11 @@
 // bursts; back to back: many launches in a row, so the device's pace.
 //   ncclpool_agreement_launch_bench [--gpus N] [--bursts B] [--rounds R]
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <barrier>
@@ -39,26 +37,6 @@ namespace {
 
 constexpr std::size_t kRecord = 128;  // bytes: an agreement record
 constexpr int kBurst = 4;
-
-// The graph entry points ncclpool itself does not use (its driver table resolves only its own).
-struct GraphApi {
-  decltype(&::cuGraphInstantiateWithFlags) instantiate = nullptr;
-  decltype(&::cuGraphLaunch) launch = nullptr;
-  decltype(&::cuGraphExecDestroy) destroy = nullptr;
-};
-const GraphApi& graph_api() {
-  static const GraphApi api = [] {
-    GraphApi a;
-    void* cuda = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // loaded by cuda::driver() already
-    if (cuda == nullptr) throw std::runtime_error("libcuda.so.1 is not loaded");
-    a.instantiate = reinterpret_cast<decltype(a.instantiate)>(::dlsym(cuda, "cuGraphInstantiateWithFlags"));
-    a.launch = reinterpret_cast<decltype(a.launch)>(::dlsym(cuda, "cuGraphLaunch"));
-    a.destroy = reinterpret_cast<decltype(a.destroy)>(::dlsym(cuda, "cuGraphExecDestroy"));
-    if (!a.instantiate || !a.launch || !a.destroy) throw std::runtime_error("the CUDA driver lacks the graph entry points");
-    return a;
-  }();
-  return api;
-}
 
 void cu(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cuda::error_text(r));
@@ -98,20 +76,20 @@ void check_records(const Rank& r, std::size_t c, std::uint64_t stamp) {
 }
 
 void all_gather(const Rank& r, std::size_t c) {
-  const auto& lib = nccl::library();
+  const auto& lib = tool::bench_nccl();
   nc(lib.ncclAllGather(reinterpret_cast<const void*>(r.buffers[c].device), reinterpret_cast<void*>(r.buffers[c].device + kRecord), kRecord,
                        ncclUint8, r.comms[c], reinterpret_cast<cudaStream_t>(r.stream)),
      "ncclAllGather");
 }
 
 CUgraphExec capture(Rank& r, const std::vector<std::size_t>& comms) {
-  const auto& d = cuda::driver();
+  const auto& d = tool::bench_driver();
   cu(d.cuStreamBeginCapture_v2(r.stream, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
   for (std::size_t c : comms) all_gather(r, c);
   CUgraph graph = nullptr;
   cu(d.cuStreamEndCapture(r.stream, &graph), "cuStreamEndCapture");
   CUgraphExec exec = nullptr;
-  cu(graph_api().instantiate(&exec, graph, 0), "cuGraphInstantiate");
+  cu(d.cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiate");
   d.cuGraphDestroy(graph);
   return exec;
 }
@@ -136,7 +114,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    const auto& lib = nccl::library();
+    const auto& lib = tool::bench_nccl();
     const auto n = static_cast<std::size_t>(gpus);
     std::vector<ncclComm_t> world(n), sub(n);
     std::vector<int> devs(n);
@@ -157,7 +135,7 @@ int main(int argc, char** argv) {
     for (int rank = 0; rank < gpus; ++rank) {
       threads.emplace_back([&, rank] {
         try {
-          const auto& d = cuda::driver();
+          const auto& d = tool::bench_driver();
           cuda::PrimaryContext ctx(rank);
           cu(d.cuCtxSetCurrent(ctx.get()), "cuCtxSetCurrent");
           Rank r;
@@ -197,14 +175,14 @@ int main(int argc, char** argv) {
                  nc(lib.ncclGroupStart(), "ncclGroupStart"); all_gather(r, 0); all_gather(r, 1); nc(lib.ncclGroupEnd(), "ncclGroupEnd");
                  cu(d.cuEventRecord(r.done, r.stream), "event");
                }, true},
-              {"graph, 1 comm", [&] { write_record(r, 0); cu(graph_api().launch(graph0, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event"); }, true},
+              {"graph, 1 comm", [&] { write_record(r, 0); cu(d.cuGraphLaunch(graph0, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event"); }, true},
               {"graph, 2 comms", [&] {
-                 write_record(r, 0); cu(graph_api().launch(graph0, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event");
-                 write_record(r, 1); cu(graph_api().launch(graph1, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event");
+                 write_record(r, 0); cu(d.cuGraphLaunch(graph0, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event");
+                 write_record(r, 1); cu(d.cuGraphLaunch(graph1, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event");
                }, true},
               {"graph-all, 2 comms", [&] {
                  write_record(r, 0); write_record(r, 1);
-                 cu(graph_api().launch(graph_all, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event");
+                 cu(d.cuGraphLaunch(graph_all, r.stream), "launch"); cu(d.cuEventRecord(r.done, r.stream), "event");
                }, true},
               {"piece: cuEventRecord", [&] { cu(d.cuEventRecord(r.done, r.stream), "event"); }, false},
               {"piece: cuEventQuery (done)", [&] { d.cuEventQuery(r.done); }, false},
@@ -226,7 +204,7 @@ int main(int argc, char** argv) {
           for (int i = 0; i < 8; ++i) {
             write_record(r, 0);
             const std::uint64_t stamp = r.stamp;
-            cu(graph_api().launch(graph0, r.stream), "launch");
+            cu(d.cuGraphLaunch(graph0, r.stream), "launch");
             const float one[4] = {1, 1, 1, 1};
             cu(d.cuMemcpyHtoDAsync_v2(reduce, one, sizeof one, r.stream), "upload");
             nc(lib.ncclAllReduce(reinterpret_cast<void*>(reduce), reinterpret_cast<void*>(reduce), 4, ncclFloat32, ncclSum, r.comms[0],
@@ -262,7 +240,7 @@ int main(int argc, char** argv) {
             }
           }
           sync.arrive_and_wait();
-          for (CUgraphExec g : {graph0, graph1, graph_all}) graph_api().destroy(g);
+          for (CUgraphExec g : {graph0, graph1, graph_all}) d.cuGraphExecDestroy(g);
           d.cuDevicePrimaryCtxRelease_v2((rank + 1) % gpus);
           d.cuMemFree_v2(reduce);
           d.cuEventDestroy_v2(r.done);

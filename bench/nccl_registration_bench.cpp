@@ -4,8 +4,8 @@
 //   scope use with nothing new (ncclpool) vs the Megatron pattern (deregister + register all).
 //   nccl_registration_bench [--gpus N] [--segments S[,S...]] [--chunk-mib M]
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
-    const auto& lib = nccl::library();
+    const auto& lib = tool::bench_nccl();
     std::vector<ncclComm_t> world(static_cast<std::size_t>(gpus)), sub(static_cast<std::size_t>(gpus));
     std::vector<int> devs(static_cast<std::size_t>(gpus));
     for (int i = 0; i < gpus; ++i) devs[static_cast<std::size_t>(i)] = i;
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
       for (int rank = 0; rank < gpus; ++rank) {
         threads.emplace_back([&, rank] {
           cuda::PrimaryContext ctx(rank);
-          cuda::driver().cuCtxSetCurrent(ctx.get());
+          tool::bench_driver().cuCtxSetCurrent(ctx.get());
           PoolConfig config;
           config.deterministic = true;
           config.growth_chunk = chunk;

@@ -6,7 +6,7 @@
 //   no work   A publishes at the free and queues nothing: the floor
 // Usage: ncclpool_stream_handoff_bench [--runs N]   (GPU 0; prints one line per case)
 
-#include "backends/cuda/driver.hpp"
+#include "bench_driver.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/pool.hpp>
@@ -24,7 +24,7 @@ int main(int argc, char** argv) try {
   int runs = 30;
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) runs = std::max(1, std::atoi(argv[++i]));
-  const cuda::Driver& d = cuda::driver();
+  const tool::BenchDriver& d = tool::bench_driver();
   cuda::PrimaryContext context(0);
   cuda::check(d.cuCtxSetCurrent(context.get()), "cuCtxSetCurrent");
   CUstream a = nullptr, b = nullptr;

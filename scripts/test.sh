@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds ncclpool and runs every CPU test: the unit suite on the simulator in the default build, then
+# First the tree checks (scripts/check-tree.py: no build needed, a second). Then builds ncclpool and
+# runs every CPU test: the unit suite on the simulator in the default build, then
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer. GPU tests
 # (label `gpu`) are left to scripts/gpu-check.sh. NCCLPOOL_TSAN=0 skips the TSan build. Last,
 # tests/packaging/run.sh: `pip install .` into a fresh virtual environment (needs PyPI for the build
@@ -7,6 +8,8 @@
 # newer NCCL's headers (2.32.3, from PyPI, cached) beside the toolkit's 2.28.9.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "=== tree checks (scripts/check-tree.py, docs/checks.md): layers, file sizes, environment, library sources"
+python3 scripts/check-tree.py
 scripts/install-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 

@@ -10,6 +10,7 @@
 #include <ncclpool/segment_source.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,13 @@ struct NcclCommunicatorOptions {
   /// communicator is then broken and must be aborted by its owner). NCCLPOOL_AGREEMENT_TIMEOUT_S
   /// (seconds, > 0; anything else is InvalidArgument) overrides it.
   std::chrono::milliseconds agreement_timeout = std::chrono::seconds(60);
+  /// The tuning profile for this communicator's machine (GPU model, NCCL version, rank count), looked
+  /// up by the caller: the backend reads no files. Asked at most once per process, at the first
+  /// symmetric attach, which decides the symmetric kernels' CTA count (SymmetricCtas: a matching
+  /// profile's count comes after NCCL_SYM_CTAS and NCCLPOOL_SYM_CTAS, before the measured default).
+  /// Empty: no profile is looked at. ncclpool_attach_nccl (hence Python and the torch layer) passes
+  /// find_profile. An exception it throws counts as no profile (the source says why).
+  std::function<ProfileLookup(const MachineKey&)> profile_lookup = nullptr;
 };
 
 /// @brief NCCLPOOL_AGREEMENT_TIMEOUT_S (seconds, fractions allowed) if set, else `fallback`.
@@ -83,7 +91,8 @@ NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();
 ///   * NCCL_SYM_CTAS set by the user: left alone (source "NCCL_SYM_CTAS");
 ///   * else NCCLPOOL_SYM_CTAS: "nccl" leaves NCCL's choice, 1-64 sets NCCL_SYM_CTAS to that count;
 ///   * else the count of this machine's profile (profile.hpp, `ncclpool tune`), when it was measured
-///     on this GPU model, NCCL version and rank count (that communicator);
+///     on this GPU model, NCCL version and rank count (that communicator; looked up by the caller of
+///     make_nccl_communicator: NcclCommunicatorOptions::profile_lookup);
 ///   * else ncclpool's measured default for the GPU (compute capability 9.x: 32); none for a GPU it
 ///     has no measurement of (NCCL's choice, and the source says so). A profile that exists but does
 ///     not apply is named in the source, with why.
@@ -107,10 +116,10 @@ struct SymmetricCtas {
 NCCLPOOL_API SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor,
                                                  const ProfileLookup* profile = nullptr);
 
-/// @brief Decides (the first call in the process) and applies it: looks up the profile for `gpu`,
-/// `nccl_version` and `ranks`, sets NCCL_SYM_CTAS when the decision is ncclpool's and the variable
-/// is unset. Later calls return the first decision.
-NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const std::string& gpu = "", int nccl_version = 0, int ranks = 0);
+/// @brief Decides (the first call in the process) with `profile`, the caller's lookup for this
+/// machine (nullptr: none), and applies it: sets NCCL_SYM_CTAS when the decision is ncclpool's and
+/// the variable is unset. Later calls return the first decision. Reads no files.
+NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const ProfileLookup* profile = nullptr);
 
 /// @brief What apply_symmetric_ctas decided in this process (decided = false before any window).
 NCCLPOOL_API SymmetricCtas symmetric_ctas();

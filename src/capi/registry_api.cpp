@@ -4,6 +4,7 @@
 #include "stats.hpp"
 
 #include <ncclpool/nccl.hpp>
+#include <ncclpool/profile.hpp>
 
 #include <algorithm>
 #include <optional>
@@ -91,7 +92,9 @@ ncclpool_status_t ncclpool_attach_nccl(ncclpool_pool_t pool, void* nccl_comm, nc
     require(nccl_comm, "nccl_comm");
     require(out, "comm (output)");
     *out = nullptr;
-    capi::attach(*pool, make_nccl_communicator(nccl_comm), kind, out);
+    NcclCommunicatorOptions options;  // the backend reads no profile: the C ABI looks it up for it
+    options.profile_lookup = [](const MachineKey& m) { return find_profile(m.gpu, m.nccl_version, m.ranks); };
+    capi::attach(*pool, make_nccl_communicator(nccl_comm, options), kind, out);
   });
 }
 

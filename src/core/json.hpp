@@ -1,7 +1,10 @@
 #pragma once
 // A small JSON reader (RFC 8259 subset enough for PyTorch memory snapshots and ncclpool's
 // profiles): objects, arrays, strings with escapes, numbers, true/false/null. Errors name the byte
-// offset. Internal to the library (profiles) and compiled into the tool (traces, bench reports).
+// offset. Internal: the library reads profiles with it, and exports it (NCCLPOOL_INTERNAL) for the
+// tool (traces, bench reports), which uses the library's copy.
+
+#include <ncclpool/export.hpp>
 
 #include <cstdint>
 #include <map>
@@ -13,12 +16,12 @@
 
 namespace ncclpool {
 
-class JsonError : public std::runtime_error {
+class NCCLPOOL_INTERNAL JsonError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-struct Json {
+struct NCCLPOOL_INTERNAL Json {
   enum class Type { null, boolean, number, string, array, object };
   Type type = Type::null;
   bool boolean = false;
@@ -35,9 +38,9 @@ struct Json {
 };
 
 /// Parses a whole document. @throws JsonError.
-Json parse_json(std::string_view text);
+NCCLPOOL_INTERNAL Json parse_json(std::string_view text);
 
 /// Escapes a string for JSON output (with the quotes).
-std::string json_quote(std::string_view s);
+NCCLPOOL_INTERNAL std::string json_quote(std::string_view s);
 
 }  // namespace ncclpool

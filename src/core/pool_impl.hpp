@@ -1,6 +1,10 @@
 #pragma once
 // PoolImpl: the state behind ncclpool::Pool. Split by concern:
-//   pool_impl.cpp   allocate / deallocate / grow / release (the hot path and growth)
+//   pool_alloc.cpp    allocate / deallocate, taking, splitting and coalescing blocks (the hot path)
+//   pool_streams.cpp  stream publication, cross-stream reuse, merged runs, reclaiming unpublished blocks
+//   pool_growth.cpp   segment sizes, new segments from the source, reserve()
+//   pool_release.cpp  trim, releasing and withholding empty segments
+//   pool_impl.cpp     construction, observers and queries
 //   invariants.cpp  check_invariants()
 //   diagnostics.cpp error messages for bad frees and OOM
 

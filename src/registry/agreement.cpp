@@ -6,6 +6,7 @@
 
 #include "registry_impl.hpp"
 
+#include "core/environment.hpp"
 #include "core/fnv1a.hpp"
 
 #include <algorithm>
@@ -255,7 +256,7 @@ namespace ncclpool {
 const char* to_string(CheckLevel level) noexcept { return detail::to_string_level(level); }
 
 CheckLevel check_level_from_env() {
-  const char* env = std::getenv("NCCLPOOL_CHECK");
+  const char* env = environment::check();
   if (env == nullptr || *env == '\0') return CheckLevel::off;
   const std::string v = env;
   if (v == "0" || v == "off") return CheckLevel::off;

@@ -3,6 +3,7 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/profile.hpp>
 
+#include "core/environment.hpp"
 #include "core/json.hpp"
 
 #include <cstdio>
@@ -49,12 +50,7 @@ int int_member(const Json& object, std::string_view key, const std::string& wher
 
 }  // namespace
 
-std::string profile_path() {
-  if (const char* p = std::getenv("NCCLPOOL_PROFILE"); p != nullptr && *p != '\0') return p;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') return std::string(x) + "/ncclpool/profile.json";
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') return std::string(h) + "/.cache/ncclpool/profile.json";
-  return "";
-}
+std::string profile_path() { return environment::profile_path(); }
 
 Profile parse_profile(std::string_view text, const std::string& name) {
   Json doc;

@@ -14,15 +14,13 @@
 //
 //   ncclpool_pdl_hazard [--gpus N] [--launches 200] [--delay-us 300] [--kib 1024] [--modes plain,window] [--json]
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 #include "pdl_producer_ptx.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/registry.hpp>
-
-#include <dlfcn.h>
 
 #include <atomic>
 #include <cstdio>
@@ -73,29 +71,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Driver entry points only this check needs (the library loaded libcuda already).
-struct KernelApi {
-  decltype(&::cuModuleLoadData) module_load = nullptr;
-  decltype(&::cuModuleGetFunction) get_function = nullptr;
-  decltype(&::cuLaunchKernel) launch = nullptr;
-  static KernelApi resolve() {
-    (void)cuda::driver();
-    void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (handle == nullptr) throw Unsupported("libcuda.so.1 is not loaded");
-    auto find = [handle](const char* name) {
-      void* f = ::dlsym(handle, name);
-      if (f == nullptr) throw Unsupported(std::string("the driver has no ") + name);
-      return f;
-    };
-    KernelApi k;
-    k.module_load = reinterpret_cast<decltype(k.module_load)>(find("cuModuleLoadData"));
-    k.get_function = reinterpret_cast<decltype(k.get_function)>(find("cuModuleGetFunction"));
-    k.launch = reinterpret_cast<decltype(k.launch)>(find("cuLaunchKernel"));
-    ::dlclose(handle);
-    return k;
-  }
-};
-
 struct Result {
   std::string mode;
   bool graph = false;
@@ -114,7 +89,7 @@ struct Buffers {
   void* recv_block = nullptr;
 
   Buffers(const std::string& mode, int device, ncclComm_t nccl_comm, std::size_t bytes) {
-    const cuda::Driver& d = cuda::driver();
+    const tool::BenchDriver& d = tool::bench_driver();
     if (mode == "plain") {
       cuda::check(d.cuMemAlloc_v2(&send, bytes), "cuMemAlloc");
       cuda::check(d.cuMemAlloc_v2(&recv, bytes), "cuMemAlloc");
@@ -136,7 +111,7 @@ struct Buffers {
     recv = reinterpret_cast<CUdeviceptr>(recv_block);
   }
   ~Buffers() {
-    const cuda::Driver& d = cuda::driver();
+    const tool::BenchDriver& d = tool::bench_driver();
     if (!pool) {
       d.cuMemFree_v2(send);
       d.cuMemFree_v2(recv);
@@ -154,11 +129,10 @@ struct Buffers {
 };
 
 int run(const Options& o) {
-  const cuda::Driver& d = cuda::driver();
-  const nccl::Library& lib = nccl::library();
+  const tool::BenchDriver& d = tool::bench_driver();
+  const tool::BenchNccl& lib = tool::bench_nccl();
   const int n = o.gpus > 0 ? std::min(o.gpus, cuda_device_count()) : cuda_device_count();
   if (n < 1) throw Unsupported("no GPU");
-  const KernelApi k = KernelApi::resolve();
   std::vector<ncclComm_t> comms(static_cast<std::size_t>(n));
   std::vector<int> devs(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) devs[static_cast<std::size_t>(i)] = i;
@@ -180,8 +154,8 @@ int run(const Options& o) {
             cuda::check(d.cuCtxSetCurrent(ctx.get()), "cuCtxSetCurrent");
             CUmodule module = nullptr;
             CUfunction producer = nullptr;
-            cuda::check(k.module_load(&module, kPdlProducerPtx), "cuModuleLoadData (the producer; needs sm_90)");
-            cuda::check(k.get_function(&producer, module, "ncclpool_trigger_then_write"), "cuModuleGetFunction");
+            cuda::check(d.cuModuleLoadData(&module, kPdlProducerPtx), "cuModuleLoadData (the producer; needs sm_90)");
+            cuda::check(d.cuModuleGetFunction(&producer, module, "ncclpool_trigger_then_write"), "cuModuleGetFunction");
             CUstream stream = nullptr;
             cuda::check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
             Buffers buffers(mode, r, comms[static_cast<std::size_t>(r)], bytes);
@@ -192,7 +166,7 @@ int run(const Options& o) {
             void* args[] = {&send, &count, &v, &delay};
             auto enqueue = [&] {
               cuda::check(d.cuMemsetD32Async(send, 0, o.count, stream), "cuMemsetD32Async");
-              cuda::check(k.launch(producer, 132, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel (producer)");
+              cuda::check(d.cuLaunchKernel(producer, 132, 1, 1, 256, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel (producer)");
               if (lib.ncclAllReduce(reinterpret_cast<void*>(send), reinterpret_cast<void*>(buffers.recv), o.count, ncclFloat, ncclSum,
                                     comms[static_cast<std::size_t>(r)], reinterpret_cast<cudaStream_t>(stream)) != ncclSuccess)
                 throw BackendError("ncclAllReduce failed");

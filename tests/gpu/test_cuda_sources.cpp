@@ -4,7 +4,7 @@
 
 #include "common/pool_suite.hpp"
 
-#include "backends/cuda/driver.hpp"
+#include "bench_driver.hpp"
 
 #include <ncclpool/cuda.hpp>
 
@@ -16,7 +16,7 @@ namespace {
 
 // Makes device 0's primary context current on the calling thread (what the CUDA runtime does).
 void use_device0() {
-  const auto& d = cuda::driver();
+  const auto& d = tool::bench_driver();
   static cuda::PrimaryContext* context = new cuda::PrimaryContext(0);  // kept for the process
   cuda::check(d.cuCtxSetCurrent(context->get()), "cuCtxSetCurrent");
 }
@@ -28,19 +28,19 @@ struct DeviceMemory {
     static const std::vector<CUstream> streams = [] {
       use_device0();
       std::vector<CUstream> out(4, nullptr);
-      for (int k = 1; k < 4; ++k) cuda::check(cuda::driver().cuStreamCreate(&out[k], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      for (int k = 1; k < 4; ++k) cuda::check(tool::bench_driver().cuStreamCreate(&out[k], CU_STREAM_NON_BLOCKING), "cuStreamCreate");
       return out;
     }();
     return reinterpret_cast<stream_t>(streams.at(static_cast<std::size_t>(i)));
   }
   static void fill(void* ptr, std::size_t n, std::uint8_t value) {
     use_device0();
-    cuda::check(cuda::driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(ptr), value, n), "cuMemsetD8");
+    cuda::check(tool::bench_driver().cuMemsetD8_v2(reinterpret_cast<CUdeviceptr>(ptr), value, n), "cuMemsetD8");
   }
   static std::vector<std::uint8_t> read(const void* ptr, std::size_t n) {
     use_device0();
     std::vector<std::uint8_t> out(n);
-    cuda::check(cuda::driver().cuMemcpyDtoH_v2(out.data(), reinterpret_cast<CUdeviceptr>(ptr), n), "cuMemcpyDtoH");
+    cuda::check(tool::bench_driver().cuMemcpyDtoH_v2(out.data(), reinterpret_cast<CUdeviceptr>(ptr), n), "cuMemcpyDtoH");
     return out;
   }
 };
@@ -87,13 +87,13 @@ class RealStreams : public ::testing::Test {
     std::string why;
     if (!cuda_available(&why)) GTEST_SKIP() << why;
     use_device0();
-    const auto& d = cuda::driver();
+    const auto& d = tool::bench_driver();
     cuda::check(d.cuStreamCreate(&a_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     cuda::check(d.cuStreamCreate(&b_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   }
   void TearDown() override {
     if (a_ == nullptr) return;
-    const auto& d = cuda::driver();
+    const auto& d = tool::bench_driver();
     d.cuStreamDestroy_v2(a_);
     d.cuStreamDestroy_v2(b_);
   }
@@ -105,7 +105,7 @@ class RealStreams : public ::testing::Test {
 // Publishing at A's next free elsewhere (not at p's own free) and publishing explicitly: either way
 // B's work on the block starts after A's.
 TEST_F(RealStreams, CrossStreamReuseWaitsForTheProducerAndKeepsData) {
-  const auto& d = cuda::driver();
+  const auto& d = tool::bench_driver();
   for (auto make : {+[] { return make_cuda_source(0); }, +[] { return make_vmm_source(VmmSourceOptions{}); }})
   for (bool explicit_publish : {true, false}) {
     PoolConfig config;
@@ -159,7 +159,7 @@ TEST_F(RealStreams, SameStreamReuseRecordsNoEventAndAnUnpublishedBlockStaysHome)
 }
 
 TEST_F(RealStreams, AStreamCapturingAGraphPublishesNothingAndTheCaptureSurvives) {
-  const auto& d = cuda::driver();
+  const auto& d = tool::bench_driver();
   PoolConfig config;
   config.deterministic = true;
   Pool pool(make_vmm_source(VmmSourceOptions{}), config);
@@ -183,7 +183,7 @@ TEST_F(RealStreams, AStreamCapturingAGraphPublishesNothingAndTheCaptureSurvives)
 }
 
 TEST_F(RealStreams, CaptureNeverWaitsOnAnOutsideEvent) {
-  const auto& d = cuda::driver();
+  const auto& d = tool::bench_driver();
   PoolConfig config;
   config.deterministic = true;  // no event polling: A's block could only come behind a wait
   Pool pool(make_cuda_source(0), config);

@@ -3,8 +3,8 @@
 // per rank shared by all three. Collectives run on pool memory and must give the right results.
 // NCCLPOOL_TEST_GPUS picks how many GPUs (default: up to 4).
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
@@ -40,7 +40,7 @@ class NcclRegistry : public ::testing::Test {
     if (n_ < 2) GTEST_SKIP() << "needs 2+ GPUs (have " << cuda_device_count() << ")";
     const NcclInfo info = nccl_info();
     if (!info.available) GTEST_SKIP() << info.why_not;
-    const auto& lib = nccl::library();
+    const auto& lib = tool::bench_nccl();
     comms_.n = n_;
     comms_.world.resize(static_cast<std::size_t>(n_));
     comms_.dp.resize(static_cast<std::size_t>(n_));
@@ -58,7 +58,7 @@ class NcclRegistry : public ::testing::Test {
   // Abort, not destroy: a failed test may leave a collective in flight, and destroy would wait for it.
   void TearDown() override {
     if (comms_.n == 0) return;
-    const auto& lib = nccl::library();
+    const auto& lib = tool::bench_nccl();
     for (auto* v : {&comms_.dp, &comms_.ep, &comms_.world})
       for (ncclComm_t c : *v)
         if (c != nullptr) lib.ncclCommAbort(c);
@@ -72,7 +72,7 @@ class NcclRegistry : public ::testing::Test {
       threads.emplace_back([&, r] {
         try {
           cuda::PrimaryContext ctx(r);
-          cuda::check(cuda::driver().cuCtxSetCurrent(ctx.get()), "cuCtxSetCurrent");
+          cuda::check(tool::bench_driver().cuCtxSetCurrent(ctx.get()), "cuCtxSetCurrent");
           body(r);
         } catch (const std::exception& e) {
           errors[static_cast<std::size_t>(r)] = e.what();
@@ -93,18 +93,18 @@ class NcclRegistry : public ::testing::Test {
 };
 
 void upload(void* dst, const std::vector<float>& src) {
-  cuda::check(cuda::driver().cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(dst), src.data(), src.size() * sizeof(float)), "upload");
+  cuda::check(tool::bench_driver().cuMemcpyHtoD_v2(reinterpret_cast<CUdeviceptr>(dst), src.data(), src.size() * sizeof(float)), "upload");
 }
 std::vector<float> download(const void* src, std::size_t count) {
   std::vector<float> out(count);
-  cuda::check(cuda::driver().cuMemcpyDtoH_v2(out.data(), reinterpret_cast<CUdeviceptr>(src), count * sizeof(float)), "download");
+  cuda::check(tool::bench_driver().cuMemcpyDtoH_v2(out.data(), reinterpret_cast<CUdeviceptr>(src), count * sizeof(float)), "download");
   return out;
 }
 
 TEST_F(NcclRegistry, OnePoolServesWorldAndSubgroupsWithCorrectResults) {
   for (const std::string kind : {"nccl", "vmm"}) {
     const auto errors = on_ranks([&](int rank) {
-      const auto& lib = nccl::library();
+      const auto& lib = tool::bench_nccl();
       PoolConfig config;
       config.name = "shared-" + kind;
       config.deterministic = true;
@@ -137,7 +137,7 @@ TEST_F(NcclRegistry, OnePoolServesWorldAndSubgroupsWithCorrectResults) {
       upload(rs_in, rs);
       upload(ar, std::vector<float>(count, static_cast<float>(rank)));
       CUstream stream = nullptr;
-      cuda::check(cuda::driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");
+      cuda::check(tool::bench_driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");
       auto s = reinterpret_cast<cudaStream_t>(stream);
       for (int iter = 0; iter < 3; ++iter) {
         if (lib.ncclAllGather(early, ag_out, count, ncclFloat, comms_.world[static_cast<std::size_t>(rank)], s) != ncclSuccess ||
@@ -146,8 +146,8 @@ TEST_F(NcclRegistry, OnePoolServesWorldAndSubgroupsWithCorrectResults) {
       }
       if (lib.ncclAllReduce(ar, ar, count, ncclFloat, ncclSum, comms_.ep[static_cast<std::size_t>(rank)], s) != ncclSuccess)
         throw std::runtime_error("all-reduce launch failed");
-      cuda::check(cuda::driver().cuStreamSynchronize(stream), "sync");
-      cuda::driver().cuStreamDestroy_v2(stream);
+      cuda::check(tool::bench_driver().cuStreamSynchronize(stream), "sync");
+      tool::bench_driver().cuStreamDestroy_v2(stream);
 
       const auto ag = download(ag_out, count * static_cast<std::size_t>(n));
       for (int r = 0; r < n; ++r)
@@ -219,7 +219,7 @@ TEST_F(NcclRegistry, ExtraSegmentOnOneRankIsAnErrorOnEveryRank) {
 
 TEST_F(NcclRegistry, ForgetAfterTheCommunicatorIsDestroyed) {
   const auto errors = on_ranks([&](int rank) {
-    const auto& lib = nccl::library();
+    const auto& lib = tool::bench_nccl();
     PoolConfig config;
     config.deterministic = true;
     auto pool = std::make_shared<Pool>(make_nccl_source(rank), config);
@@ -256,8 +256,8 @@ TEST_F(NcclRegistry, SymmetricOverCudaMallocMemoryIsAConfigurationError) {
 
 // All-reduce of `value` (one float per rank) on comm; returns the sum every rank got.
 float all_reduce_one(ncclComm_t comm, float value) {
-  const auto& lib = nccl::library();
-  const cuda::Driver& d = cuda::driver();
+  const auto& lib = tool::bench_nccl();
+  const tool::BenchDriver& d = tool::bench_driver();
   CUdeviceptr buf = 0;
   cuda::check(d.cuMemAlloc_v2(&buf, sizeof(float)), "alloc");
   cuda::check(d.cuMemcpyHtoD_v2(buf, &value, sizeof value), "upload");
@@ -336,7 +336,7 @@ TEST_F(NcclRegistry, ARankWithNothingPendingJoinsTheAgreementAndTheNextCollectiv
 }
 
 TEST_F(NcclRegistry, ADeadRankIsATimeoutThenForgetAndAbortDoNotHang) {
-  const auto& lib = nccl::library();
+  const auto& lib = tool::bench_nccl();
   const auto errors = on_ranks([&](int rank) {
     ncclComm_t& world_comm = comms_.world[static_cast<std::size_t>(rank)];
     SymmetricRank r = symmetric_rank(rank, world_comm, "dead", 32 * MiB, CheckLevel::off, NcclCommunicatorOptions{std::chrono::seconds(2)});
@@ -446,7 +446,7 @@ TEST_F(NcclRegistry, CheckModeCatchesLayoutsAndBuffersThatDiffer) {
 }
 
 TEST_F(NcclRegistry, NonBlockingCommunicatorsWork) {
-  const auto& lib = nccl::library();
+  const auto& lib = tool::bench_nccl();
   if (lib.ncclCommInitRankConfig == nullptr || lib.ncclGetUniqueId == nullptr) GTEST_SKIP() << "no ncclCommInitRankConfig";
   ncclUniqueId id;
   ASSERT_EQ(lib.ncclGetUniqueId(&id), ncclSuccess);

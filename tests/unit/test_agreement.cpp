@@ -693,11 +693,16 @@ TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
   // The first decision of the process holds: NCCL reads NCCL_SYM_CTAS once.
   ::unsetenv("NCCL_SYM_CTAS");
   ::unsetenv("NCCLPOOL_SYM_CTAS");
-  ::setenv("NCCLPOOL_PROFILE", "/nonexistent/ncclpool-profile.json", 1);  // this machine's profile stays out
   EXPECT_FALSE(symmetric_ctas().decided);
-  const SymmetricCtas first = apply_symmetric_ctas(9, 0);
+  // The caller's lookup is what counts (the backend reads no profile itself): here another
+  // machine's, named in the source.
+  ProfileLookup foreign;
+  foreign.path = "/somewhere/profile.json";
+  foreign.why_not = "the profile /somewhere/profile.json is not used: measured for 8 ranks";
+  const SymmetricCtas first = apply_symmetric_ctas(9, 0, &foreign);
   EXPECT_TRUE(first.decided);
   EXPECT_EQ(first.ctas, 32);
+  EXPECT_TRUE(contains(first.source, foreign.why_not)) << first.source;
   ASSERT_NE(std::getenv("NCCL_SYM_CTAS"), nullptr);
   EXPECT_STREQ(std::getenv("NCCL_SYM_CTAS"), "32");
   ::setenv("NCCLPOOL_SYM_CTAS", "nccl", 1);
@@ -707,7 +712,6 @@ TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
   EXPECT_EQ(symmetric_ctas().ctas, 32);
   ::unsetenv("NCCLPOOL_SYM_CTAS");
   ::unsetenv("NCCL_SYM_CTAS");
-  ::unsetenv("NCCLPOOL_PROFILE");
 }
 
 // Issue 28: NCCL 2.28.0-2.30.6 launch their symmetric kernels with PDL but without the grid-dependency

@@ -1,4 +1,4 @@
-// `ncclpool bench coll`: argument handling and output; the measurement is in gpu_coll.cpp.
+// `ncclpool bench coll`: argument handling and output; the measurement is in gpu_coll*.cpp.
 
 #include "bench.hpp"
 #include "commands.hpp"

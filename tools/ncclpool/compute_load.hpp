@@ -11,6 +11,8 @@
 
 namespace ncclpool::tool {
 
+struct BenchDriver;
+
 class ComputeLoad {
  public:
   /// Loads the kernel into the current context (of `device`), allocates its output and calibrates
@@ -34,8 +36,7 @@ class ComputeLoad {
   [[nodiscard]] std::string description() const;
 
  private:
-  struct Api;
-  const Api* api_ = nullptr;
+  const BenchDriver* d_ = nullptr;  // bench_driver()
   CUmodule module_ = nullptr;
   CUfunction function_ = nullptr;
   CUdeviceptr out_ = 0;

@@ -6,8 +6,8 @@
 #include "bench.hpp"
 #include "gpu_device.hpp"
 
-#include "backends/cuda/driver.hpp"
-#include "backends/nccl/library.hpp"
+#include "bench_driver.hpp"
+#include "bench_nccl.hpp"
 
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
@@ -33,7 +33,7 @@ namespace {
 // got (release threshold = max), as frameworks configure it; release_cached() trims it to zero.
 class DriverPoolStrategy final : public AllocStrategy {
  public:
-  explicit DriverPoolStrategy(int device) : d_(cuda::driver()) {
+  explicit DriverPoolStrategy(int device) : d_(tool::bench_driver()) {
     CUmemPoolProps props{};
     props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -61,13 +61,13 @@ class DriverPoolStrategy final : public AllocStrategy {
   }
 
  private:
-  const cuda::Driver& d_;
+  const tool::BenchDriver& d_;
   CUmemoryPool pool_ = nullptr;
 };
 
 class CuMemAllocStrategy final : public AllocStrategy {
  public:
-  CuMemAllocStrategy() : d_(cuda::driver()) {}
+  CuMemAllocStrategy() : d_(tool::bench_driver()) {}
   [[nodiscard]] std::string name() const override { return "cuMemAlloc"; }
   [[nodiscard]] void* allocate(std::size_t bytes, stream_t) override {
     CUdeviceptr p = 0;
@@ -78,16 +78,15 @@ class CuMemAllocStrategy final : public AllocStrategy {
   void release_cached() override {}
 
  private:
-  const cuda::Driver& d_;
+  const tool::BenchDriver& d_;
 };
 
 class NcclTeam final : public Team {
  public:
-  NcclTeam(int ranks, int groups) : lib_(nccl::library()), ranks_(ranks) {
+  NcclTeam(int ranks, int groups) : lib_(tool::bench_nccl()), ranks_(ranks) {
     const int available = cuda_device_count();
     if (ranks < 1 || ranks > available)
       throw InvalidArgument(std::to_string(ranks) + " ranks asked for, " + std::to_string(available) + " GPU(s) here (one rank per GPU)");
-    if (lib_.ncclCommInitAll == nullptr || lib_.ncclCommDestroy == nullptr) throw Unsupported("the loaded NCCL lacks ncclCommInitAll");
     std::vector<int> devices(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) devices[static_cast<std::size_t>(r)] = r;
     for (int g = 0; g < groups; ++g) {
@@ -96,7 +95,9 @@ class NcclTeam final : public Team {
         throw BackendError("ncclCommInitAll(" + std::to_string(ranks) + " GPUs): " + nccl::error_text(res));
       native_.push_back(comms);
       std::vector<std::shared_ptr<Communicator>> wrapped;
-      for (ncclComm_t c : comms) wrapped.push_back(make_nccl_communicator(c));
+      NcclCommunicatorOptions options;  // this machine's profile counts for the symmetric CTAs, as in ncclpool_attach_nccl
+      options.profile_lookup = [](const MachineKey& m) { return find_profile(m.gpu, m.nccl_version, m.ranks); };
+      for (ncclComm_t c : comms) wrapped.push_back(make_nccl_communicator(c, options));
       comms_.push_back(std::move(wrapped));
     }
   }
@@ -122,7 +123,7 @@ class NcclTeam final : public Team {
   }
 
  private:
-  const nccl::Library& lib_;
+  const tool::BenchNccl& lib_;
   int ranks_;
   std::vector<std::vector<ncclComm_t>> native_;
   std::vector<std::vector<std::shared_ptr<Communicator>>> comms_;
@@ -133,7 +134,7 @@ class NcclTeam final : public Team {
 AllocTarget make_gpu_alloc_target(int device) {
   auto streams = std::make_shared<DeviceStreams>(device, 2);
   char name[256] = {};
-  cuda::driver().cuDeviceGetName(name, sizeof name, streams->context.device());
+  tool::bench_driver().cuDeviceGetName(name, sizeof name, streams->context.device());
   AllocTarget t;
   t.description = "GPU " + std::to_string(device) + " (" + name + ")";
   t.streams[0] = reinterpret_cast<stream_t>(streams->streams[0]);
@@ -151,8 +152,12 @@ AllocTarget make_gpu_alloc_target(int device) {
 std::unique_ptr<Team> make_nccl_team(int ranks, int groups) { return std::make_unique<NcclTeam>(ranks, groups); }
 
 void describe_gpus(std::vector<GpuDescription>& gpus, std::vector<PeerLink>& links) {
-  const cuda::Driver* d = cuda::try_driver(nullptr);
-  if (d == nullptr) return;
+  const tool::BenchDriver* d = nullptr;
+  try {
+    d = &tool::bench_driver();
+  } catch (const Error&) {
+    return;  // no driver: nothing to describe
+  }
   int count = 0;
   if (d->cuDeviceGetCount(&count) != CUDA_SUCCESS) return;
   std::vector<CUdevice> devs(static_cast<std::size_t>(count));

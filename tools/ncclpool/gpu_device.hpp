@@ -1,8 +1,8 @@
 #pragma once
-// A device for the GPU benches (gpu.cpp, gpu_coll.cpp): its primary context, made current on the
+// A device for the GPU benches (gpu.cpp, gpu_coll_rank.cpp): its primary context, made current on the
 // creating thread, and non-blocking streams that are synchronized and destroyed with it.
 
-#include "backends/cuda/driver.hpp"
+#include "bench_driver.hpp"
 
 #include <vector>
 
@@ -13,7 +13,7 @@ struct DeviceStreams {
   std::vector<CUstream> streams;
 
   DeviceStreams(int device, int count) : context(device) {
-    const cuda::Driver& d = cuda::driver();
+    const tool::BenchDriver& d = tool::bench_driver();
     cuda::check(d.cuCtxSetCurrent(context.get()), "cuCtxSetCurrent");
     try {
       for (int i = 0; i < count; ++i) {
@@ -32,7 +32,7 @@ struct DeviceStreams {
 
  private:
   void destroy() noexcept {
-    const cuda::Driver& d = cuda::driver();
+    const tool::BenchDriver& d = tool::bench_driver();
     for (CUstream s : streams) {
       d.cuStreamSynchronize(s);
       d.cuStreamDestroy_v2(s);

@@ -7,6 +7,8 @@
 #include "json.hpp"
 #include "report.hpp"
 
+#include "core/environment.hpp"
+
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/profile.hpp>
@@ -101,7 +103,7 @@ int cmd_info(const Args& args) {
   const ProfileLookup lookup =
       gpus.empty() ? ProfileLookup{} : match_profile(profile, gpus[0].name, nccl.version, profile.profile ? profile.profile->ranks : 0);
   const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
-                                          : choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
+                                          : choose_symmetric_ctas(environment::nccl_sym_ctas(), environment::ncclpool_sym_ctas(), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
   const SymmetricKernels kernels = symmetric_kernels_on(0);
   const std::string kernels_text = gpus.empty() ? "no GPU" : kernels.why;

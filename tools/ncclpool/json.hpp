@@ -1,6 +1,6 @@
 #pragma once
-// The library's JSON reader (src/core/json.hpp), compiled into the tool too (the library keeps its
-// copy hidden), under the tool's names.
+// The library's JSON reader (src/core/json.hpp, exported by libncclpool for its own tools), under the
+// tool's names.
 
 #include "core/json.hpp"
 

@@ -43,6 +43,7 @@ LoadResult load() {
     return r;
   }
   d.cuDriverGetVersion(&d.version);
+  d.handle = handle;
   return r;
 }
 

@@ -1,9 +1,11 @@
 #pragma once
 // The CUDA driver API, loaded at run time from libcuda.so.1 (dlopen), so that libncclpool links and
 // runs on machines without a GPU. Only the entry points ncclpool uses are resolved. cuda.h supplies
-// the types and prototypes; nothing links against libcuda.
+// the types and prototypes; nothing links against libcuda. Internal: compiled into libncclpool only
+// and exported (NCCLPOOL_INTERNAL) for ncclpool's tools, benches and tests, which share this loader.
 
 #include <ncclpool/errors.hpp>
+#include <ncclpool/export.hpp>
 
 #include <cuda.h>
 
@@ -11,6 +13,8 @@
 
 namespace ncclpool::cuda {
 
+// The entry points the library calls. The tools, benches and GPU tests call more through their own
+// table (tools/ncclpool/bench_driver.hpp), resolved from the same libcuda handle.
 #define NCCLPOOL_CUDA_FUNCTIONS(X)                                                              \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)         \
   X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                    \
@@ -19,14 +23,9 @@ namespace ncclpool::cuda {
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)         \
   X(cuMemUnmap) X(cuMemSetAccess) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)        \
   X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuStreamIsCapturing)             \
-  X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamSynchronize) X(cuStreamQuery) X(cuMemcpyHtoD_v2)             \
-  X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemsetD8Async) X(cuGetErrorName) X(cuGetErrorString)     \
-  X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphDestroy) X(cuMemsetD32Async)                 \
-  X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)                    \
-  X(cuMemAllocFromPoolAsync) X(cuMemFreeAsync) X(cuDeviceCanAccessPeer) X(cuDeviceGetP2PAttribute)      \
-  X(cuDeviceGetPCIBusId) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2) \
-  X(cuMemHostGetDevicePointer_v2) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) \
-  X(cuPointerGetAttribute)
+  X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamQuery) X(cuGetErrorName) X(cuGetErrorString) \
+  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)             \
+  X(cuMemHostGetDevicePointer_v2) X(cuPointerGetAttribute)
 
 struct Driver {
 #define NCCLPOOL_DECLARE_FN(name) decltype(&::name) name = nullptr;
@@ -34,21 +33,22 @@ struct Driver {
 #undef NCCLPOOL_DECLARE_FN
   int version = 0;  // cuDriverGetVersion, e.g. 13000
   std::string library_path;
+  void* handle = nullptr;  // dlopen's handle of libcuda.so.1: the tools resolve their own entry points from it
 };
 
 // The loaded driver (cuInit done). Throws Unsupported with the reason when there is none.
-const Driver& driver();
+NCCLPOOL_INTERNAL const Driver& driver();
 // Same, without throwing: nullptr and `why` when unavailable.
-const Driver* try_driver(std::string* why) noexcept;
+NCCLPOOL_INTERNAL const Driver* try_driver(std::string* why) noexcept;
 
 // "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
-std::string error_text(CUresult result);
+NCCLPOOL_INTERNAL std::string error_text(CUresult result);
 
 // Throws BackendError (OutOfMemory for CUDA_ERROR_OUT_OF_MEMORY) naming `what` when result != 0.
-void check(CUresult result, const std::string& what);
+NCCLPOOL_INTERNAL void check(CUresult result, const std::string& what);
 
 // Makes `context` current for a scope, restoring the previous one (no-op when already current).
-class ScopedContext {
+class NCCLPOOL_INTERNAL ScopedContext {
  public:
   explicit ScopedContext(CUcontext context);
   ~ScopedContext();
@@ -61,7 +61,7 @@ class ScopedContext {
 };
 
 // A retained primary context of a device (what the CUDA runtime and PyTorch use).
-class PrimaryContext {
+class NCCLPOOL_INTERNAL PrimaryContext {
  public:
   explicit PrimaryContext(int device);
   ~PrimaryContext();

@@ -177,7 +177,21 @@ class NcclCommunicator final : public Communicator {
         d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS ||
         d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS)
       major = minor = 0;  // unknown GPU: no measured default, NCCL's choice
-    return apply_symmetric_ctas(major, minor, name, lib_.info.version, size_).ctas;
+    if (!options_.profile_lookup) return apply_symmetric_ctas(major, minor).ctas;
+    const ProfileLookup profile = lookup_profile(MachineKey{name, lib_.info.version, size_});
+    return apply_symmetric_ctas(major, minor, &profile).ctas;
+  }
+
+  // The creator's profile lookup (see NcclCommunicatorOptions). Inside a collective attach: a
+  // throwing lookup must not make this rank leave the others waiting, so it counts as no profile.
+  ProfileLookup lookup_profile(const MachineKey& machine) const {
+    try {
+      return options_.profile_lookup(machine);
+    } catch (const std::exception& e) {
+      ProfileLookup failed;
+      failed.why_not = std::string("the profile lookup failed: ") + e.what();
+      return failed;
+    }
   }
 
   // Once per process, before the first window: whether windows carry NCCL_WIN_COLL_SYMMETRIC.

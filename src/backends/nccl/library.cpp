@@ -1,6 +1,7 @@
 #include "library.hpp"
 
 #include "../cuda/driver.hpp"
+#include "core/environment.hpp"
 
 #include <ncclpool/errors.hpp>
 
@@ -8,7 +9,6 @@
 #include <link.h>
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -21,10 +21,9 @@ Library load() {
   NcclInfo& info = lib.info;
   void* handle = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
   info.reused_loaded = handle != nullptr;
-  const char* explicit_path = std::getenv("NCCLPOOL_NCCL_LIBRARY");
-  std::string tried;
-  if (handle == nullptr && explicit_path != nullptr && *explicit_path != '\0') {
-    handle = ::dlopen(explicit_path, RTLD_NOW | RTLD_LOCAL);
+  const std::string explicit_path = environment::nccl_library();
+  if (handle == nullptr && !explicit_path.empty()) {
+    handle = ::dlopen(explicit_path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* e = ::dlerror();
       info.why_not = std::string("NCCLPOOL_NCCL_LIBRARY=") + explicit_path + " could not be loaded: " + (e ? e : "?");
@@ -58,6 +57,7 @@ Library load() {
   lib.ncclGetVersion(&info.version);
   info.windows = info.version >= 22700 && lib.ncclCommWindowRegister != nullptr && lib.ncclCommWindowDeregister != nullptr;
   info.available = true;
+  lib.handle = handle;
   return lib;
 }
 
@@ -194,7 +194,7 @@ SymmetricKernels symmetric_kernels_on(int device) {
       out.why = "no GPU " + std::to_string(device);
       return out;
     }
-    out = choose_symmetric_kernels(std::getenv("NCCLPOOL_SYMMETRIC_KERNELS"), lib.info.version, major, d.version);
+    out = choose_symmetric_kernels(environment::symmetric_kernels(), lib.info.version, major, d.version);
     out.decided = false;  // what a first symmetric attach would decide now
   } catch (const Error& e) {
     out.why = e.what();

@@ -2,8 +2,10 @@
 // NCCL loaded at run time. If the process already has libnccl.so.2 (PyTorch loads one), that same
 // library instance is used: a communicator must be used with the library that created it. Else
 // NCCLPOOL_NCCL_LIBRARY names the file, else the default search path finds libnccl.so.2.
-// nccl.h supplies the types; nothing links against libnccl.
+// nccl.h supplies the types; nothing links against libnccl. Internal: compiled into libncclpool only
+// and exported (NCCLPOOL_INTERNAL) for ncclpool's tools, benches and tests, which share this loader.
 
+#include <ncclpool/export.hpp>
 #include <ncclpool/nccl.hpp>
 
 #include <nccl.h>
@@ -16,12 +18,10 @@ namespace ncclpool::nccl {
   X(ncclGetVersion) X(ncclGetErrorString) X(ncclCommRegister) X(ncclCommDeregister)              \
   X(ncclCommCuDevice) X(ncclCommUserRank) X(ncclCommCount) X(ncclAllGather) X(ncclCommGetAsyncError) \
   X(ncclMemAlloc) X(ncclMemFree)
-// Optional: windows (NCCL >= 2.27), the last-error text, and what the GPU tests use to make
-// communicators of their own.
-#define NCCLPOOL_NCCL_OPTIONAL(X)                                                                \
-  X(ncclCommWindowRegister) X(ncclCommWindowDeregister) X(ncclGetLastError) X(ncclCommInitAll)   \
-  X(ncclCommSplit) X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce) X(ncclReduceScatter)      \
-  X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommFinalize)
+// Optional: windows (NCCL >= 2.27) and the last-error text. The tools, benches and GPU tests
+// resolve more (collectives, making and destroying communicators) through their own table
+// (tools/ncclpool/bench_nccl.hpp), from the same library handle.
+#define NCCLPOOL_NCCL_OPTIONAL(X) X(ncclCommWindowRegister) X(ncclCommWindowDeregister) X(ncclGetLastError)
 
 struct Library {
 #define NCCLPOOL_DECLARE_NCCL_FN(name) decltype(&::name) name = nullptr;
@@ -33,18 +33,19 @@ struct Library {
   ncclResult_t (*ncclCommQueryProperties)(ncclComm_t, void*) = nullptr;
   NcclInfo info;
   const void* base = nullptr;  // where the library is mapped (dladdr's dli_fbase): its identity in the process
+  void* handle = nullptr;      // dlopen's handle: the tools resolve their own entry points from it
 };
 
 // Whether NCCL gives `comm` symmetric memory (ncclCommQueryProperties' deviceApiSupport, NCCL >=
 // 2.29: its ranks all CUDA-P2P and, from 2.29, NVLink-reachable in one node, NCCL_WIN_ENABLE and cuMem
 // on). -1 where the library cannot say (NCCL 2.28: no query; ncclpool then checks what window
 // registration returns). Local: no peer call.
-int symmetric_support(const Library& lib, ncclComm_t comm);
+NCCLPOOL_INTERNAL int symmetric_support(const Library& lib, ncclComm_t comm);
 
 // The loaded library; throws Unsupported (with the reason) when there is none.
-const Library& library();
+NCCLPOOL_INTERNAL const Library& library();
 
 // "ncclInvalidUsage: invalid usage (run with NCCL_DEBUG=WARN for details); last error: ...".
-std::string error_text(ncclResult_t result);
+NCCLPOOL_INTERNAL std::string error_text(ncclResult_t result);
 
 }  // namespace ncclpool::nccl

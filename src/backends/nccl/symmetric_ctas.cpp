@@ -1,8 +1,11 @@
 // The symmetric kernels' CTA count (see SymmetricCtas in nccl.hpp). No NCCL or CUDA needed: built in
 // every configuration, so that the policy is tested on machines without GPUs; the NCCL communicator
-// calls apply_symmetric_ctas with its device, NCCL version and size before registering a window.
+// calls apply_symmetric_ctas with its device's compute capability and the profile its creator looked
+// up (NcclCommunicatorOptions::profile_lookup) before registering a window. Reads no files.
 
 #include <ncclpool/nccl.hpp>
+
+#include "core/environment.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -78,12 +81,11 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
   return out;
 }
 
-SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const std::string& gpu, int nccl_version, int ranks) {
+SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const ProfileLookup* profile) {
   std::lock_guard lock(g_mutex);
   if (g_decided.decided) return g_decided;
-  const ProfileLookup profile = find_profile(gpu, nccl_version, ranks);
-  SymmetricCtas d = choose_symmetric_ctas(std::getenv("NCCL_SYM_CTAS"), std::getenv("NCCLPOOL_SYM_CTAS"), cc_major, cc_minor, &profile);
-  if (d.set_by_ncclpool && setenv("NCCL_SYM_CTAS", std::to_string(d.ctas).c_str(), /*overwrite=*/0) != 0) {
+  SymmetricCtas d = choose_symmetric_ctas(environment::nccl_sym_ctas(), environment::ncclpool_sym_ctas(), cc_major, cc_minor, profile);
+  if (d.set_by_ncclpool && !environment::set_nccl_sym_ctas(d.ctas)) {
     d.ctas = 0;
     d.set_by_ncclpool = false;
     d.source = "NCCL's own choice: setting NCCL_SYM_CTAS failed (errno " + std::to_string(errno) + ")";

@@ -4,6 +4,8 @@
 
 #include <ncclpool/nccl.hpp>
 
+#include "core/environment.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -57,7 +59,7 @@ SymmetricKernels choose_symmetric_kernels(const char* setting, int nccl_version,
 SymmetricKernels apply_symmetric_kernels(int nccl_version, int cc_major, int driver_version) {
   std::lock_guard lock(g_mutex);
   if (g_decided.decided) return g_decided;
-  g_decided = choose_symmetric_kernels(std::getenv("NCCLPOOL_SYMMETRIC_KERNELS"), nccl_version, cc_major, driver_version);
+  g_decided = choose_symmetric_kernels(environment::symmetric_kernels(), nccl_version, cc_major, driver_version);
   if (g_decided.ignored_setting || (!g_decided.enabled && g_decided.hazard))
     std::fprintf(stderr, "ncclpool: symmetric kernels %s\n", g_decided.why.c_str());
   return g_decided;

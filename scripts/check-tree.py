@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Checks of the source tree that need no build; scripts/test.sh runs them first (docs/checks.md).
+
+  layers   No #include runs up the layer order core (0) -> registry (1) -> routing (2) ->
+           backends (3) -> capi (4). A file in src/<layer>/ may include headers of its own layer or a
+           lower one; so may a public header (include/ncclpool/), whose layer PUBLIC_HEADERS gives: a
+           header missing from that table is an error, so a new one must be placed there.
+  lines    No source file outside tests/ (src, include, tools, bench, python, scripts, examples) is
+           over 500 lines.
+  getenv   In src/ and tools/, only src/core/environment.cpp reads or sets the environment.
+  sources  No CMake file outside src/ compiles a library source (src/**.c, .cpp): the library's loaders
+           and JSON reader exist once per process, in libncclpool (src/CMakeLists.txt says why).
+
+Usage: scripts/check-tree.py [--root DIR] [CHECK ...]   (default: every check)
+Prints one line per problem and exits 1 when there is any. Standard library only.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+LAYERS = ["core", "registry", "routing", "backends", "capi"]
+ORDER = " -> ".join(LAYERS)
+
+# The layer of each public header. A header may include its layer's headers and those below.
+PUBLIC_HEADERS = {
+    "pool.hpp": "core", "stats.hpp": "core", "stats_fields.h": "core", "segment_source.hpp": "core", "errors.hpp": "core",
+    "export.hpp": "core", "communicator.hpp": "core", "registration.hpp": "core", "limit_source.hpp": "core",
+    "registry.hpp": "registry", "registered_pool.hpp": "registry",
+    "routes.hpp": "routing", "profile.hpp": "routing", "auto_pool.hpp": "routing",
+    "cuda.hpp": "backends", "nccl.hpp": "backends", "sim.hpp": "backends", "loopback.hpp": "backends",
+    "ncclpool.h": "capi",
+}
+
+LINE_LIMIT = 500
+LINE_DIRS = ["src", "include", "tools", "bench", "python", "scripts", "examples"]
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".py", ".sh", ".cmake", ".in", ".ptx")
+SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".pytest_cache", ".venv"}
+
+ENVIRONMENT_FILE = "src/core/environment.cpp"
+ENVIRONMENT_CALL = re.compile(r"\b(?:secure_getenv|getenv|setenv|unsetenv|putenv|clearenv)\s*\(")
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+LIBRARY_SOURCE = re.compile(r"(?<![\w.-])(?:\$\{\w+\}/|(?:\.\./)+)?src/[\w/.+-]+\.(?:c|cc|cpp|cxx)\b")
+
+
+def walk(root, top):
+    """Relative paths of the files under root/top, sorted, skipping build and cache folders."""
+    out = []
+    for folder, dirs, files in os.walk(os.path.join(root, top)):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info"))
+        for name in files:
+            out.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def read_lines(root, path):
+    with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+        return f.read().splitlines()
+
+
+def is_cxx(path):
+    return path.endswith((".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp"))
+
+
+def layer_of(path):
+    """The layer of a file of the tree (relative path), None outside the layered folders, or
+    'unknown' for a public header missing from PUBLIC_HEADERS or a src/ folder that is no layer."""
+    parts = path.split("/")
+    if parts[0] == "src":
+        return parts[1] if len(parts) > 2 and parts[1] in LAYERS else "unknown"
+    if parts[:2] == ["include", "ncclpool"] and len(parts) == 3:
+        return PUBLIC_HEADERS.get(parts[2], "unknown")
+    return None
+
+
+def resolve(root, path, quote, target):
+    """The relative path an #include names, or None for a system header or one not in the tree."""
+    if quote == "<":
+        return "include/" + target if target.startswith("ncclpool/") else None
+    for base in (os.path.dirname(path), "src", "include"):
+        candidate = os.path.normpath(os.path.join(base, target)).replace(os.sep, "/")
+        if os.path.isfile(os.path.join(root, candidate)):
+            return candidate
+    return None
+
+
+def check_layers(root):
+    problems = []
+    files = [p for p in walk(root, "src") + walk(root, "include") if is_cxx(p)]
+    for path in files:
+        own = layer_of(path)
+        if own is None:
+            continue
+        if own == "unknown":
+            if path.startswith("include/"):
+                problems.append(f"{path}: a public header missing from the layer table (PUBLIC_HEADERS in scripts/check-tree.py): place it in a layer")
+            else:
+                problems.append(f"{path}: not in a layer folder (src/{{{','.join(LAYERS)}}})")
+            continue
+        for number, line in enumerate(read_lines(root, path), 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            target = m.group(2)
+            included = resolve(root, path, m.group(1), target)
+            if included is None:
+                continue
+            theirs = layer_of(included)
+            shown = f"<{target}>" if m.group(1) == "<" else f'"{target}"'
+            if theirs is None:
+                problems.append(f"{path}:{number}: includes {shown} ({included}), outside the library's layers")
+            elif theirs == "unknown":
+                problems.append(f"{path}:{number}: includes {shown}: {included} has no layer (add it to PUBLIC_HEADERS in scripts/check-tree.py)")
+            elif LAYERS.index(theirs) > LAYERS.index(own):
+                problems.append(f"{path}:{number}: includes {shown} ({theirs}, layer {LAYERS.index(theirs)}) from {own} (layer {LAYERS.index(own)}): "
+                                f"includes run down the order {ORDER} only")
+    return problems
+
+
+def check_lines(root):
+    problems = []
+    for top in LINE_DIRS:
+        for path in walk(root, top):
+            if not (path.endswith(SOURCE_SUFFIXES) or os.path.basename(path) == "CMakeLists.txt"):
+                continue
+            count = len(read_lines(root, path))
+            if count > LINE_LIMIT:
+                problems.append(f"{path}: {count} lines, over the limit of {LINE_LIMIT} for a source file outside tests/: split it by concern")
+    return problems
+
+
+def check_getenv(root):
+    problems = []
+    for path in walk(root, "src") + walk(root, "tools"):
+        if path == ENVIRONMENT_FILE or not (is_cxx(path) or path.endswith(".py")):
+            continue
+        for number, line in enumerate(read_lines(root, path), 1):
+            if ENVIRONMENT_CALL.search(line):
+                problems.append(f"{path}:{number}: reads or sets the environment: only {ENVIRONMENT_FILE} does "
+                                f"(add an accessor there, and the variable to docs/environment.md)")
+    return problems
+
+
+def check_sources(root):
+    problems = []
+    cmake_files = ["CMakeLists.txt"] if os.path.isfile(os.path.join(root, "CMakeLists.txt")) else []
+    for top in sorted(os.listdir(root)):
+        if top != "src" and top not in SKIP_DIRS and os.path.isdir(os.path.join(root, top)):
+            cmake_files += [p for p in walk(root, top) if os.path.basename(p) == "CMakeLists.txt" or p.endswith(".cmake")]
+    for path in cmake_files:
+        for number, line in enumerate(read_lines(root, path), 1):
+            for m in LIBRARY_SOURCE.finditer(line.split("#", 1)[0]):
+                problems.append(f"{path}:{number}: compiles the library's {m.group(0)} again: link ncclpool_internal "
+                                f"(one copy per process, in libncclpool) instead")
+    return problems
+
+
+CHECKS = {"layers": check_layers, "lines": check_lines, "getenv": check_getenv, "sources": check_sources}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), help="the tree to check (default: this checkout)")
+    parser.add_argument("checks", nargs="*", metavar="CHECK", help="any of " + ", ".join(CHECKS) + " (default: all)")
+    args = parser.parse_args(argv)
+    unknown = [c for c in args.checks if c not in CHECKS]
+    if unknown:
+        parser.error("unknown check(s) " + ", ".join(unknown) + "; known: " + ", ".join(CHECKS))
+    if not os.path.isdir(args.root):
+        parser.error(f"--root {args.root}: not a directory")
+    failed = 0
+    for name in args.checks or list(CHECKS):
+        problems = CHECKS[name](args.root)
+        for p in problems:
+            print(f"check-tree {name}: {p}")
+        failed += len(problems)
+    if failed:
+        print(f"check-tree: {failed} problem(s); docs/checks.md says what each check wants")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+# Sourced by scripts/gpu-check.sh (not run alone): the sections that run whole programs over the
+# built library and torch — Megatron-FSDP, FSDP2, decode, SGLang, the wheel, the `ncclpool` command,
+# its GPU benches, nccl-tests, the demo and the examples. They use gpu-check.sh's helpers (want, row,
+# run_logged, ...) and variables (BUILD, OUT, gpus, ...), and add rows to its summary.
+
+# 6b. Megatron-FSDP end to end (nccl_ub=True): Megatron-Core's allocator vs ncclpool installed as
+#     megatron.core.nccl_allocator, symmetric and local, one group and a separate all-gather group.
+if want megatron; then
+  fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
+  if [ "$gpus" -ge 2 ] && PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
+    configs="none ncclpool:1 ncclpool:0"
+    [ -f "${MEGATRON_CORE_PATH:-$PWD/.whl/mcore}/megatron/core/nccl_allocator.py" ] && configs="none megatron:1 ncclpool:1 megatron:0 ncclpool:0"
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" MEGATRON_FSDP_PATH="$fsdp_path" CONFIGS="$configs" ROUNDS="${MEGATRON_ROUNDS:-1}"       timeout "$(within 900)" scripts/megatron-fsdp.sh "$OUT/megatron-fsdp" >"$OUT/megatron-fsdp.txt" 2>&1
+    rc=$?
+    cat "$OUT/megatron-fsdp.txt" >>"$LOG"
+    tables+=("$(sed -n '/^Megatron-FSDP,/,$p' "$OUT/megatron-fsdp.txt")" "(megatron-fsdp rc=$rc)")
+    row "Megatron-FSDP (nccl_ub), losses" "rc=$rc; $(grep -m1 '^losses:' "$OUT/megatron-fsdp.txt" | sed 's/.*bitwise/bitwise/')"
+  else
+    row "Megatron-FSDP" "not run (needs 2+ GPUs and megatron_fsdp: unpack megatron-fsdp into .whl/site)"
+  fi
+fi
+
+# 6d. FSDP2 (fully_shard): plain vs torch's own registered route vs ncclpool local and symmetric
+#     (with ncclpool's symmetric CTA count and with NCCL's), step time and device memory (the "never
+#     bigger" target: symmetric <= plain + 2%). FSDP2_MODES replaces the list.
+if want fsdp2; then
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
+      --modes "${FSDP2_MODES:-plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl}" --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
+    rc=$?
+    cat "$OUT/fsdp2.txt" >>"$LOG"
+    tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/fsdp2.txt")" "(fsdp2 rc=$rc)")
+    row "FSDP2, device memory vs plain" "rc=$rc; $(python3 - "$OUT/fsdp2/fsdp2.json" <<'PY' 2>&1
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+used = {}
+for r in rows:
+    used.setdefault(r["spec"], []).append(r["device_used_gib"])
+plain = statistics.median(used.pop("plain"))
+print(", ".join(f"{k} {(statistics.median(v) / plain - 1) * 100:+.1f}%" for k, v in used.items()))
+PY
+)"
+  else
+    row "FSDP2" "not run (needs 2+ GPUs and torch with CUDA)"
+  fi
+fi
+
+# 6e. Decode: in-place bf16 all-reduce in a CUDA graph, plain vs a symmetric pool (graph(reserve=)) vs
+#     a capture that grows the pool (no window in the graph).
+if want decode; then
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2 \
+      bench/decode_bench.py --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1
+    rc=$?
+    cat "$OUT/decode.txt" >>"$LOG"
+    tables+=("$(sed -n '/^decode all-reduce/,/^ratio/p' "$OUT/decode.txt")" "(decode rc=$rc)")
+    row "decode: symmetric/plain per size" "rc=$rc; $(awk '/Ki  / {printf "%s %s, ", $1, $(NF-1)}' "$OUT/decode.txt")"
+    if [ -n "${DECODE_SYM_CTAS:-}" ]; then  # the symmetric kernels' CTA count, one run per value and round
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py --sym-ctas "$DECODE_SYM_CTAS" \
+        --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-ctas.json" >"$OUT/decode-ctas.txt" 2>&1
+      rc=$?
+      cat "$OUT/decode-ctas.txt" >>"$LOG"
+      tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-ctas.txt")" "(decode CTA sweep rc=$rc)")
+      row "decode: plain/best symmetric per size" "rc=$rc; $(awk '/Ki / {printf "%s %s, ", $1, $NF}' "$OUT/decode-ctas.txt")"
+    fi
+  else
+    row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
+  fi
+fi
+
+# 6f. SGLang (issue 31): SGLang 0.5.23's own symmetric-memory allocator, unmodified (three files of its
+#     wheel, carried in .whl/sglang) beside ncclpool.sglang. One GPU: the smoke test (imports, the
+#     stand-ins, SGLang's JIT build from cold, ncclpool.sglang's null-context paths, install()). Two or
+#     more: the benchmark (a decode step in a CUDA graph, plain / SGLang's / ncclpool's, per
+#     SGLANG_BENCH_CONFIGS; then growth at run time and buffers at other offsets on both allocators).
+if want sglang; then
+  if [ ! -f .whl/sglang/sglang/srt/distributed/device_communicators/pynccl_allocator.py ]; then
+    row "sglang" "not run (no .whl/sglang: run scripts/sglang-inputs.sh where PyPI is reachable, carry .whl/sglang)"
+  elif ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    row "sglang" "not run (no torch with CUDA)"
+  else
+    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 420)" python3 bench/sglang_bench.py --smoke --cold-jit \
+      --json "$OUT/sglang-smoke.json" >"$OUT/sglang-smoke.txt" 2>&1
+    rc=$?
+    cat "$OUT/sglang-smoke.txt" >>"$LOG"
+    row "sglang smoke (1 GPU)" "rc=$rc; $(grep -c '^SMOKE .*: ok' "$OUT/sglang-smoke.txt") ok, $(grep -c '^SMOKE .*: FAILED' "$OUT/sglang-smoke.txt") failed; JIT: $(grep -m1 "^SMOKE SGLang's JIT" "$OUT/sglang-smoke.txt" | grep -o '([0-9.]* s)')"
+    grep '^SMOKE .*: FAILED' "$OUT/sglang-smoke.txt" | cut -c1-300 | while read -r line; do echo "  $line"; done >>"$LOG"
+    if [ "$gpus" -ge 2 ]; then
+      # --warm-jit: the smoke test built SGLang's allocator from cold just now (its time is above).
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/sglang_bench.py --nproc 2 --warm-jit \
+        ${SGLANG_BENCH_CONFIGS:+--configs "$SGLANG_BENCH_CONFIGS"} --json "$OUT/sglang.json" >"$OUT/sglang.txt" 2>&1
+      rc=$?
+      cat "$OUT/sglang.txt" >>"$LOG"
+      tables+=("$(grep -v '^sglang_bench:' "$OUT/sglang.txt" | head -80)" "(sglang bench rc=$rc)")
+      row "sglang bench (2 GPUs): results" "rc=$rc; $(grep -c '^results: right' "$OUT/sglang.txt") config(s) right, $(grep -c '^results: WRONG' "$OUT/sglang.txt") wrong"
+      while read -r line; do row "  ${line%%:*}" "${line#*: }"; done < <(awk '/^case / {c=$2} /^  rank 0:/ {sub(/^  rank 0: /, ""); print c ": " substr($0, 1, 150)}' "$OUT/sglang.txt")
+    fi
+  fi
+fi
+
+# 6c. The wheel (`pip wheel .` on a build machine) installed on this host, without the repository:
+#     the torch layer checks against the library inside the wheel.
+if want wheel; then
+  wheel=$(ls .whl/ncclpool-*.whl dist/ncclpool-*.whl 2>/dev/null | head -1)
+  if [ -n "$wheel" ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
+    site=$(mktemp -d) && work=$(mktemp -d)
+    python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel" >>"$LOG" 2>&1
+    cp tests/gpu/torch/check_torch_layer.py "$work/"
+    (cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2       check_torch_layer.py) >"$OUT/wheel.log" 2>&1
+    rc=$?
+    lib=$(cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" python3 -c 'import ncclpool._capi as c; print(c.library_path())' 2>&1)
+    cat "$OUT/wheel.log" >>"$LOG"
+    row "wheel $(basename "$wheel")" "$(grep -c '^CHECK .*: ok' "$OUT/wheel.log") ok, $(grep -c '^CHECK .*: FAILED' "$OUT/wheel.log") failed, $(grep -c '^CHECK .*: skipped' "$OUT/wheel.log") skipped (rc=$rc); library $lib"
+    rm -rf "$site" "$work"
+  else
+    row "wheel" "not run (no .whl/ncclpool-*.whl or dist/ncclpool-*.whl: pip wheel . -w .whl on a build machine)"
+  fi
+fi
+
+# 7. The `ncclpool` tool on the GPU: info, and traces of real training steps recorded with torch
+#    (FSDP2 on 2 GPUs, FSDP+EP on 4, a decode loop with CUDA graphs on 2), replayed. The traces land
+#    in $OUT/traces (test data).
+if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
+  { echo "=== ncclpool info"; "$BUILD/tools/ncclpool" info; } >>"$LOG" 2>&1
+  row "ncclpool info" "rc=$?; $("$BUILD/tools/ncclpool" info --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(sum(s["ok"] for s in j["sources"]), "of", len(j["sources"]), "source probes ok; symmetric:", j["registration"]["symmetric"])' 2>&1)"
+  if python3 -c 'import torch; assert torch.cuda.device_count() >= 2' 2>/dev/null; then
+    mkdir -p "$OUT/traces"
+    for spec in "fsdp2 2" "fsdp-ep $(( gpus >= 4 ? 4 : 2 ))" "decode 2"; do
+      set -- $spec
+      trace="$OUT/traces/${1//-/_}_${2}gpu.json"
+      timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$2" scripts/record-torch-trace.py --layout "$1" --out "$trace" >>"$LOG" 2>&1
+      rc=$?
+      { echo "=== replay $trace"; "$BUILD/tools/ncclpool" replay "$trace" --group-by stream; } >>"$LOG" 2>&1
+      row "trace $1 ($2 GPUs)" "record rc=$rc; $(du -h "$trace" 2>/dev/null | cut -f1); $("$BUILD/tools/ncclpool" replay "$trace" --group-by stream | grep -E '^shared pool ' | tr -s ' ' | cut -c1-90)"
+    done
+  fi
+fi
+
+# 8. The tool's GPU benches: allocation latency, scope cost, collectives per registration kind, and
+#    `ncclpool tune` (the profile it writes lands in $OUT/profile.json, not in the host's cache).
+#    JSON for plots lands in $OUT/bench-*.json (scripts/bench-report.py plots them).
+if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
+  T="$BUILD/tools/ncclpool"
+  # coll: 100 launches after 10 warm-up (nccl-tests -n 100 -w 10) so that --auto's comparison of
+  # two measurements is not lost in launch jitter at small sizes.
+  # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none);
+  # --rounds 3: every point three times, the kinds in rotated order, medians and each row's spread.
+  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool --iters 100 --warmup 10 --rounds 3"; do
+    set -- $suite
+    name=$1
+    timeout "$(within 420)" $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
+    rc=$?
+    { echo "=== ncclpool bench $suite (rc=$rc)"; python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k, v in j["facts"].items(): print(" ", k, v)
+for t in j["tables"]:
+    print(t["title"])
+    for r in t["rows"]: print("  ", "  ".join(f"{k}={v}" for k, v in r.items()))
+for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
+    row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
+  done
+  # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
+  timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --rounds 3 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
+  rc=$?
+  row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 500)"
+  # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds,
+  # each collective alone and beside the compute load (bench coll --compute).
+  NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --keep "$OUT/tune-runs" --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
+  rc=$?
+  cat "$OUT/tune.txt" >>"$LOG"
+  row "ncclpool tune" "rc=$rc; $(grep -m1 'symmetric CTAs:' "$OUT/tune.txt" | cut -c1-120)"
+  # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
+    timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
+    python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
+    cat "$OUT/coll-compare.txt" >>"$LOG"
+    row "bench coll vs torch reference (>= 1 MiB)" "$(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
+  fi
+fi
+
+# 8b. NVIDIA's nccl-tests beside bench coll (one thread per GPU), when a checkout was carried.
+if want nccltests; then
+  src=${NCCL_TESTS_SRC:-.whl/nccl-tests}
+  if [ -f "$src/src/Makefile" ] && [ "$gpus" -ge 2 ]; then
+    NCCLPOOL_TOOL="$BUILD/tools/ncclpool" timeout "$(within 900)" scripts/nccl-tests.sh "$src" "$OUT/nccl-tests" >"$OUT/nccl-tests.txt" 2>&1
+    rc=$?
+    cat "$OUT/nccl-tests.txt" >>"$LOG"
+    for kind in none local symmetric; do
+      row "bench coll vs nccl-tests -R $kind" "rc=$rc; $(tail -1 "$OUT/nccl-tests/compare-$kind.txt" 2>/dev/null | cut -c1-110)"
+    done
+  else
+    row "nccl-tests" "not run (no nccl-tests checkout at $src)"
+  fi
+fi
+
+# 9. The demo on the GPU.
+if want demo; then
+  "$BUILD/examples/ncclpool_demo" >>"$LOG" 2>&1
+  row "demo (vmm source)" "rc=$?"
+fi
+
+# 10. The examples (docs/examples.md) as a user runs them: the simulated ranks, then the torch ones
+#     under torchrun on every GPU of this host (one included). Each torch example checks its own
+#     results and ends with a 'done:' line on rank 0; megatron_shim needs megatron_fsdp (.whl/site).
+run_example() {  # name, command...
+  local name=$1 rc
+  shift
+  timeout "$(within 300)" env NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" "$@" \
+    >"$OUT/example-$name.log" 2>&1
+  rc=$?
+  { echo "=== example $name (rc=$rc)"; cat "$OUT/example-$name.log"; } >>"$LOG"
+  row "example $name" "rc=$rc; $(grep -m1 '^done:' "$OUT/example-$name.log" || tail -1 "$OUT/example-$name.log" | cut -c1-150)"
+}
+if want examples; then
+  run_example sim_ranks env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" python3 examples/sim_ranks.py --ranks 4
+  if [ "$gpus" -ge 1 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    for ex in torch_two_groups fsdp2; do
+      run_example "$ex" env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m torch.distributed.run --nproc-per-node "$gpus" "examples/$ex.py"
+    done
+    fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
+    if PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
+      run_example megatron_shim env PYTHONPATH="$PWD/python:$fsdp_path${PYTHONPATH:+:$PYTHONPATH}" python3 -m torch.distributed.run --nproc-per-node "$gpus" \
+        examples/megatron_shim.py
+    else
+      row "example megatron_shim" "not run (no megatron_fsdp: unpack megatron-fsdp into .whl/site, scripts/gpu-inputs.sh)"
+    fi
+  else
+    row "examples (torch)" "not run (no GPU, or no torch with CUDA here)"
+  fi
+fi
