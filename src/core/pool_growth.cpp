@@ -8,8 +8,8 @@
 
 namespace ncclpool::detail {
 
-// Growth within a budget of segments: 64 plus one per chunk's worth of reserve (a window costs
-// ~15 ms per group; 64 GiB of 128 MiB tensors take ~128 segments, ~1.9 s). Every input follows the
+// Growth within a budget of segments: 64 plus one per chunk's worth of reserve (each segment of a
+// symmetric pool costs a window per group: docs/benchmarks/scope.md, growth.md). Every input follows the
 // request sequence only, so ranks of a deterministic pool fed the same requests grow the same
 // segments.
 //
@@ -17,9 +17,8 @@ namespace ncclpool::detail {
 // to the granularity), as PyTorch gives large allocations segments of their own; past it, chunks.
 // Rounding to chunks left most of the last chunk unused at the peak (the decode trace: a 1 GiB chunk
 // for 352 MiB live; Megatron-FSDP's: a 32 MiB tensor opened a 1 GiB chunk at the peak), and how much
-// depended on where the peak fell: over the recorded traces at seven scales the worst peak reserved /
-// live went from 5.81 to 1.23 for tensors, and from 1.60 to 1.08 for torch's segments (the torch
-// layer's requests; docs/benchmarks/memory.md). The floor keeps small requests from making a window
+// depended on where the peak fell; own-size segments cut the worst peak reserved / live over the
+// recorded traces (docs/benchmarks/memory.md). The floor keeps small requests from making a window
 // each.
 std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
@@ -29,9 +28,8 @@ std::size_t PoolImpl::segment_size_for(std::size_t size) const {
 
 // Past the budget: growth_chunk / 16, then reserved / kRampDivisor (the pool grows by 1/8), up to
 // growth_chunk, so that a pool that spent its budget on small segments does not add a whole chunk
-// to a few hundred MiB (3.0x reserved / live at 511 MiB of 1-4 MiB tensors with whole 1 GiB chunks,
-// 1.13 at worst ramped). Ramped chunks take more windows than whole ones: up to ~144 segments at
-// 64 GiB when every request is 8 MiB or less (whole chunks: 128).
+// to a few hundred MiB. Ramped chunks take a few more windows than whole ones (docs/benchmarks/memory.md
+// has both figures).
 std::size_t PoolImpl::chunk_now() const {
   constexpr std::size_t kRampDivisor = 8;
   const std::size_t first = std::min(growth_chunk_, round_up_multiple(growth_chunk_ / 16, granularity_));

@@ -33,8 +33,8 @@ namespace ncclpool::detail {
 // A stream whose unpublished block another stream wanted turns `eager` and publishes at every free,
 // until kQuietFrees frees pass with no other stream taking its memory.
 // One block, measured: the same-stream allocate/free loop keeps taking it back (no event), and the
-// recorded training traces need no more memory than with an event at every free; with up to 16
-// blocks kept apart the FSDP traces needed up to 25% more (docs/benchmarks/memory.md).
+// recorded training traces need no more memory than with an event at every free, and more blocks
+// kept apart cost the FSDP traces memory (docs/benchmarks/memory.md).
 struct StreamState {
   stream_t id = 0;
   bool fresh = false;
