@@ -123,16 +123,26 @@ def _stream(stream) -> c_void_p:
     return c_void_p(handle)
 
 
-def _growth_chunk_from_env() -> int:
-    """$NCCLPOOL_GROWTH_CHUNK: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
+def _bytes_from_env(variable: str) -> int:
+    """$variable: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
     Anything else is InvalidArgument (`ncclpool info` reports it too)."""
-    value = os.environ.get("NCCLPOOL_GROWTH_CHUNK", "")
+    value = os.environ.get(variable, "")
     if value == "":
         return 0
     if not (value.isascii() and value.isdigit()) or int(value) > _SIZE_MAX:
-        raise InvalidArgument(f"NCCLPOOL_GROWTH_CHUNK={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
+        raise InvalidArgument(f"{variable}={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
                               "0 or unset: the pool's default)")
     return int(value)
+
+
+def _growth_chunk_from_env() -> int:
+    """$NCCLPOOL_GROWTH_CHUNK (see _bytes_from_env)."""
+    return _bytes_from_env("NCCLPOOL_GROWTH_CHUNK")
+
+
+def _min_segment_from_env() -> int:
+    """$NCCLPOOL_MIN_SEGMENT (see _bytes_from_env)."""
+    return _bytes_from_env("NCCLPOOL_MIN_SEGMENT")
 
 
 class Pool:
@@ -147,10 +157,14 @@ class Pool:
             class routes to: the profile measured for the first attached communicator's machine
             (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
         growth_chunk: within a segment budget (64 plus one per growth_chunk of reserve) every segment
-            is its request's own size (at least growth_chunk / 128); past it chunks that start at
+            is its request's own size (at least ``min_segment``); past it chunks that start at
             1/16 of this and grow with the pool up to it (0: 2 MiB, or 1 GiB for symmetric pools;
             auto pools: 1 GiB for their symmetric part, 2 MiB for the others, and ``growth_chunk``
             then reads 0) (docs/pool.md).
+        min_segment: the smallest segment growth makes (0: growth_chunk / 128). Larger means fewer
+            segments, so fewer windows, for more reserve: 1 GiB puts 64 torch segments of 32 MiB in
+            2 windows per group instead of 64 (docs/benchmarks/growth.md). Auto pools: their
+            symmetric part only.
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.
@@ -162,7 +176,7 @@ class Pool:
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
                  alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
-                 name: str = "ncclpool", sim_capacity: int = 0, check=None):
+                 name: str = "ncclpool", sim_capacity: int = 0, check=None, min_segment: int = 0):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
         if registration not in ("local", "symmetric", "auto"):
@@ -180,6 +194,7 @@ class Pool:
         options.deterministic = -1 if deterministic is None else int(bool(deterministic))
         options.sim_capacity = _size(sim_capacity, "sim_capacity")
         options.check = _check_level(check)
+        options.min_segment = _size(min_segment, "min_segment")
         handle = c_void_p()
         call("ncclpool_pool_create", byref(options), byref(handle))
         self._handle = handle
@@ -191,6 +206,7 @@ class Pool:
         self.source = _SOURCE_NAMES[resolved.source]
         self.registration = _KIND_NAMES[resolved.default_registration]
         self.growth_chunk = resolved.growth_chunk
+        self.min_segment = resolved.min_segment  # 0: growth_chunk / 128
         self.alignment = resolved.alignment
         self.deterministic = bool(resolved.deterministic)
         self.check_level = _CHECK_NAMES[resolved.check]

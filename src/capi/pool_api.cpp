@@ -107,6 +107,7 @@ std::string routes_json(RoutedPool& r) {
   for (std::size_t i = 0; i < r.parts().size(); ++i) {
     const RoutedPool::Part& part = r.parts()[i];
     out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.placement) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
+        << ",\"min_segment\":" << part.pool->config().min_segment
         << ",\"stats\":" << part.pool->stats_json() << ",\"pending_registrations\":" << part.registry->pending() << "}";
   }
   out << "]}";
@@ -120,7 +121,7 @@ std::string full_json(ncclpool_pool_s& p) {
   out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_quote(r.parts().front().pool->source_properties().description)
       << ",\"kind\":\"" << (r.is_auto() ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
-      << ",\"growth_chunk\":" << p.options.growth_chunk
+      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"min_segment\":" << p.options.min_segment
       << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(registry.check_level()) << "\""
       << ",\"stats\":" << to_json(r.stats());
@@ -167,6 +168,7 @@ PoolConfig pool_config(const ncclpool_pool_options_t& o, const std::string& name
   config.name = name;
   config.alignment = o.alignment;
   config.growth_chunk = o.growth_chunk;
+  config.min_segment = o.min_segment;
   config.max_reserved = o.max_reserved;
   config.deterministic = o.deterministic == 1;
   return config;
@@ -211,6 +213,7 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
       auto make_part = [&o, reserved](Placement placement) {
         PoolConfig config = capi::pool_config(o, o.name + std::string("/") + to_string(placement));
         if (o.growth_chunk == 0) config.growth_chunk = placement == Placement::symmetric ? capi::kGiB : 2 * capi::kMiB;
+        if (placement != Placement::symmetric) config.min_segment = 0;  // it trades reserve for windows: only that part has them
         std::shared_ptr<SegmentSource> source = capi::make_source(o);
         if (o.max_reserved != 0) source = std::make_shared<capi::SharedLimitSource>(std::move(source), reserved, o.max_reserved, "pool '" + std::string(o.name) + "'");
         return std::make_shared<Pool>(std::move(source), config);

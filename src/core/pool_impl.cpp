@@ -30,6 +30,13 @@ PoolImpl::PoolImpl(std::shared_ptr<SegmentSource> source, PoolConfig config)
     throw InvalidArgument(describe() + ": growth_chunk " + format_bytes(config_.growth_chunk) +
                           " exceeds the device capacity " + format_bytes(props.capacity));
   }
+  min_segment_ = round_up_multiple(std::max<std::size_t>(1, config_.min_segment != 0 ? config_.min_segment : growth_chunk_ / 128), granularity_);
+  if (min_segment_ == 0 || min_segment_ > props.capacity)
+    throw InvalidArgument(describe() + ": min_segment " + format_bytes(config_.min_segment) + " exceeds the device capacity " +
+                          format_bytes(props.capacity));
+  if (config_.min_segment != 0 && config_.max_reserved != 0 && min_segment_ > config_.max_reserved)
+    throw InvalidArgument(describe() + ": min_segment " + format_bytes(min_segment_) + " exceeds max_reserved " +
+                          format_bytes(config_.max_reserved) + ": the pool could never grow");
   fresh_.fresh = true;
 }
 
@@ -405,17 +412,19 @@ Block* PoolImpl::coalesce(Block* block) {
 // segments.
 //
 // Within the budget every segment is its request's own size (at least growth_chunk / 128, rounded
-// to the granularity), as PyTorch gives large allocations segments of their own; past it, chunks.
+// to the granularity; min_segment if set), as PyTorch gives large allocations segments of their own;
+// past it, chunks.
 // Rounding to chunks left most of the last chunk unused at the peak (the decode trace: a 1 GiB chunk
 // for 352 MiB live; Megatron-FSDP's: a 32 MiB tensor opened a 1 GiB chunk at the peak), and how much
 // depended on where the peak fell: over the recorded traces at seven scales the worst peak reserved /
 // live went from 5.81 to 1.23 for tensors, and from 1.60 to 1.08 for torch's segments (the torch
 // layer's requests; docs/benchmarks/memory.md). The floor keeps small requests from making a window
-// each.
+// each; a larger min_segment trades reserve for windows (docs/benchmarks/growth.md: 1 GiB puts 64
+// torch segments of 32 MiB in 2 windows per group instead of 64).
 std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
-  if (stats_.segment_count < segment_budget) return round_up_multiple(std::max(size, growth_chunk_ / 128), granularity_);
-  return round_up_multiple(size, chunk_now());
+  if (stats_.segment_count < segment_budget) return std::max(round_up_multiple(size, granularity_), min_segment_);
+  return round_up_multiple(std::max(size, min_segment_), chunk_now());
 }
 
 // Past the budget: growth_chunk / 16, then reserved / kRampDivisor (the pool grows by 1/8), up to
