@@ -152,6 +152,7 @@ def test_min_segment_from_the_environment_and_the_argument(monkeypatch, torch_la
     mempool = torch_layer.create_nccl_mem_pool(symmetric=True, source="sim")
     pool = torch_layer.ncclpool_pool(mempool)
     assert pool.min_segment == 1024 * MiB and pool.stats_json()["min_segment"] == 1024 * MiB
+    assert "min segment 1.0 GiB" in pool.memory_summary()
     torch_layer.release_mem_pool(mempool)
     mempool = torch_layer.create_nccl_mem_pool(symmetric=True, source="sim", min_segment=256 * MiB)  # the argument wins
     assert torch_layer.ncclpool_pool(mempool).min_segment == 256 * MiB
