@@ -214,7 +214,9 @@ def row(r):
     what = (f"span ok{' WRONG ' + str(s['wrong']) if s['wrong'] else ''} {s['register_ms']:.2f} ms" if s["outcome"] == "ok"
             else f"span refused ({s['outcome'][:60]})")
     return f"N={r['allocations']}: {what}, {r['allocations']} windows {e['register_ms']:.2f} ms{'' if e['outcome'] == 'ok' else ' FAILED'}"
-print(f"NCCL {j['nccl_version']}, first window {j['first_window_ms']:.1f} ms; " + "; ".join(row(r) for r in j["rows"]))
+first = j.get("first_window", "ok")
+print(f"NCCL {j['nccl_version']}, first window {j['first_window_ms']:.1f} ms{'' if first == 'ok' else ' (' + first[:60] + ')'}; "
+      + "; ".join(row(r) for r in j["rows"]))
 PY
 }
 run_window_span() {  # label, NCCL library ('' = torch's)
