@@ -212,7 +212,7 @@ except Exception as e:
 def row(r):
     s, e = r["span"], r["each"]
     what = (f"span ok{' WRONG ' + str(s['wrong']) if s['wrong'] else ''} {s['register_ms']:.2f} ms" if s["outcome"] == "ok"
-            else f"span refused ({s['outcome'][:60]})")
+            else f"span {s['outcome'][:80]}" if s["outcome"].startswith("registered") else f"span refused ({s['outcome'][:60]})")
     return f"N={r['allocations']}: {what}, {r['allocations']} windows {e['register_ms']:.2f} ms{'' if e['outcome'] == 'ok' else ' FAILED'}"
 first = j.get("first_window", "ok")
 print(f"NCCL {j['nccl_version']}, first window {j['first_window_ms']:.1f} ms{'' if first == 'ok' else ' (' + first[:60] + ')'}; "
