@@ -6,8 +6,8 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   pdl, ncclversions, bench, torch, megatron, fsdp2, decode, sglang, wheel,
-#                                   tool, toolbench, nccltests, demo, examples;
+#                                   pdl, window, ncclversions, bench, torch, megatron, fsdp2, decode, sglang,
+#                                   wheel, tool, toolbench, nccltests, demo, examples; window only when named;
 #                                   default all)
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
@@ -198,8 +198,48 @@ run_pdl() {  # label, NCCL library ('' = torch's), [torch]
 }
 want pdl && run_pdl "torch-nccl" "" torch
 
+# 3b'. One window over several cuMem allocations mapped side by side (issue 30; docs/benchmarks/growth.md):
+#     tests/gpu/window_span.cpp registers N = 1, 4, 16, 64 allocations of 32 MiB as one window and as
+#     N windows, on 1 rank (and 2 where there are 2 GPUs); whether NCCL accepts the span, an
+#     all-reduce check on it, and the times. Against torch's NCCL here, against each built NCCL in
+#     `ncclversions`. NCCL_DEBUG=WARN puts NCCL's reason for a refusal into the .err file.
+window_span_summary() {  # json file -> "N: span outcome, span ms / N windows ms"
+  python3 - "$1" <<'PY' 2>&1
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"no result ({e})"); sys.exit()
+def row(r):
+    s, e = r["span"], r["each"]
+    what = (f"span ok{' WRONG ' + str(s['wrong']) if s['wrong'] else ''} {s['register_ms']:.2f} ms" if s["outcome"] == "ok"
+            else f"span {s['outcome'][:80]}" if s["outcome"].startswith("registered") else f"span refused ({s['outcome'][:60]})")
+    return f"N={r['allocations']}: {what}, {r['allocations']} windows {e['register_ms']:.2f} ms{'' if e['outcome'] == 'ok' else ' FAILED'}"
+first = j.get("first_window", "ok")
+print(f"NCCL {j['nccl_version']}, first window {j['first_window_ms']:.1f} ms{'' if first == 'ok' else ' (' + first[:60] + ')'}; "
+      + "; ".join(row(r) for r in j["rows"]))
+PY
+}
+run_window_span() {  # label, NCCL library ('' = torch's)
+  local label=$1 lib=$2 n tag rc
+  if [ ! -x "$BUILD/tests/ncclpool_window_span" ]; then
+    row "window span ($label)" "not run (no $BUILD/tests/ncclpool_window_span)"
+    return
+  fi
+  for n in 1 2; do
+    [ "$n" -gt "$gpus" ] && continue
+    tag=$(echo "$label-${n}rank" | tr -c 'A-Za-z0-9.\n-' '-')
+    NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout "$(within 240)" \
+      "$BUILD/tests/ncclpool_window_span" --ranks "$n" --json >"$OUT/window-span-$tag.json" 2>"$OUT/window-span-$tag.err"
+    rc=$?
+    cat "$OUT/window-span-$tag.err" >>"$LOG"
+    row "window span ($label, $n rank(s))" "rc=$rc; $(window_span_summary "$OUT/window-span-$tag.json")"
+  done
+}
+want window && run_window_span "torch-nccl" ""
+
 # 3c. Other NCCL versions: each .whl/nccl-src-VER.tar.gz is built here (scripts/build-nccl.sh, sm_90,
-#     ~190 s), then ncclpool info, the PDL check and the NCCL registry suite run against it
+#     ~190 s), then ncclpool info, the PDL check, the window-span probe and the NCCL registry suite run against it
 #     (NCCLPOOL_NCCL_LIBRARY), and the torch checks with torch's own libnccl.so.2 swapped for it (one
 #     NCCL per process; put back afterwards).
 if want ncclversions; then
@@ -216,6 +256,7 @@ if want ncclversions; then
     fi
     row "NCCL $ver: ncclpool info" "$(NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" "$BUILD/tools/ncclpool" info --json 2>&1 | python3 -c 'import json,sys; j=json.load(sys.stdin); print("version", j["nccl"]["version"], "windows", j["nccl"]["windows"], "symmetric kernels:", j["registration"]["symmetric_kernels"]["why"][:150])' 2>&1)"
     run_pdl "nccl-$ver" "$PWD/$lib"
+    run_window_span "nccl-$ver" "$PWD/$lib"
     if [ "$gpus" -ge 2 ] && [ -x "$BUILD/tests/ncclpool_nccl_tests" ]; then
       NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" NCCLPOOL_TEST_GPUS=2 timeout "$(within 300)" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no \
         >"$OUT/nccl-tests-$ver.log" 2>&1

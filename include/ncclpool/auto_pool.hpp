@@ -78,6 +78,9 @@ struct AutoPoolConfig {
   std::size_t alignment = 512;
   /// 0: per part, 2 MiB (none, local) and 1 GiB (symmetric: one window per chunk and communicator).
   std::size_t growth_chunk = 0;
+  /// The smallest segment of the symmetric part (0: its growth_chunk / 128): fewer windows for more
+  /// reserve (docs/benchmarks/growth.md). The other parts register no windows and keep the default.
+  std::size_t min_segment = 0;
   /// Bytes the parts may hold together (0 = no limit): a LimitSource over each part's source.
   std::size_t max_reserved = 0;
   RegistryOptions registry;

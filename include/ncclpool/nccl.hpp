@@ -74,9 +74,9 @@ struct EnvironmentProblem {
 };
 
 /// @brief Checks every variable ncclpool reads that takes a value (NCCLPOOL_AGREEMENT_TIMEOUT_S,
-/// NCCLPOOL_AGREEMENT_BUFFERS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, NCCLPOOL_GROWTH_CHUNK)
-/// as the code that reads it would, without NCCL or a GPU: for `ncclpool info` on any machine. Where
-/// they are read, the first two are InvalidArgument, NCCLPOOL_GROWTH_CHUNK (ncclpool.torch) too, and
+/// NCCLPOOL_AGREEMENT_BUFFERS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, NCCLPOOL_GROWTH_CHUNK,
+/// NCCLPOOL_MIN_SEGMENT) as the code that reads it would, without NCCL or a GPU: for `ncclpool info` on
+/// any machine. Where they are read, the first two are InvalidArgument, the last two (ncclpool.torch) too, and
 /// the symmetric kernels' two are ignored with a message (they are read inside a collective attach,
 /// where one rank throwing would leave the others waiting). Never throws.
 NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();

@@ -142,7 +142,7 @@ typedef struct ncclpool_pool_options {
   ncclpool_source_t source;
   ncclpool_registration_t default_registration; /* kind used by attach with ..._DEFAULT; AUTO makes an
                                 auto pool (the only kind of pool that attach with AUTO accepts) */
-  size_t growth_chunk;       /* segments are the requests' own sizes (at least growth_chunk/128) within a
+  size_t growth_chunk;       /* segments are the requests' own sizes (at least min_segment) within a
                                 segment budget; past it chunks that start at growth_chunk/16 and grow with
                                 the pool up to growth_chunk (docs/pool.md); 0 = 2 MiB,
                                 or 1 GiB when symmetric (auto pools: 1 GiB for the symmetric part, 2 MiB
@@ -154,6 +154,10 @@ typedef struct ncclpool_pool_options {
   size_t sim_capacity;       /* SIM only: simulated device memory; 0 = 64 GiB */
   int check;                 /* check mode (docs/registry.md): 0 off, 1 layout, 2 collectives;
                                 -1 = $NCCLPOOL_CHECK (off|layout|collectives or 0|1|2), else off */
+  size_t min_segment;        /* the smallest segment growth makes; 0 = growth_chunk/128. Larger: fewer
+                                segments, so fewer windows, for more reserve (1 GiB: 64 torch segments
+                                of 32 MiB share 2 windows per group instead of 64;
+                                docs/benchmarks/growth.md). Auto pools: their symmetric part only */
 } ncclpool_pool_options_t;
 
 /* Fills *options with the defaults above (device 0, AUTO source, local registration). */

@@ -16,8 +16,8 @@
 ///    `deterministic = true` they never depend on timing either (no event polling).
 ///  * Before growing, a run of adjacent free blocks of different streams that holds the request is
 ///    merged behind waits on those streams (a walk over the blocks, on the growth path only).
-///  * Growth takes a segment of the request's own size (at least growth_chunk / 128, rounded to the
-///    source granularity) within a budget of 64 segments plus one per growth_chunk of reserve, and
+///  * Growth takes a segment of the request's own size (at least min_segment, default growth_chunk /
+///    128, rounded to the source granularity) within a budget of 64 segments plus one per growth_chunk of reserve, and
 ///    a chunk past it, which starts at growth_chunk / 16 and grows with the pool up to growth_chunk
 ///    (docs/pool.md, "Growth, reserve, trim, OOM"). On a source OOM the pool releases its empty
 ///    segments and retries once before throwing OutOfMemory.
@@ -44,6 +44,9 @@ struct PoolConfig {
   std::string name = "ncclpool";          ///< used in every message about this pool
   std::size_t alignment = 256;            ///< power of two, 256 .. source alignment (4096 for windows)
   std::size_t growth_chunk = 2ull << 20;  ///< past the segment budget, chunks ramp up to it
+  /// The smallest segment growth makes (rounded up to the source granularity); 0: growth_chunk / 128.
+  /// Larger: fewer segments, so fewer windows (later requests share the segment) for more reserve.
+  std::size_t min_segment = 0;
   std::size_t max_reserved = 0;           ///< cap on reserved bytes (0 = none); past it = OOM
   bool deterministic = false;             ///< never let timing (event polls) steer a decision
 };

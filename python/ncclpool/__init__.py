@@ -22,7 +22,8 @@ from ctypes import byref
 
 from . import errors
 from ._arguments import (_CHECK_NAMES, _KIND_NAMES, _SIZE_MAX, _SOURCE_NAMES, CHECK_LEVELS, COLLECTIVES, REGISTRATIONS,
-                         SOURCES, _check_level, _collective, _growth_chunk_from_env, _kind, _size, _stream)
+                         SOURCES, _check_level, _collective, _growth_chunk_from_env, _kind, _min_segment_from_env, _size,
+                         _stream)
 from ._capi import Features, PoolOptions, _struct_to_dict, call, library, library_path, raise_last, read_stats
 from .communicator import Communicator
 from .errors import (AgreementError, BackendError, DoubleFree, Error, ForeignPointer, InvalidArgument,

@@ -62,13 +62,23 @@ def _stream(stream) -> c_void_p:
     return c_void_p(handle)
 
 
-def _growth_chunk_from_env() -> int:
-    """$NCCLPOOL_GROWTH_CHUNK: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
+def _bytes_from_env(variable: str) -> int:
+    """$variable: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
     Anything else is InvalidArgument (`ncclpool info` reports it too)."""
-    value = os.environ.get("NCCLPOOL_GROWTH_CHUNK", "")
+    value = os.environ.get(variable, "")
     if value == "":
         return 0
     if not (value.isascii() and value.isdigit()) or int(value) > _SIZE_MAX:
-        raise InvalidArgument(f"NCCLPOOL_GROWTH_CHUNK={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
+        raise InvalidArgument(f"{variable}={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
                               "0 or unset: the pool's default)")
     return int(value)
+
+
+def _growth_chunk_from_env() -> int:
+    """$NCCLPOOL_GROWTH_CHUNK (see _bytes_from_env)."""
+    return _bytes_from_env("NCCLPOOL_GROWTH_CHUNK")
+
+
+def _min_segment_from_env() -> int:
+    """$NCCLPOOL_MIN_SEGMENT (see _bytes_from_env)."""
+    return _bytes_from_env("NCCLPOOL_MIN_SEGMENT")

@@ -33,6 +33,7 @@ class PoolOptions(ctypes.Structure):
         ("deterministic", c_int),
         ("sim_capacity", c_size_t),
         ("check", c_int),
+        ("min_segment", c_size_t),
     ]
 
 

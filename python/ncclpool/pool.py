@@ -31,10 +31,14 @@ class Pool:
             class routes to: the profile measured for the first attached communicator's machine
             (``ncclpool tune``), else built-in routes (docs/pool.md, "Auto pools"); :meth:`routes`.
         growth_chunk: within a segment budget (64 plus one per growth_chunk of reserve) every segment
-            is its request's own size (at least growth_chunk / 128); past it chunks that start at
+            is its request's own size (at least ``min_segment``); past it chunks that start at
             1/16 of this and grow with the pool up to it (0: 2 MiB, or 1 GiB for symmetric pools;
             auto pools: 1 GiB for their symmetric part, 2 MiB for the others, and ``growth_chunk``
             then reads 0) (docs/pool.md).
+        min_segment: the smallest segment growth makes (0: growth_chunk / 128). Larger means fewer
+            segments, so fewer windows, for more reserve: 1 GiB puts 64 torch segments of 32 MiB in
+            2 windows per group instead of 64 (docs/benchmarks/growth.md). Auto pools: their
+            symmetric part only.
         alignment: block alignment (0: 512 bytes, torch's block size).
         max_reserved: cap on reserved bytes (0: none).
         deterministic: None (auto), True or False.
@@ -46,7 +50,7 @@ class Pool:
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
                  alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
-                 name: str = "ncclpool", sim_capacity: int = 0, check=None):
+                 name: str = "ncclpool", sim_capacity: int = 0, check=None, min_segment: int = 0):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
         if registration not in ("local", "symmetric", "auto"):
@@ -64,6 +68,7 @@ class Pool:
         options.deterministic = -1 if deterministic is None else int(bool(deterministic))
         options.sim_capacity = _size(sim_capacity, "sim_capacity")
         options.check = _check_level(check)
+        options.min_segment = _size(min_segment, "min_segment")
         handle = c_void_p()
         call("ncclpool_pool_create", byref(options), byref(handle))
         self._handle = handle
@@ -75,6 +80,7 @@ class Pool:
         self.source = _SOURCE_NAMES[resolved.source]
         self.registration = _KIND_NAMES[resolved.default_registration]
         self.growth_chunk = resolved.growth_chunk
+        self.min_segment = resolved.min_segment  # 0: growth_chunk / 128
         self.alignment = resolved.alignment
         self.deterministic = bool(resolved.deterministic)
         self.check_level = _CHECK_NAMES[resolved.check]

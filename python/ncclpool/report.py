@@ -56,7 +56,8 @@ def _pool_lines(pool) -> list[str]:
         f"pool '{j['name']}'  device {j['device']}  source: {j['source']}",
         (f"  growth chunk per part (below)" if j.get("routes") else f"  growth chunk {format_bytes(j['growth_chunk'])}")
         + f"{'' if j.get('routes') else ' (past the segment budget, chunks ramp up to it)'}, "
-        f"{'deterministic' if j['deterministic'] else 'adaptive'} placement",
+        + (f"min segment {format_bytes(j['min_segment'])}, " if j.get("min_segment") else "")
+        + f"{'deterministic' if j['deterministic'] else 'adaptive'} placement",
         f"  {'':22}{'now':>14}{'peak':>14}",
         f"  {'allocated':22}{format_bytes(live):>14}{format_bytes(s['peak_allocated_bytes']):>14}",
         f"  {'reserved':22}{format_bytes(reserved):>14}{format_bytes(s['peak_reserved_bytes']):>14}",

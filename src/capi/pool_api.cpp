@@ -85,6 +85,7 @@ PoolConfig pool_config(const ncclpool_pool_options_t& o) {
   config.name = o.name;
   config.alignment = o.alignment;
   config.growth_chunk = o.growth_chunk;
+  config.min_segment = o.min_segment;
   config.max_reserved = o.max_reserved;
   config.deterministic = o.deterministic == 1;
   return config;
@@ -128,6 +129,7 @@ std::string routes_json(const AutoPool& r) {
   for (std::size_t i = 0; i < r.parts().size(); ++i) {
     const PoolPart& part = r.parts()[i];
     out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.kind) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
+        << ",\"min_segment\":" << part.pool->config().min_segment
         << ",\"stats\":" << part.pool->stats_json() << ",\"pending_registrations\":" << part.registry->pending() << "}";
   }
   out << "]}";
@@ -142,7 +144,7 @@ std::string full_json(ncclpool_pool_s& p) {
   out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_quote(r.parts().front().pool->source_properties().description)
       << ",\"kind\":\"" << (automatic ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
-      << ",\"growth_chunk\":" << p.options.growth_chunk
+      << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"min_segment\":" << p.options.min_segment
       << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(registry.check_level()) << "\""
       << ",\"stats\":" << to_json(r.stats());
@@ -216,6 +218,7 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
       config.make_source = [o](RegistrationKind) { return capi::make_source(o); };
       config.alignment = o.alignment;
       config.growth_chunk = o.growth_chunk;
+      config.min_segment = o.min_segment;
       config.max_reserved = o.max_reserved;
       config.registry = registry_options;
       config.windows_possible = capi::windows_possible_here(o, &config.why_no_windows);

@@ -61,6 +61,8 @@ NCCLPOOL_INTERNAL std::string profile_path();
 
 /// NCCLPOOL_GROWTH_CHUNK as set (nullptr: unset); ncclpool.torch.create_nccl_mem_pool reads it itself.
 NCCLPOOL_INTERNAL const char* growth_chunk();
+/// NCCLPOOL_MIN_SEGMENT as set (nullptr: unset); ncclpool.torch.create_nccl_mem_pool reads it itself.
+NCCLPOOL_INTERNAL const char* min_segment();
 
 // --- Read by the `ncclpool` command only -------------------------------------------------------------
 

@@ -14,16 +14,17 @@ namespace ncclpool::detail {
 // segments.
 //
 // Within the budget every segment is its request's own size (at least growth_chunk / 128, rounded
-// to the granularity), as PyTorch gives large allocations segments of their own; past it, chunks.
+// to the granularity; min_segment if set), as PyTorch gives large allocations segments of their own;
+// past it, chunks.
 // Rounding to chunks left most of the last chunk unused at the peak (the decode trace: a 1 GiB chunk
 // for 352 MiB live; Megatron-FSDP's: a 32 MiB tensor opened a 1 GiB chunk at the peak), and how much
 // depended on where the peak fell; own-size segments cut the worst peak reserved / live over the
 // recorded traces (docs/benchmarks/memory.md). The floor keeps small requests from making a window
-// each.
+// each; a larger min_segment trades reserve for windows (docs/benchmarks/growth.md).
 std::size_t PoolImpl::segment_size_for(std::size_t size) const {
   const std::size_t segment_budget = 64 + stats_.reserved_bytes / growth_chunk_;
-  if (stats_.segment_count < segment_budget) return round_up_multiple(std::max(size, growth_chunk_ / 128), granularity_);
-  return round_up_multiple(size, chunk_now());
+  if (stats_.segment_count < segment_budget) return std::max(round_up_multiple(size, granularity_), min_segment_);
+  return round_up_multiple(std::max(size, min_segment_), chunk_now());
 }
 
 // Past the budget: growth_chunk / 16, then reserved / kRampDivisor (the pool grows by 1/8), up to

@@ -30,6 +30,13 @@ PoolImpl::PoolImpl(std::shared_ptr<SegmentSource> source, PoolConfig config)
     throw InvalidArgument(describe() + ": growth_chunk " + format_bytes(config_.growth_chunk) +
                           " exceeds the device capacity " + format_bytes(props.capacity));
   }
+  min_segment_ = round_up_multiple(std::max<std::size_t>(1, config_.min_segment != 0 ? config_.min_segment : growth_chunk_ / 128), granularity_);
+  if (min_segment_ == 0 || min_segment_ > props.capacity)
+    throw InvalidArgument(describe() + ": min_segment " + format_bytes(config_.min_segment) + " exceeds the device capacity " +
+                          format_bytes(props.capacity));
+  if (config_.min_segment != 0 && config_.max_reserved != 0 && min_segment_ > config_.max_reserved)
+    throw InvalidArgument(describe() + ": min_segment " + format_bytes(min_segment_) + " exceeds max_reserved " +
+                          format_bytes(config_.max_reserved) + ": the pool could never grow");
   fresh_.fresh = true;
 }
 

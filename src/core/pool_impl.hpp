@@ -112,6 +112,7 @@ class PoolImpl {
   std::shared_ptr<SegmentSource> source_;
   PoolConfig config_;
   std::size_t growth_chunk_ = 0;  // config_.growth_chunk rounded up to the source granularity
+  std::size_t min_segment_ = 0;   // the smallest segment growth makes (a multiple of the granularity)
   std::size_t granularity_ = 0;   // the source's: every segment size is a multiple of it
 
   mutable std::mutex mutex_;

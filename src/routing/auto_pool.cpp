@@ -168,6 +168,7 @@ std::unique_ptr<AutoPool> make_auto_pool(const AutoPoolConfig& config) {
     pool.name = config.name + "/" + to_string(kind);
     pool.alignment = config.alignment;
     pool.growth_chunk = config.growth_chunk != 0 ? config.growth_chunk : kind == RegistrationKind::symmetric ? kGiB : 2 * kMiB;
+    pool.min_segment = kind == RegistrationKind::symmetric ? config.min_segment : 0;  // it trades reserve for windows: only that part has them
     pool.max_reserved = config.max_reserved;
     pool.deterministic = true;  // the symmetric part must be; the others route by size alike
     std::shared_ptr<SegmentSource> source = config.make_source(kind);

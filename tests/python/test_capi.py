@@ -143,6 +143,77 @@ def test_growth_chunk_from_the_environment_is_checked(monkeypatch, torch_layer):
     assert ncclpool._growth_chunk_from_env() == 0
 
 
+def test_min_segment_from_the_environment_and_the_argument(monkeypatch, torch_layer):
+    for bad in ("abc", "1GiB", "-1", str(2**64)):
+        monkeypatch.setenv("NCCLPOOL_MIN_SEGMENT", bad)
+        with pytest.raises(errors.InvalidArgument, match=f"NCCLPOOL_MIN_SEGMENT='{bad}' is not a number of bytes"):
+            torch_layer.create_nccl_mem_pool(symmetric=True, source="sim")
+    monkeypatch.setenv("NCCLPOOL_MIN_SEGMENT", str(1024 * MiB))
+    mempool = torch_layer.create_nccl_mem_pool(symmetric=True, source="sim")
+    pool = torch_layer.ncclpool_pool(mempool)
+    assert pool.min_segment == 1024 * MiB and pool.stats_json()["min_segment"] == 1024 * MiB
+    assert "min segment 1.0 GiB" in pool.memory_summary()
+    torch_layer.release_mem_pool(mempool)
+    mempool = torch_layer.create_nccl_mem_pool(symmetric=True, source="sim", min_segment=256 * MiB)  # the argument wins
+    assert torch_layer.ncclpool_pool(mempool).min_segment == 256 * MiB
+    torch_layer.release_mem_pool(mempool)
+    monkeypatch.setenv("NCCLPOOL_MIN_SEGMENT", "")
+    assert ncclpool._min_segment_from_env() == 0
+    with pytest.raises(errors.InvalidArgument, match="min_segment .* exceeds the device capacity"):
+        sim_pool("symmetric", name="too-large", min_segment=128 << 30)  # the simulator has 64 GiB
+    with pytest.raises(errors.InvalidArgument, match="min_segment must be an int"):
+        sim_pool("symmetric", name="not-a-size", min_segment="1G")
+
+
+def test_min_segment_puts_torch_segments_in_fewer_windows_per_group():
+    """torch_bench.py's first registration on the simulator: 64 torch segments of 32 MiB in one scope
+    of a pool attached to two groups on two ranks: a window per segment and group by default (as
+    torch's register_mem_pool), 2 per group with min_segment 1 GiB, for the same 2 GiB reserved."""
+    lib = ncclpool.library()
+
+    def windows(min_segment):
+        world = ncclpool.SimGroup(f"world-{min_segment}", 2)
+        second = ncclpool.SimGroup(f"second-{min_segment}", 2)
+
+        def rank(r):
+            p = sim_pool("symmetric", name=f"torch-{min_segment}", growth_chunk=1024 * MiB, min_segment=min_segment)
+            comms = [p.attach_sim(world, r), p.attach_sim(second, r)]
+            with p.scope():
+                ptrs = [lib.ncclpool_torch_alloc(32 * MiB, 0, None) for _ in range(64)]
+            out = ([c.stats()["registrations"] for c in comms], p.stats()["reserved_bytes"], p.stats()["segment_count"])
+            for ptr in ptrs:
+                lib.ncclpool_torch_free(ptr, 32 * MiB, 0, None)
+            p.check()
+            for c in comms:
+                c.detach()
+            p.close()
+            return out
+
+        results, failures = run_ranks(2, rank)
+        assert failures == [None, None], failures
+        assert results[0] == results[1]
+        return results[0]
+
+    assert windows(0) == ([64, 64], 2048 * MiB, 64)
+    assert windows(1024 * MiB) == ([2, 2], 2048 * MiB, 2)
+
+
+def test_an_auto_pools_min_segment_is_its_symmetric_parts(sim_profile):
+    sim_profile(1, [(0, "none"), (MiB, "local"), (8 * MiB, "symmetric")])
+    p = sim_pool("auto", name="auto-min", min_segment=256 * MiB)
+    c = p.attach_sim(ncclpool.SimGroup("auto-min", 1), 0)
+    ptrs = [p.alloc(size) for size in (64 << 10, 4 * MiB, 16 * MiB)]  # one per part
+    parts = {part["placement"]: part for part in p.stats_json()["routes"]["parts"]}
+    assert parts["symmetric"]["min_segment"] == 256 * MiB
+    assert parts["local"]["min_segment"] == 0 and parts["none"]["min_segment"] == 0
+    assert parts["symmetric"]["stats"]["reserved_bytes"] == 256 * MiB
+    assert parts["local"]["stats"]["reserved_bytes"] == 4 * MiB
+    for ptr in ptrs:
+        p.free(ptr)
+    c.detach()
+    p.close()
+
+
 def test_an_auto_pool_before_its_first_attach_routes_as_ncclpool_info_says():
     """`ncclpool info` and Pool(registration='auto').routes() apply one rule (auto_routes_windows in routes.hpp)."""
     import json

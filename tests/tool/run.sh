@@ -38,6 +38,12 @@ expect_rc 1 "$tool" replay "$tmp";          grep -q "$tmp: is a directory; give 
 printf '[]\n' >"$tmp/list.json"
 expect_rc 1 "$tool" replay "$tmp/list.json"; grep -q "list.json: JSON holding a list, not a torch memory snapshot" "$tmp/err" || fail "replay of []"
 expect_rc 2 "$tool" replay "$data/two_groups.csv" --growth-chunk-mib 0; grep -q "growth-chunk-mib must be an integer in 1\.\." "$tmp/err" || fail "growth chunk 0"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --min-segment-mib 0; grep -q "min-segment-mib must be an integer in 1\.\." "$tmp/err" || fail "min segment 0"
+# The growth trade-off: --min-segment-mib, and torch's own windows (a window per segment it made) beside the pool's.
+expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json" --group-by stream --min-segment-mib 64 --window-ms 3.2
+grep -q "min segment 64.0 MiB" "$tmp/out" || { cat "$tmp/out"; fail "replay: min segment line"; }
+grep -qE "^recording allocator +20.0 MiB .* 1 +2 +6.4 ms" "$tmp/out" || { cat "$tmp/out"; fail "replay: torch's windows row"; }
+grep -q "^windows per group: shared pool 1, PyTorch's register_mem_pool 1 " "$tmp/out" || { cat "$tmp/out"; fail "replay: windows line"; }
 # info: NCCL's version as NCCL writes it; the environment checked on any machine (without a GPU too).
 if "$tool" info --json | grep -q '"nccl":{"available":true'; then
   expect_rc 0 "$tool" info; grep -qE "^NCCL      [0-9]+\.[0-9]+\.[0-9]+ from " "$tmp/out" || { cat "$tmp/out"; fail "info: NCCL version"; }
@@ -45,9 +51,10 @@ if "$tool" info --json | grep -q '"nccl":{"available":true'; then
 fi
 expect_rc 0 "$tool" info;                   grep -q "^environment  the NCCLPOOL_ variables set here hold accepted values" "$tmp/out" || fail "info: environment ok"
 expect_rc 0 env NCCLPOOL_GROWTH_CHUNK=abc NCCLPOOL_SYM_CTAS=99 NCCLPOOL_AGREEMENT_TIMEOUT_S=-1 NCCLPOOL_AGREEMENT_BUFFERS=gpu \
-  NCCLPOOL_SYMMETRIC_KERNELS=maybe "$tool" info
-grep -q "^environment  5 variable(s) hold values ncclpool does not accept" "$tmp/out" || { cat "$tmp/out"; fail "info: bad environment"; }
-for line in "NCCLPOOL_GROWTH_CHUNK='abc' is not a number of bytes" "NCCLPOOL_SYM_CTAS='99' is neither 'nccl' nor a count from 1 to 64" \
+  NCCLPOOL_SYMMETRIC_KERNELS=maybe NCCLPOOL_MIN_SEGMENT=1G "$tool" info
+grep -q "^environment  6 variable(s) hold values ncclpool does not accept" "$tmp/out" || { cat "$tmp/out"; fail "info: bad environment"; }
+for line in "NCCLPOOL_GROWTH_CHUNK='abc' is not a number of bytes" "NCCLPOOL_MIN_SEGMENT='1G' is not a number of bytes" \
+            "NCCLPOOL_SYM_CTAS='99' is neither 'nccl' nor a count from 1 to 64" \
             "NCCLPOOL_AGREEMENT_TIMEOUT_S='-1' is not a positive number of seconds" "NCCLPOOL_AGREEMENT_BUFFERS='gpu' is not 'host' or 'device'" \
             "NCCLPOOL_SYMMETRIC_KERNELS='maybe' is not auto, on or off"; do
   grep -qF "  $line" "$tmp/out" || { cat "$tmp/out"; fail "info: no line '$line'"; }

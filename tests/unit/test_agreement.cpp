@@ -623,30 +623,31 @@ TEST(Agreement, TimeoutVariableIsParsedStrictly) {
 
 TEST(Environment, EveryBadVariableIsNamedWithWhatIsAccepted) {
   const char* const names[] = {"NCCLPOOL_AGREEMENT_TIMEOUT_S", "NCCLPOOL_AGREEMENT_BUFFERS", "NCCLPOOL_SYM_CTAS", "NCCLPOOL_SYMMETRIC_KERNELS",
-                               "NCCLPOOL_GROWTH_CHUNK"};
+                               "NCCLPOOL_GROWTH_CHUNK", "NCCLPOOL_MIN_SEGMENT"};
   for (const char* n : names) ::unsetenv(n);
   EXPECT_TRUE(environment_problems().empty());
   EXPECT_FALSE(agreement_buffers_on_device_from_env());
   // Accepted values: no problem.
   for (auto [n, v] : {std::pair{"NCCLPOOL_AGREEMENT_TIMEOUT_S", "2.5"}, {"NCCLPOOL_AGREEMENT_BUFFERS", "device"}, {"NCCLPOOL_SYM_CTAS", "nccl"},
-                      {"NCCLPOOL_SYMMETRIC_KERNELS", "off"}, {"NCCLPOOL_GROWTH_CHUNK", "67108864"}})
+                      {"NCCLPOOL_SYMMETRIC_KERNELS", "off"}, {"NCCLPOOL_GROWTH_CHUNK", "67108864"}, {"NCCLPOOL_MIN_SEGMENT", "1073741824"}})
     ::setenv(n, v, 1);
   EXPECT_TRUE(environment_problems().empty());
   EXPECT_TRUE(agreement_buffers_on_device_from_env());
   // Bad ones: each named, with its value and what is accepted, in the order above.
   for (auto [n, v] : {std::pair{"NCCLPOOL_AGREEMENT_TIMEOUT_S", "soon"}, {"NCCLPOOL_AGREEMENT_BUFFERS", "gpu"}, {"NCCLPOOL_SYM_CTAS", "99"},
-                      {"NCCLPOOL_SYMMETRIC_KERNELS", "maybe"}, {"NCCLPOOL_GROWTH_CHUNK", "abc"}})
+                      {"NCCLPOOL_SYMMETRIC_KERNELS", "maybe"}, {"NCCLPOOL_GROWTH_CHUNK", "abc"}, {"NCCLPOOL_MIN_SEGMENT", "1GiB"}})
     ::setenv(n, v, 1);
   EXPECT_THROW((void)agreement_buffers_on_device_from_env(), InvalidArgument);
   const std::vector<EnvironmentProblem> problems = environment_problems();
-  ASSERT_EQ(problems.size(), 5u);
+  ASSERT_EQ(problems.size(), 6u);
   const char* const accepted[] = {"is not a positive number of seconds", "is not 'host' or 'device'", "is neither 'nccl' nor a count from 1 to 64",
-                                  "is not auto, on or off", "is not a number of bytes"};
-  for (std::size_t i = 0; i < 5; ++i) {
+                                  "is not auto, on or off", "is not a number of bytes", "is not a number of bytes"};
+  for (std::size_t i = 0; i < 6; ++i) {
     EXPECT_EQ(problems[i].variable, names[i]);
     EXPECT_TRUE(contains(problems[i].message, std::string(names[i]) + "='" + problems[i].value + "'")) << problems[i].message;
     EXPECT_TRUE(contains(problems[i].message, accepted[i])) << problems[i].message;
   }
+  ::unsetenv("NCCLPOOL_MIN_SEGMENT");
   for (const char* bad : {"-1", "1e6", "4M", "18446744073709551616"}) {
     ::setenv("NCCLPOOL_GROWTH_CHUNK", bad, 1);
     EXPECT_TRUE(contains(environment_problems().back().message, "NCCLPOOL_GROWTH_CHUNK")) << bad;

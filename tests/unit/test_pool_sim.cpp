@@ -520,6 +520,58 @@ TEST(Growth, PastTheBudgetChunksGrowByAnEighthUpToTheGrowthChunk) {
   for (Pool* each : {&pool, &big, &small}) each->check_invariants();
 }
 
+// min_segment trades reserve for windows: 64 torch segments of 32 MiB (torch_bench.py's first
+// registration) make 64 segments of their own by default, 2 shared 1 GiB segments with min_segment
+// 1 GiB; a request larger than it still gets its own size; 2 MiB (below the default floor of
+// chunk / 128) gives even small requests segments of their own.
+TEST(Growth, MinSegmentMakesFewerLargerSegmentsWhichLaterRequestsShare) {
+  auto source = sim();
+  auto segments_for_64_torch_segments = [&](std::size_t min_segment) {
+    Pool pool(source, PoolConfig{.growth_chunk = 1024 * MiB, .min_segment = min_segment, .deterministic = true});
+    std::vector<void*> blocks;
+    for (int i = 0; i < 64; ++i) blocks.push_back(pool.allocate(32 * MiB));
+    std::vector<std::size_t> sizes = segment_sizes(pool);
+    EXPECT_EQ(pool.stats().reserved_bytes, 2048 * MiB) << min_segment;
+    for (void* p : blocks) pool.deallocate(p);
+    pool.check_invariants();
+    return sizes;
+  };
+  EXPECT_EQ(segments_for_64_torch_segments(0), std::vector<std::size_t>(64, 32 * MiB));
+  EXPECT_EQ(segments_for_64_torch_segments(1024 * MiB), (std::vector<std::size_t>{1024 * MiB, 1024 * MiB}));
+  EXPECT_EQ(segments_for_64_torch_segments(256 * MiB), std::vector<std::size_t>(8, 256 * MiB));
+
+  Pool big(source, PoolConfig{.growth_chunk = 1024 * MiB, .min_segment = 1024 * MiB});
+  void* large = big.allocate(1536 * MiB + 1);  // larger than min_segment: its own size (granularity)
+  void* small = big.allocate(4 * MiB);  // no room beside it: a new segment of min_segment
+  EXPECT_EQ(segment_sizes(big), (std::vector<std::size_t>{1538 * MiB, 1024 * MiB}));
+  big.deallocate(large);
+  big.deallocate(small);
+  Pool fine(source, PoolConfig{.growth_chunk = 1024 * MiB, .min_segment = 2 * MiB});
+  void* a = fine.allocate(MiB);
+  void* b = fine.allocate(2 * MiB);
+  EXPECT_EQ(segment_sizes(fine), (std::vector<std::size_t>{2 * MiB, 2 * MiB})) << "default floor: one 8 MiB segment";
+  fine.deallocate(a);
+  fine.deallocate(b);
+  Pool rounded(source, PoolConfig{.growth_chunk = 1024 * MiB, .min_segment = 3 * MiB});  // up to the granularity
+  void* c = rounded.allocate(MiB);
+  EXPECT_EQ(segment_sizes(rounded), (std::vector<std::size_t>{4 * MiB}));
+  rounded.deallocate(c);
+  // reserve() and growth past the budget honour it too.
+  Pool reserved(source, PoolConfig{.growth_chunk = 64 * MiB, .min_segment = 128 * MiB});
+  reserved.reserve(MiB);
+  EXPECT_EQ(segment_sizes(reserved), (std::vector<std::size_t>{128 * MiB}));
+
+  PoolConfig bad{.min_segment = 128ull << 30};  // above the sim's 64 GiB
+  EXPECT_THROW(Pool(source, bad), InvalidArgument);
+  bad = PoolConfig{.min_segment = 128 * MiB, .max_reserved = 64 * MiB};  // the pool could never grow
+  try {
+    Pool p(source, bad);
+    ADD_FAILURE() << "min_segment above max_reserved accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("min_segment 128.00 MiB (134217728 B) exceeds max_reserved"), std::string::npos) << e.what();
+  }
+}
+
 // ---------------------------------------------------------------- OOM
 
 TEST(OutOfMemory, ReleasesCachedSegmentsAndRetriesOnce) {

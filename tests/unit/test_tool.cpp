@@ -349,6 +349,42 @@ TEST(RecordedTraces, TorchLayerSegmentsStayCloseToWhatTorchHolds) {
   }
 }
 
+// The growth trade-off of docs/benchmarks/growth.md, in windows per group against torch's own
+// register_mem_pool(symm=True), a window per segment PyTorch made (at the segments level, the torch
+// layer): the default makes no more windows than torch on any recorded trace; min_segment 2 GiB at
+// most a tenth of them (1 GiB: 4 of FSDP2's 39, just over a tenth), each at a measured reserve.
+TEST(RecordedTraces, MinSegmentTradesReserveForWindowsAgainstTorchsOwnRegistration) {
+  const std::pair<const char*, std::size_t> torch_segments[] = {
+      {"decode_2gpu.json", 21}, {"fsdp2_2gpu.json", 39}, {"fsdp_ep_2gpu.json", 42}, {"megatron_fsdp_2gpu.json", 72}};
+  for (const auto& [name, segments] : torch_segments) {
+    SCOPED_TRACE(name);
+    TraceOptions options;
+    options.group_by = GroupBy::stream;
+    options.level = TraceLevel::segments;
+    const Trace t = load_trace(kData + "/traces/" + name, options);
+    EXPECT_EQ(t.recorded_segments, segments);
+    ReplayOptions o;
+    o.window_ms = 3.2;
+    const ReplayResult by_default = replay(t, o);
+    EXPECT_EQ(by_default.recorded_segments, segments);
+    EXPECT_LE(by_default.shared_registrations_per_group.front(), segments);
+    EXPECT_DOUBLE_EQ(by_default.recorded_registration_ms, static_cast<double>(segments * t.groups.size()) * 3.2);
+    o.min_segment = 1024 * MiB;
+    const ReplayResult one_gib = replay(t, o);
+    EXPECT_LE(one_gib.shared_registrations_per_group.front() * 9, segments);
+    EXPECT_LE(static_cast<double>(one_gib.shared.peak_reserved), 1.14 * static_cast<double>(one_gib.shared.peak_live) + 1024.0 * MiB);
+    o.min_segment = 2048 * MiB;
+    const ReplayResult two_gib = replay(t, o);
+    EXPECT_LE(two_gib.shared_registrations_per_group.front() * 10, segments);
+    const Json j = parse_json(format_json(two_gib));
+    EXPECT_EQ(j.find("min_segment")->as_int("min_segment"), static_cast<std::int64_t>(2048 * MiB));
+    EXPECT_EQ(j.find("recorded_segments")->as_int("recorded_segments"), static_cast<std::int64_t>(segments));
+    const std::string text = format_text(two_gib, name);
+    EXPECT_NE(text.find("min segment 2048.0 MiB"), std::string::npos) << text;
+    EXPECT_NE(text.find("PyTorch's register_mem_pool " + std::to_string(segments) + " (a window per segment PyTorch made)"), std::string::npos) << text;
+  }
+}
+
 // The tensors' view, against what PyTorch held for the same tensors: the default pool (1 GiB
 // chunks, as symmetric pools) needs no more than PyTorch's allocator on any recorded trace. The
 // FSDP recordings began after the model existed, and some of their tensors went into its

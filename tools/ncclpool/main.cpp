@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
     }
     if (command == "replay") {
       usage = kReplayUsage;
-      return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "window-ms", "timeline", "convert", "scale"}, {"help"}));
+      return cmd_replay(Args::parse(rest, {"format", "group-by", "device", "level", "kind", "growth-chunk-mib", "min-segment-mib", "window-ms", "timeline", "convert", "scale"}, {"help"}));
     }
     if (command == "tune") {
       usage = kTuneUsage;
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       }
       if (suite == "memory") {
         usage = kBenchMemoryUsage;
-        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "window-ms", "timeline", "format", "group-by", "device", "level", "scale"}, {"help"}));
+        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "min-segment-mib", "window-ms", "timeline", "format", "group-by", "device", "level", "scale"}, {"help"}));
       }
       if (suite == "alloc") {
         usage = kBenchAllocUsage;

@@ -27,6 +27,7 @@ struct ReplayPool {
     PoolConfig config;
     config.name = name;
     config.growth_chunk = chunk;
+    config.min_segment = o.min_segment;
     config.alignment = o.alignment;
     config.deterministic = o.kind == RegistrationKind::symmetric;
     outcome.name = name;
@@ -90,6 +91,8 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   r.groups = trace.groups;
   r.recorded_peak_reserved = trace.recorded_peak_reserved;
   r.recorded_older_segment_peak = trace.recorded_older_segment_peak;
+  r.recorded_segments = trace.recorded_segments;
+  r.min_segment = o.min_segment;
   r.kind = o.kind;
   r.growth_chunk = o.growth_chunk != 0 ? o.growth_chunk : (o.kind == RegistrationKind::symmetric ? 1024 * kMiB : 2 * kMiB);
   ReplayPool shared("shared", trace.groups, o, r.growth_chunk);
@@ -146,6 +149,7 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   std::size_t per_group_regs = 0;
   for (const auto& p : r.per_group) per_group_regs += p.registrations;
   r.per_group_registration_ms = static_cast<double>(per_group_regs) * unit_ms;
+  r.recorded_registration_ms = static_cast<double>(r.recorded_segments * r.groups.size()) * unit_ms;
   return r;
 }
 
@@ -153,8 +157,9 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
   std::ostringstream out;
   char line[256];
   out << title << "\n";
-  std::snprintf(line, sizeof line, "%zu events, %zu group(s), %s registration, growth chunk %s\n", r.events, r.groups.size(),
-                to_string(r.kind), mib(r.growth_chunk).c_str());
+  std::snprintf(line, sizeof line, "%zu events, %zu group(s), %s registration, growth chunk %s, min segment %s\n", r.events,
+                r.groups.size(), to_string(r.kind), mib(r.growth_chunk).c_str(),
+                r.min_segment ? mib(r.min_segment).c_str() : "growth chunk / 128");
   out << line;
   // The trade-off the table measures, stated once above it.
   if (r.kind == RegistrationKind::symmetric)
@@ -190,8 +195,9 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
     char ratio[16];
     std::snprintf(ratio, sizeof ratio, "%s%.3f", r.recorded_older_segment_peak > 0 ? ">=" : "",
                   static_cast<double>(r.recorded_peak_reserved) / static_cast<double>(r.shared.peak_live));
-    std::snprintf(line, sizeof line, "%-22s %14s %14s %10s %10s %10s %14s\n", "recording allocator", mib(r.recorded_peak_reserved).c_str(),
-                  mib(r.shared.peak_live).c_str(), ratio, "-", "-", "(no registration)");
+    // Its registration: what torch's register_mem_pool(symm=True) makes, a window per segment and group.
+    std::snprintf(line, sizeof line, "%-22s %14s %14s %10s %10zu %10zu %11.1f ms\n", "recording allocator", mib(r.recorded_peak_reserved).c_str(),
+                  mib(r.shared.peak_live).c_str(), ratio, r.recorded_segments, r.recorded_segments * r.groups.size(), r.recorded_registration_ms);
     out << line;
     if (r.recorded_older_segment_peak > 0)
       out << "  (a lower bound: up to " << mib(r.recorded_older_segment_peak)
@@ -201,6 +207,17 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
   out << line;
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << ' ' << r.groups[g] << '=' << r.shared_registrations_per_group[g];
   out << "\n";
+  if (r.recorded_segments > 0 && !r.shared_registrations_per_group.empty()) {
+    // The trade-off against torch's own symmetric pool, which registers each of its segments.
+    const std::size_t ours = r.shared_registrations_per_group.front();
+    std::snprintf(line, sizeof line,
+                  "windows per group: shared pool %zu, PyTorch's register_mem_pool %zu (a window per segment PyTorch made%s): %.3gx; "
+                  "peak reserved %.3fx PyTorch's\n",
+                  ours, r.recorded_segments, r.recorded_older_segment_peak > 0 ? " during the recording; older ones are windows for both" : "",
+                  static_cast<double>(ours) / static_cast<double>(r.recorded_segments),
+                  static_cast<double>(r.shared.peak_reserved) / static_cast<double>(r.recorded_peak_reserved));
+    out << line;
+  }
   const MemoryBreakdown& m = r.shared.at_peak;
   if (m.reserved > 0) {
     auto part = [&](std::size_t bytes) { return mib(bytes) + " (" + std::to_string(static_cast<int>(100.0 * static_cast<double>(bytes) / static_cast<double>(m.reserved) + 0.5)) + "%)"; };
@@ -227,7 +244,7 @@ std::string format_json(const ReplayResult& r) {
         << ",\"other_streams_only\":" << p.at_peak.other_streams_only << ",\"empty_segments\":" << p.at_peak.empty_segments << "}}";
   };
   out << "{\"events\":" << r.events << ",\"kind\":\"" << to_string(r.kind) << "\",\"growth_chunk\":" << r.growth_chunk
-      << ",\"groups\":[";
+      << ",\"min_segment\":" << r.min_segment << ",\"registration_unit_ms\":" << r.registration_unit_ms << ",\"groups\":[";
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << (g ? "," : "") << json_quote(r.groups[g]);
   out << "],\"shared\":";
   pool(r.shared);
@@ -240,7 +257,8 @@ std::string format_json(const ReplayResult& r) {
   }
   out << "],\"per_group_peak_reserved_bytes\":" << r.per_group_peak_reserved << ",\"per_group_peak_live_bytes\":" << r.per_group_peak_live
       << ",\"per_group_registration_ms\":" << r.per_group_registration_ms << ",\"recorded_peak_reserved_bytes\":" << r.recorded_peak_reserved
-      << ",\"recorded_older_segment_bytes\":" << r.recorded_older_segment_peak << "}";
+      << ",\"recorded_older_segment_bytes\":" << r.recorded_older_segment_peak << ",\"recorded_segments\":" << r.recorded_segments
+      << ",\"recorded_registration_ms\":" << r.recorded_registration_ms << "}";
   return out.str();
 }
 

@@ -17,7 +17,7 @@ namespace {
 constexpr const char* kReplayHelp =
     "usage: ncclpool replay TRACE [--format auto|csv|torch] [--group-by none|stream] [--device N]\n"
     "                       [--level blocks|segments]\n"
-    "                       [--kind symmetric|local] [--growth-chunk-mib N] [--window-ms X]\n"
+    "                       [--kind symmetric|local] [--growth-chunk-mib N] [--min-segment-mib N] [--window-ms X]\n"
     "                       [--scale F] [--timeline FILE.csv] [--convert FILE.csv] [--json]\n"
     "\n"
     "TRACE is ncclpool CSV (alloc,<id>,<bytes>,<stream>,<group> / free,<id>) or a torch memory snapshot\n"
@@ -28,7 +28,10 @@ constexpr const char* kReplayHelp =
     "time (for plotting), --convert writes the trace as ncclpool CSV. --level segments (torch snapshots)\n"
     "replays PyTorch's segments instead of the tensors' blocks: what ncclpool serves under torch's caching\n"
     "allocator (the torch layer); then 'recording allocator' is what torch reserved without ncclpool.\n"
-    "--growth-chunk-mib N (>= 1) sets the pools' growth chunk (default: 1024 symmetric, 2 local).\n"
+    "--growth-chunk-mib N (>= 1) sets the pools' growth chunk (default: 1024 symmetric, 2 local);\n"
+    "--min-segment-mib N (>= 1) the smallest segment growth makes (default: growth chunk / 128): larger,\n"
+    "fewer windows for more reserve. On torch snapshots 'recording allocator' also shows the windows torch's\n"
+    "register_mem_pool(symm=True) makes: one per segment PyTorch made, per group.\n"
     "--scale F multiplies every allocation's size by F (the same request sequence at another scale, to\n"
     "see whether a figure holds beyond one size mix).\n";
 
@@ -40,6 +43,7 @@ ReplayOptions replay_options(const Args& a) {
   else throw UsageError("--kind must be symmetric or local, not '" + kind + "'");
   // Absent: the pool's default (1 GiB symmetric, 2 MiB local); given, at least 1 MiB.
   o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 1, 1 << 20)) << 20;
+  o.min_segment = static_cast<std::size_t>(a.get_int("min-segment-mib", 0, 1, 1 << 20)) << 20;
   o.window_ms = a.get_double("window-ms", 15.0, 0.0);
   o.timeline_path = a.get("timeline", "");
   auto progress = std::make_shared<Progress>("replaying", 0);  // silent unless stderr is a terminal
@@ -114,7 +118,7 @@ int replay_file(const Args& a, const std::string& path, const std::string& title
 
 constexpr const char* kBenchMemoryHelp =
     "usage: ncclpool bench memory [--trace FILE [replay options]] [--layers N] [--steps N]\n"
-    "                             [--kind symmetric|local] [--growth-chunk-mib N] [--scale F] [--timeline F] [--json]\n"
+    "                             [--kind symmetric|local] [--growth-chunk-mib N] [--min-segment-mib N] [--scale F] [--timeline F] [--json]\n"
     "Without --trace: one rank of a synthetic FSDP + EP step (dp, edp and ep groups).\n";
 
 }  // namespace

@@ -235,6 +235,7 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
         const bool grows = action->string == "segment_alloc" || action->string == "segment_map";
         if (grows) recorded.add(field(e, "addr"), size);
         else recorded.remove(field(e, "addr"), size);
+        if (grows && size > 0) ++trace.recorded_segments;
         if (!segments) continue;
         // The torch layer's view: each segment (or mapped piece of an expandable one) is one request.
         if (!grows) {
@@ -288,6 +289,7 @@ void scale_sizes(Trace& trace, double factor) {
     if (ev.op == TraceEvent::Op::alloc) ev.size = std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(ev.size) * factor));
   trace.recorded_peak_reserved = 0;
   trace.recorded_older_segment_peak = 0;
+  trace.recorded_segments = 0;
 }
 
 std::string to_csv(const Trace& trace) {

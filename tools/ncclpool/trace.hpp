@@ -44,6 +44,10 @@ struct Trace {
   /// torch: the most of the trace's live tensors that sat, at one time, in segments made before the
   /// recording began (0: the figure above is PyTorch's whole reserve for the trace).
   std::size_t recorded_older_segment_peak = 0;
+  /// torch: the segments the recording allocator made during the recording (segment_alloc /
+  /// segment_map events): the windows per group that torch's register_mem_pool(symm=True), which
+  /// registers every segment of its pool, would make for them. 0 when unknown.
+  std::size_t recorded_segments = 0;
 
   int group_index(const std::string& name);  // adds the name if new
 };
@@ -68,8 +72,8 @@ Trace load_trace(const std::string& path, const TraceOptions& options);
 Trace parse_csv_trace(const std::string& text, const std::string& name);
 Trace parse_torch_snapshot(const std::string& text, const std::string& name, const TraceOptions& options);
 /// Multiplies every allocation's size by `factor` (> 0; at least 1 byte each): the same sequence of
-/// requests at another scale (`replay --scale`). The recording allocator's figure no longer applies
-/// and is dropped.
+/// requests at another scale (`replay --scale`). The recording allocator's figures no longer apply
+/// and are dropped.
 void scale_sizes(Trace& trace, double factor);
 /// Writes a trace as CSV (what `ncclpool replay --convert` prints).
 std::string to_csv(const Trace& trace);

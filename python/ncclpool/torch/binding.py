@@ -93,7 +93,8 @@ def _torch_nccl_version() -> int:
 
 
 def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = None, device=None,
-                         growth_chunk: int | None = None, source: str = "auto", name: str | None = None, check=None):
+                         growth_chunk: int | None = None, source: str = "auto", name: str | None = None, check=None,
+                         min_segment: int | None = None):
     """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
 
     Neither ``symmetric`` nor ``kind`` (the default): an auto pool. Each torch segment goes to the part
@@ -103,6 +104,11 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
     registers each part its way, and a helper given ``symmetric=True``/``False`` registers every part
     that way (what Megatron's callers do). symmetric=True: a symmetric pool (deterministic placement,
     1 GiB chunks, or ``growth_chunk`` / $NCCLPOOL_GROWTH_CHUNK bytes); False: local registration only.
+    The pool grows by each torch segment's own size (at least 8 MiB): about what torch holds, and at
+    most a window per torch segment and group, as torch's own register_mem_pool. ``min_segment`` /
+    $NCCLPOOL_MIN_SEGMENT bytes (0: the default) makes every segment at least that size, which later
+    torch segments share: fewer windows for more reserve (docs/benchmarks/growth.md has the trade-off
+    per trace).
     kind='local' | 'symmetric' | 'auto' names the kind instead (do not give both).
     check: check mode (None: $NCCLPOOL_CHECK; 'layout'; 'collectives' also verifies the buffers of
     every torch.distributed collective on a group with windows: see docs/registry.md). Pools are
@@ -112,12 +118,14 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
     device = _device_index(device)
     if growth_chunk is None:
         growth_chunk = _np._growth_chunk_from_env()
+    if min_segment is None:
+        min_segment = _np._min_segment_from_env()
     registration = _registration_of(symmetric, kind)
     global _pools_created
     with _lock:
         # torch's caching allocator asks for coarse segments and caches them itself: the pool grows
         # by their own sizes within its segment budget, so it holds about what torch holds (docs/pool.md).
-        pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk,
+        pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk, min_segment=min_segment,
                         name=name or f"torch-pool-{_pools_created}", check=check)
         _pools_created += 1
         if pool.check_level == "collectives":

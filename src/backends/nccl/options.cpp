@@ -40,14 +40,15 @@ std::vector<EnvironmentProblem> environment_problems() {
   if (const char* v = environment::symmetric_kernels(); v != nullptr && choose_symmetric_kernels(v, 0, 0, 0).ignored_setting)
     add("NCCLPOOL_SYMMETRIC_KERNELS", v, std::string("NCCLPOOL_SYMMETRIC_KERNELS='") + v + "' is not auto, on or off: ignored (auto)");
   // Read by ncclpool.torch.create_nccl_mem_pool (python/ncclpool/torch), which refuses the same values.
-  if (const char* v = environment::growth_chunk(); v != nullptr && *v != '\0') {
+  for (const auto& [variable, v] : {std::pair{"NCCLPOOL_GROWTH_CHUNK", environment::growth_chunk()}, std::pair{"NCCLPOOL_MIN_SEGMENT", environment::min_segment()}}) {
+    if (v == nullptr || *v == '\0') continue;
     const std::string s = v;
     errno = 0;
     char* end = nullptr;
     (void)std::strtoull(v, &end, 10);
     if (s.find_first_not_of("0123456789") != std::string::npos || errno != 0 || *end != '\0')
-      add("NCCLPOOL_GROWTH_CHUNK", v, "NCCLPOOL_GROWTH_CHUNK='" + s + "' is not a number of bytes (an integer from 0 to 2**64 - 1; 0: the pool's default): "
-                                   "ncclpool.torch.create_nccl_mem_pool refuses it");
+      add(variable, v, std::string(variable) + "='" + s + "' is not a number of bytes (an integer from 0 to 2**64 - 1; 0: the pool's default): "
+                                                      "ncclpool.torch.create_nccl_mem_pool refuses it");
   }
   return out;
 }
