@@ -50,8 +50,11 @@ struct ReplayPool {
     track();
     return p;
   }
-  void deallocate(void* p) {
+  // `publish`: the free is published to every stream at once, as the torch layer's frees are
+  // (ncclpool_torch_free: torch hands back whole segments, rarely); a program's own frees are not.
+  void deallocate(void* p, std::uint64_t stream, bool publish) {
     registry->pool().deallocate(p);
+    if (publish) registry->pool().publish_frees(stream);
     track();
   }
   void track() {
@@ -103,7 +106,9 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
     void* shared;
     void* own;
     int group;
+    std::uint64_t stream;
   };
+  const bool torch_layer = trace.torch_segments;
   std::unordered_map<std::uint64_t, Live> live;
   std::ofstream timeline;
   if (!o.timeline_path.empty()) {
@@ -115,14 +120,14 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const TraceEvent& ev = trace.events[i];
     if (ev.op == TraceEvent::Op::alloc) {
-      Live l{shared.allocate(ev.size, ev.stream), nullptr, ev.group};
+      Live l{shared.allocate(ev.size, ev.stream), nullptr, ev.group, ev.stream};
       l.own = per_group[static_cast<std::size_t>(ev.group)]->allocate(ev.size, ev.stream);
       live.emplace(ev.id, l);
     } else {
       auto it = live.find(ev.id);
       if (it == live.end()) throw TraceError("event " + std::to_string(i) + ": free of id " + std::to_string(ev.id) + ", which is not live");
-      shared.deallocate(it->second.shared);
-      per_group[static_cast<std::size_t>(it->second.group)]->deallocate(it->second.own);
+      shared.deallocate(it->second.shared, it->second.stream, torch_layer);
+      per_group[static_cast<std::size_t>(it->second.group)]->deallocate(it->second.own, it->second.stream, torch_layer);
       live.erase(it);
     }
     std::size_t sum_reserved = 0, sum_live = 0;
@@ -136,8 +141,8 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
     if (o.progress && (i % step == 0 || i + 1 == trace.events.size())) o.progress(i + 1, trace.events.size());
   }
   for (auto& [id, l] : live) {  // blocks the trace never freed
-    shared.deallocate(l.shared);
-    per_group[static_cast<std::size_t>(l.group)]->deallocate(l.own);
+    shared.deallocate(l.shared, l.stream, torch_layer);
+    per_group[static_cast<std::size_t>(l.group)]->deallocate(l.own, l.stream, torch_layer);
   }
   r.shared = shared.finish();
   r.shared.name = "shared";

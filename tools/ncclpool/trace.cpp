@@ -189,6 +189,7 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
   std::uint64_t next_id = 0;
   RecordedReserve recorded;
   const bool segments = options.level == TraceLevel::segments;
+  trace.torch_segments = segments;
   auto field = [](const Json& e, const char* key) -> std::int64_t {
     const Json* v = e.find(key);
     return v ? v->as_int(key) : 0;

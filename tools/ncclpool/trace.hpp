@@ -31,6 +31,7 @@ struct TraceEvent {
 
 struct Trace {
   std::string format;               // "csv" or "torch-snapshot"
+  bool torch_segments = false;      // the requests are PyTorch's segments (--level segments): the torch layer's view
   std::vector<std::string> groups;  // names, in order of first use
   std::vector<TraceEvent> events;
   std::size_t skipped_frees = 0;    // frees of blocks allocated before recording started (torch)
