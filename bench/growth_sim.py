@@ -40,7 +40,7 @@ def measure(layer, ncclpool, dist, min_segment, segments, segment_bytes, groups,
     sims = [ncclpool.SimGroup(f"{name}-g{i}", 1) for i in range(groups)]
     pgs = [dist.ProcessGroup() for _ in range(groups)]
     pool.attach_nccl = lambda ptr, kind: pool.attach_sim(sims[ptr - 1], 0, kind)
-    layer._comm_ptr = lambda group, device: 1 + pgs.index(group)
+    layer.binding._comm_ptr = lambda group, device: 1 + pgs.index(group)
     lib = ncclpool.library()
     with layer.MultiGroupMemPoolAllocator(mempool, pgs):  # one use: its exit registers the new segments
         ptrs = [lib.ncclpool_torch_alloc(segment_bytes, 0, None) for _ in range(segments)]

@@ -291,7 +291,9 @@ def release_mem_pool(pool) -> None:
         library().ncclpool_torch_unbind(binding.pool.handle)
         try:
             for ptr, a in list(binding.attachments.items()):
-                if not a.windows:
+                if not a.comm.attached:  # forgotten (or detached) through the Communicator itself
+                    del binding.attachments[ptr]
+                elif not a.windows:
                     a.comm.detach()
                     del binding.attachments[ptr]  # the table says what is still attached, even if a later step fails
             binding.pool.close()
