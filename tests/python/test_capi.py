@@ -165,6 +165,24 @@ def test_min_segment_from_the_environment_and_the_argument(monkeypatch, torch_la
         sim_pool("symmetric", name="not-a-size", min_segment="1G")
 
 
+def test_a_segment_torch_frees_is_published_to_every_stream_at_once():
+    """torch hands a segment back rarely, often from a stream that never allocates again (a CUDA
+    graph's): ncclpool_torch_free publishes it, so another stream takes it without the pool growing."""
+    lib = ncclpool.library()
+    p = sim_pool("local", name="torch-publish")
+    with p.scope():
+        first = lib.ncclpool_torch_alloc(8 * MiB, 0, ctypes.c_void_p(7))  # stream 7: a graph's, say
+    lib.ncclpool_torch_free(first, 8 * MiB, 0, ctypes.c_void_p(7))
+    with p.scope():
+        second = lib.ncclpool_torch_alloc(8 * MiB, 0, ctypes.c_void_p(9))  # another stream
+    stats = p.stats()
+    assert second == first, "the freed segment was not reused by another stream"
+    assert stats["segments_created"] == 1 and stats["stream_publishes"] >= 1, stats
+    lib.ncclpool_torch_free(second, 8 * MiB, 0, ctypes.c_void_p(9))
+    p.check()
+    p.close()
+
+
 def test_min_segment_puts_torch_segments_in_fewer_windows_per_group():
     """torch_bench.py's first registration on the simulator: 64 torch segments of 32 MiB in one scope
     of a pool attached to two groups on two ranks: a window per segment and group by default (as
