@@ -10,8 +10,8 @@
 ///
 /// The routes are fixed by the first allocation, reserve or attach: at a first attach, from the
 /// profile measured for the communicator's machine (profile.hpp), when one applies; otherwise the
-/// built-in routes. Ranks must route alike: every attach compares the routes of every rank
-/// (collective) and fails on every rank when they differ.
+/// built-in routes. Ranks must route alike and attach with the same kind: every attach compares the
+/// routes and the kind of every rank (collective) and fails on every rank when they differ.
 
 #include <ncclpool/registered_pool.hpp>
 #include <ncclpool/routes.hpp>
@@ -62,7 +62,7 @@ class NCCLPOOL_API AutoPool final : public RegisteredPool {
   [[nodiscard]] bool routes_use(RegistrationKind kind) const noexcept;
   void fix_routes() noexcept;
   void choose_routes_for(Communicator& comm);  // under attach_mutex(), before the routes are fixed
-  void agree_on_routes(Communicator& comm, bool voted_no) const;  // collective; throws AgreementError
+  void agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const;  // collective; throws AgreementError
 
   std::array<SizeRoutes, kCollectives> routes_;  // by Collective; [any] for buffers of no named collective
   std::string routes_source_;

@@ -103,8 +103,9 @@ class NCCLPOOL_API Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  /// @throws InvalidArgument (attached twice, other device, symmetric over a pool that is not
-  /// deterministic or a source that cannot back windows), Unsupported (no window support),
+  /// @throws InvalidArgument (a kind other than local or symmetric, attached twice, other device,
+  /// symmetric over a pool that is not deterministic or a source that cannot back windows),
+  /// Unsupported (no window support),
   /// RegistrationError / AgreementError (nothing stays registered with comm when it throws).
   void attach(std::shared_ptr<Communicator> comm, RegistrationKind kind);
   /// @throws InvalidArgument if comm is not attached; RegistrationError / AgreementError.

@@ -38,6 +38,7 @@ CommunicatorStats RegistryImpl::stats(const Communicator& comm) const {
   std::lock_guard lock(mutex_);
   const CommState& cs = require(comm, "stats");
   CommunicatorStats s = cs.stats;
+  s.has_windows = cs.kind == RegistrationKind::symmetric ? 1 : 0;  // as RegisteredPool::stats says it
   s.pending = cs.pending.size();
   s.agreements_in_flight = cs.outstanding.size();
   return s;
@@ -85,7 +86,14 @@ void RegistryImpl::check_invariants() const {
 Registry::Registry(std::shared_ptr<Pool> pool, RegistryOptions options)
     : impl_(std::make_unique<detail::RegistryImpl>(std::move(pool), options)) {}
 Registry::~Registry() = default;
-void Registry::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind) { impl_->attach(std::move(comm), kind); }
+// The kind decides whether the attach is collective, so any kind but these two is refused before any
+// step ('none' would fall to the window path and register later segments inside their allocation).
+void Registry::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind) {
+  if (kind != RegistrationKind::local && kind != RegistrationKind::symmetric)
+    throw InvalidArgument("attach: pool '" + impl_->pool_->config().name + "' as '" + to_string(kind) +
+                          "': a communicator is attached as local or symmetric ('none' registers nothing: do not attach it)");
+  impl_->attach(std::move(comm), kind);
+}
 void Registry::detach(const Communicator& comm) { impl_->detach(comm); }
 void Registry::forget(const Communicator& comm) { impl_->forget(comm); }
 void Registry::commit() { impl_->commit(); }

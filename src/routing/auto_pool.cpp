@@ -134,7 +134,7 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
     }
   }
   try {
-    agree_on_routes(*comm, !vote.yes());
+    agree_on_routes(*comm, kind, !vote.yes());  // the kind too: it decides which parts' attaches are collective
   } catch (...) {
     vote.fail();
   }

@@ -1,5 +1,6 @@
 // The routes agreement of an auto pool (auto_pool.hpp): every attach compares the routes of every
-// rank, with each rank's vote on the attach so far, so that all fail together when one differs.
+// rank and the kind each attaches with (they decide which parts' attaches are collective), with each
+// rank's vote on the attach so far, so that all fail together when one differs.
 
 #include <ncclpool/auto_pool.hpp>
 #include <ncclpool/errors.hpp>
@@ -20,13 +21,16 @@ constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
 constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 5;
 enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_classes = 5 };
 
-// w_from_profile: bit 0, the routes came from a profile; bit 1, some collective routes otherwise.
-AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bool from_profile, bool per_collective, bool voted_no) {
+// w_from_profile: bit 0, the routes came from a profile; bit 1, some collective routes otherwise;
+// bits 2-3, the kind the attach asked for (0: none asked, each part its own; else 1 + the kind).
+AgreementRecord routes_record(const SizeRoutes& routes, std::uint64_t digest, bool from_profile, bool per_collective,
+                              std::optional<RegistrationKind> kind, bool voted_no) {
   AgreementRecord r;
   r.words[w_magic] = kRoutesMagic;
   r.words[w_digest] = digest;
   r.words[w_count] = routes.classes().size();
-  r.words[w_from_profile] = (from_profile ? 1 : 0) | (per_collective ? 2 : 0);
+  const std::uint64_t asked = kind ? 1 + static_cast<std::uint64_t>(*kind) : 0;
+  r.words[w_from_profile] = (from_profile ? 1 : 0) | (per_collective ? 2 : 0) | (asked << 2);
   r.words[w_voted_no] = voted_no ? 1 : 0;
   for (std::size_t i = 0; i < routes.classes().size() && i < kRecordClasses; ++i) {
     const SizeRoute& c = routes.classes()[i];
@@ -39,7 +43,9 @@ std::string describe_routes_record(const AgreementRecord& r) {
   if (r.words[w_magic] != kRoutesMagic)
     return "no routes: this rank ran another collective here (its pool is not an auto pool, or it attached pools in another order)";
   if (r.words[w_voted_no] != 0) return "could not attach (the error raised on that rank says why)";
-  const std::string from = (r.words[w_from_profile] & 1) ? " (from its profile)" : " (built in)";
+  const std::uint64_t asked = (r.words[w_from_profile] >> 2) & 3;
+  const std::string from = std::string((r.words[w_from_profile] & 1) ? " (from its profile)" : " (built in)") + ", attached " +
+                           (asked == 0 ? "with no kind (each part its own)" : std::string("as ") + to_string(static_cast<RegistrationKind>(asked - 1)));
   if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from;
   std::vector<SizeRoute> classes;
   for (std::size_t i = 0; i < r.words[w_count]; ++i) {
@@ -63,9 +69,9 @@ std::uint64_t routes_digest(const std::array<SizeRoutes, kCollectives>& routes) 
 
 }  // namespace
 
-void AutoPool::agree_on_routes(Communicator& comm, bool voted_no) const {
+void AutoPool::agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const {
   const bool per_collective = std::any_of(routes_.begin() + 1, routes_.end(), [&](const SizeRoutes& r) { return !(r == routes_[0]); });
-  const AgreementRecord mine = routes_record(routes_[0], routes_digest(routes_), routes_source_.rfind("the profile", 0) == 0, per_collective, voted_no);
+  const AgreementRecord mine = routes_record(routes_[0], routes_digest(routes_), routes_source_.rfind("the profile", 0) == 0, per_collective, kind, voted_no);
   const std::vector<AgreementRecord> all = comm.all_gather(mine);
   if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r == mine; })) return;
   std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
@@ -75,7 +81,8 @@ void AutoPool::agree_on_routes(Communicator& comm, bool voted_no) const {
   if (someone_voted_no)
     msg << comm.describe() << ": a rank could not attach the auto pool '" << name() << "', so no rank does; nothing was attached:";
   else
-    msg << comm.describe() << ": ranks route the auto pool '" << name() << "' differently, so its symmetric part would get other requests on each rank; nothing was attached:";
+    msg << comm.describe() << ": ranks route the auto pool '" << name()
+        << "' differently (or attach it with another kind), so its parts would get other requests, or other registrations, on each rank; nothing was attached:";
   for (const auto& [words, ranks] : groups) {
     AgreementRecord r;
     std::copy(words.begin(), words.end(), r.words.begin());
@@ -86,7 +93,7 @@ void AutoPool::agree_on_routes(Communicator& comm, bool voted_no) const {
   if (someone_voted_no)
     msg << " (that rank's own error says why, e.g. a local registration refused)";
   else
-    msg << " (give every rank the same profile, NCCLPOOL_PROFILE, and attach before the first allocation)";
+    msg << " (give every rank the same profile, NCCLPOOL_PROFILE, attach before the first allocation, and with the same kind)";
   throw AgreementError(msg.str());
 }
 

@@ -482,6 +482,59 @@ def test_auto_pools_that_route_differently_fail_on_every_rank(sim_profile):
     assert world.live_registrations == 0
 
 
+def test_auto_pools_attached_with_other_kinds_fail_on_every_rank(sim_profile):
+    # The kind decides which parts' attaches are collective: LOCAL on rank 1 makes none, SYMMETRIC on
+    # rank 0 the windows' (found 2026-11-26: rank 1 returned attached while rank 0's window agreement
+    # waited alone; on NCCL it pairs with rank 1's next collective). The routes agreement compares kinds.
+    sim_profile(2, [(0, "local"), (MiB, "symmetric")])
+    world = ncclpool.SimGroup("world", 2, timeout_ms=3000, matching="nccl")
+
+    def rank(r):
+        p = sim_pool("auto", name="auto-pool")
+        with pytest.raises(errors.AgreementError, match="attach it with another kind"):
+            p.attach_sim(world, r, kind="symmetric" if r == 0 else "local")
+        assert p.communicators == []
+        p.close()
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    assert world.live_registrations == 0
+
+
+@pytest.mark.parametrize("registration,kind,expected", [
+    ("local", None, ("local", 0, 0)), ("local", "local", ("local", 0, 0)),
+    ("symmetric", None, ("symmetric", 1, 0)), ("symmetric", "local", ("local", 0, 0)),
+    ("symmetric", "symmetric", ("symmetric", 1, 0)),
+    ("auto", None, ("auto", 1, 1)), ("auto", "auto", ("auto", 1, 1)), ("auto", "local", ("local", 0, 0)),
+    ("auto", "symmetric", ("symmetric", 1, 0)),
+])
+def test_comm_stats_say_how_it_is_attached_in_c_and_json(sim_profile, registration, kind, expected):
+    # The pool owns its attachments: kind (AUTO for an attach with no kind), has_windows (whether its
+    # detach is collective, and the pool cannot be closed before it) and routed, the same in the C
+    # struct and the JSON, whatever asked.
+    sim_profile(1, [(0, "local"), (MiB, "symmetric")])
+    p = sim_pool(registration, name=f"stats-{registration}-{kind}")
+    c = p.attach_sim(ncclpool.SimGroup(f"g-{registration}-{kind}", 1), 0, kind=kind)
+    s = c.stats()
+    j = p.stats_json()["communicators"][0]
+    assert (s["kind"], s["has_windows"], s["routed"]) == expected
+    assert (j["kind"], j["has_windows"], j["routed"]) == expected
+    if expected[1]:
+        with pytest.raises(errors.InvalidState, match="attached with symmetric windows"):
+            p.close()
+        c.detach()
+    p.close()
+
+
+def test_an_auto_pool_whose_routes_have_no_windows_reports_none(sim_profile):
+    sim_profile(1, [(0, "none"), (MiB, "local")])
+    p = sim_pool("auto", name="no-windows")
+    c = p.attach_sim(ncclpool.SimGroup("g-no-windows", 1), 0)
+    assert (c.stats()["kind"], c.stats()["has_windows"], c.stats()["routed"]) == ("auto", 0, 1)
+    p.close()  # nothing collective to detach: the pool may close with it attached
+
+
 def test_an_auto_pools_parts_share_max_reserved(sim_profile):
     # Small requests to the none part, larger ones to the local part (a profile for one rank): each
     # part is a pool of its own, but max_reserved holds for them together.

@@ -1203,5 +1203,131 @@ TEST(LockstepAttack, AutoSymmetricAttachUndoLeavesWindowsBehind) {
 }
 
 
+// ------------------------------------------------------------------------------------------------
+// Found by attacking issue 29's redesign (one RegistrationKind with `none`, RegisteredPool /
+// AutoPool) on the loopback: they failed at 83d93ff and pass since.
+// ------------------------------------------------------------------------------------------------
+// Hole 3: Registry::attach(comm, RegistrationKind::none). The one enum gained `none` (routes' kind);
+// the registry took every kind but `local` for a window attach, and registered each later segment
+// with register_window inside the allocation that made it (a collective call, outside any agreement,
+// on the one rank that grew). Must: refused before any collective call, on every rank.
+TEST(LockstepAttack, RegistryRefusesNoneKind) {
+  auto group = nccl_group(2);
+  std::vector<Rank> ranks;
+  std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
+  for (int i = 0; i < 2; ++i) {
+    ranks.push_back(make_rank());
+    comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
+  }
+  std::vector<void*> blocks(2, nullptr);
+  const auto steps = run_in_steps(*group, {
+      [&](int r) { ranks[static_cast<std::size_t>(r)].registry->attach(comms[static_cast<std::size_t>(r)], RegistrationKind::none); },
+      [&](int r) {
+        if (r == 0) blocks[0] = ranks[0].pool->allocate(MiB);  // grows on rank 0 only
+      },
+      [&](int r) { comms[static_cast<std::size_t>(r)]->user_collective(7); },
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(contains(steps[0].errors[static_cast<std::size_t>(r)], "attached as local or symmetric")) << steps[0].errors[static_cast<std::size_t>(r)];
+    EXPECT_EQ(ranks[static_cast<std::size_t>(r)].registry->attached(), 0u);
+  }
+  for (std::size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k].log_difference, "") << "after step " << k;
+  EXPECT_EQ(steps[1].errors[0], "") << "an allocation makes no collective call";
+  EXPECT_EQ(group->call_log(0), std::vector<std::string>{"user_collective(7)"});
+  EXPECT_FALSE(group->broken());
+  ranks[0].pool->deallocate(blocks[0]);
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
+// Hole 4: an auto pool attached with another kind on one rank. The kind decides which parts' attaches
+// are collective (local: none; symmetric or no kind: the symmetric part's), and it was not in the
+// routes agreement: a rank attaching LOCAL returned OK with no window step, while a rank attaching
+// SYMMETRIC (or with no kind) entered the symmetric part's attach agreement alone (on NCCL: paired
+// with the other rank's next collective). Must: AgreementError at the routes agreement on every
+// rank, nothing attached, the application collective after it pairs.
+TEST(LockstepAttack, AutoAttachWithAnotherKindOnOneRank) {
+  const std::optional<RegistrationKind> kinds[][2] = {{RegistrationKind::symmetric, RegistrationKind::local},
+                                                     {std::nullopt, RegistrationKind::local},
+                                                     {RegistrationKind::symmetric, std::nullopt}};
+  for (const auto& kind : kinds) {
+    auto group = nccl_group(2);
+    std::vector<std::unique_ptr<RegisteredPool>> pools;
+    std::vector<std::shared_ptr<LoopbackCommunicator>> comms;
+    std::vector<void*> blocks;
+    for (int i = 0; i < 2; ++i) {
+      pools.push_back(make_auto_pool("auto", local_then_symmetric(), {CheckLevel::off}));
+      comms.push_back(std::make_shared<LoopbackCommunicator>(group, i));
+      blocks.push_back(pools.back()->allocate(64 * KiB));  // a local-part segment (fixes the routes)
+      blocks.push_back(pools.back()->allocate(2 * MiB));   // a symmetric-part segment
+    }
+    auto pool = [&](int r) -> RegisteredPool& { return *pools[static_cast<std::size_t>(r)]; };
+    auto comm = [&](int r) { return comms[static_cast<std::size_t>(r)]; };
+    const auto steps = run_in_steps(*group, {
+        [&](int r) { pool(r).attach(comm(r), kind[r]); },
+        [&](int r) { comm(r)->user_collective(7); },
+    });
+    const std::string what = std::string("rank 0 ") + (kind[0] ? to_string(*kind[0]) : "no kind") + ", rank 1 " + (kind[1] ? to_string(*kind[1]) : "no kind");
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(contains(steps[0].errors[static_cast<std::size_t>(r)], "AgreementError") &&
+                  contains(steps[0].errors[static_cast<std::size_t>(r)], "attach it with another kind"))
+          << what << ": rank " << r << " got: " << steps[0].errors[static_cast<std::size_t>(r)];
+      EXPECT_FALSE(pool(r).attached(*comm(r))) << what;
+      EXPECT_EQ(steps[1].errors[static_cast<std::size_t>(r)], "") << what << ": the application collective must pair";
+    }
+    EXPECT_EQ(steps[0].log_difference, "") << what;
+    EXPECT_EQ(steps[1].log_difference, "") << what;
+    EXPECT_FALSE(group->broken()) << what;
+    EXPECT_EQ(group->live_registrations(), 0) << what;
+    for (int r = 0; r < 2; ++r) {
+      if (pool(r).attached(*comm(r))) pool(r).forget(*comm(r));
+      for (void* b : {blocks[static_cast<std::size_t>(2 * r)], blocks[static_cast<std::size_t>(2 * r + 1)]}) pool(r).deallocate(b);
+    }
+  }
+}
+
+// What each attach reports (stats(comm): kind, has_windows, routed; the C ABI's kind and JSON are
+// made from these): a Registry's symmetric communicator has windows too (it said 0 at 83d93ff), and
+// an auto pool's routes decide has_windows for an attach with no kind.
+TEST(LockstepAttack, StatsSayHowEachAttachRegisters) {
+  auto group = std::make_shared<LoopbackGroup>("one", 1);
+  auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
+  {
+    Rank r = make_rank();
+    r.registry->attach(comm, RegistrationKind::symmetric);
+    EXPECT_EQ(r.registry->stats(*comm).has_windows, 1);
+    r.registry->detach(*comm);
+    r.registry->attach(comm, RegistrationKind::local);
+    EXPECT_EQ(r.registry->stats(*comm).has_windows, 0);
+    r.registry->detach(*comm);
+  }
+  struct Case {
+    SizeRoutes routes;
+    std::optional<RegistrationKind> kind;
+    RegistrationKind expect_kind;
+    int has_windows, routed;
+  };
+  const SizeRoutes no_windows({{0, RegistrationKind::none}, {64 * KiB, RegistrationKind::local}});
+  const Case cases[] = {
+      {local_then_symmetric(), std::nullopt, RegistrationKind::symmetric, 1, 1},
+      {local_then_symmetric(), RegistrationKind::local, RegistrationKind::local, 0, 0},
+      {local_then_symmetric(), RegistrationKind::symmetric, RegistrationKind::symmetric, 1, 0},
+      {no_windows, std::nullopt, RegistrationKind::local, 0, 1},
+      {no_windows, RegistrationKind::symmetric, RegistrationKind::symmetric, 1, 0},
+      {SizeRoutes(RegistrationKind::none), std::nullopt, RegistrationKind::local, 0, 1},
+  };
+  for (const Case& c : cases) {
+    auto pool = make_auto_pool("auto", c.routes, {CheckLevel::off});
+    pool->deallocate(pool->allocate(4 * KiB));  // fixes the routes (a first attach would choose them)
+    pool->attach(comm, c.kind);
+    const CommunicatorStats s = pool->stats(*comm);
+    const std::string what = c.routes.describe() + ", attached " + (c.kind ? to_string(*c.kind) : "with no kind");
+    EXPECT_EQ(s.kind, c.expect_kind) << what;
+    EXPECT_EQ(s.has_windows, c.has_windows) << what;
+    EXPECT_EQ(s.routed, c.routed) << what;
+    pool->detach(*comm);
+  }
+}
+
+
 }  // namespace
 }  // namespace ncclpool
