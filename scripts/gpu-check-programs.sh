@@ -113,7 +113,11 @@ if want wheel; then
     row "wheel $(basename "$wheel")" "$(grep -c '^CHECK .*: ok' "$OUT/wheel.log") ok, $(grep -c '^CHECK .*: FAILED' "$OUT/wheel.log") failed, $(grep -c '^CHECK .*: skipped' "$OUT/wheel.log") skipped (rc=$rc); library $lib"
     rm -rf "$site" "$work"
   else
-    row "wheel" "not run (no .whl/ncclpool-*.whl or dist/ncclpool-*.whl: pip wheel . -w .whl on a build machine)"
+    if [ -z "$wheel" ]; then
+      row "wheel" "not run (no .whl/ncclpool-*.whl or dist/ncclpool-*.whl: pip wheel . -w .whl on a build machine)"
+    else
+      row "wheel" "not run (needs 2+ GPUs and torch; $(basename "$wheel") is here)"
+    fi
   fi
 fi
 

@@ -163,8 +163,8 @@ fi
 pdl_summary() {  # json file -> "eager/graph wrong per mode"
   python3 - "$1" <<'PY' 2>&1
 import json, sys
-try:
-    j = json.load(open(sys.argv[1]))
+try:  # the last JSON line: NCCL_DEBUG=WARN makes NCCL print its version line on stdout first
+    j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
 except Exception as e:
     print(f"no result ({e})"); sys.exit()
 rows = j.get("results") or j.get("rows") or []
@@ -206,8 +206,8 @@ want pdl && run_pdl "torch-nccl" "" torch
 window_span_summary() {  # json file -> "N: span outcome, span ms / N windows ms"
   python3 - "$1" <<'PY' 2>&1
 import json, sys
-try:
-    j = json.load(open(sys.argv[1]))
+try:  # the last JSON line: NCCL_DEBUG=WARN makes NCCL print its version line on stdout first
+    j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
 except Exception as e:
     print(f"no result ({e})"); sys.exit()
 def row(r):
