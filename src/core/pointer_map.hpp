@@ -16,8 +16,10 @@ class PointerMap {
  public:
   PointerMap() { rehash(64); }
 
-  void insert(std::uintptr_t key, Block* value) {
-    if ((size_ + 1) * 2 > slots_.size()) rehash(slots_.size() * 2);
+  // Hot path (every allocation): kept inline in every file that calls it, whatever the inliner's
+  // budget there (the pool's hot path lost ~15% at 1 MiB when it was not); the rare doubling is not.
+  [[gnu::always_inline]] inline void insert(std::uintptr_t key, Block* value) {
+    if ((size_ + 1) * 2 > slots_.size()) [[unlikely]] grow();
     std::size_t i = home(key);
     while (slots_[i].key != 0) i = (i + 1) & mask_;
     slots_[i] = {key, value};
@@ -63,6 +65,7 @@ class PointerMap {
   [[nodiscard]] std::size_t home(std::uintptr_t key) const noexcept {
     return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
   }
+  [[gnu::noinline]] void grow() { rehash(slots_.size() * 2); }
   void rehash(std::size_t capacity) {
     std::vector<Slot> old(capacity);
     old.swap(slots_);
