@@ -227,9 +227,11 @@ typedef struct ncclpool_stats_field {
   size_t offset;              /* offsetof the member in the struct */
   const char* doc;            /* what it says */
 } ncclpool_stats_field_t;
-/* *fields: the struct's members in order, struct_size first (static storage, valid for the life of
- * the process); *count: how many. INVALID_ARGUMENT for another kind. */
-NCCLPOOL_C_API ncclpool_status_t ncclpool_stats_fields(ncclpool_stats_kind_t kind, const ncclpool_stats_field_t** fields, size_t* count);
+/* kind: an ncclpool_stats_kind_t, passed as an int so that any value a caller passes is defined
+ * behaviour (in C++ an enum of two values holds no other). *fields: the struct's members in order,
+ * struct_size first (static storage, valid for the life of the process); *count: how many.
+ * INVALID_ARGUMENT for another kind. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_stats_fields(int kind, const ncclpool_stats_field_t** fields, size_t* count);
 
 /* ---- Communicators ---- */
 /* Attaches a caller-owned ncclComm_t (from the process's NCCL; ncclpool never destroys it) on the

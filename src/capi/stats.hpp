@@ -24,7 +24,7 @@ struct StatsLayout {
 };
 
 /// @throws InvalidArgument for a kind that is not NCCLPOOL_STATS_POOL or NCCLPOOL_STATS_COMM.
-const StatsLayout& stats_layout(ncclpool_stats_kind_t kind);
+const StatsLayout& stats_layout(int kind);  // an ncclpool_stats_kind_t; any other value: InvalidArgument
 
 inline std::size_t field_bytes(ncclpool_field_type_t type) noexcept {
   switch (type) {

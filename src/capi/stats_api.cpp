@@ -72,7 +72,7 @@ void put_registration(std::ostream& out, int kind) { out << '"' << registration_
 
 }  // namespace
 
-const StatsLayout& stats_layout(ncclpool_stats_kind_t kind) {
+const StatsLayout& stats_layout(int kind) {
   switch (kind) {
     case NCCLPOOL_STATS_POOL: return kPoolLayout;
     case NCCLPOOL_STATS_COMM: return kCommLayout;
@@ -119,7 +119,7 @@ using namespace ncclpool;
 
 extern "C" {
 
-ncclpool_status_t ncclpool_stats_fields(ncclpool_stats_kind_t kind, const ncclpool_stats_field_t** fields, size_t* count) {
+ncclpool_status_t ncclpool_stats_fields(int kind, const ncclpool_stats_field_t** fields, size_t* count) {
   return capi::guarded("ncclpool_stats_fields", [&] {
     capi::require(fields, "fields (output)");
     capi::require(count, "count (output)");
