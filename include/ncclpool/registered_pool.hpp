@@ -87,8 +87,6 @@ class NCCLPOOL_API RegisteredPool {
   /// comm's counters summed over its parts; kind: the costliest one it uses; has_windows; and the kind
   /// it was attached with (nullopt: the pool's own choice). @throws InvalidArgument if not attached.
   [[nodiscard]] CommunicatorStats stats(const Communicator& comm) const;
-  /// Every attached communicator, in the order of their attach.
-  [[nodiscard]] std::vector<std::shared_ptr<Communicator>> communicators() const;
   [[nodiscard]] std::size_t attached_count() const;
   [[nodiscard]] void* handle_of(const void* ptr, const Communicator& comm) const;
   [[nodiscard]] std::size_t pending() const;

@@ -121,13 +121,6 @@ std::size_t RegisteredPool::attached_count() const {
   return attachments_.size();
 }
 
-std::vector<std::shared_ptr<Communicator>> RegisteredPool::communicators() const {
-  std::lock_guard lock(mutex_);
-  std::vector<std::shared_ptr<Communicator>> out;
-  for (const Attachment& a : attachments_) out.push_back(a.comm);
-  return out;
-}
-
 CommunicatorStats RegisteredPool::stats(const Communicator& comm) const {
   std::vector<std::size_t> indices;
   CommunicatorStats out;

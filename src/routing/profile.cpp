@@ -15,14 +15,6 @@
 namespace ncclpool {
 namespace {
 
-constexpr std::string_view kOps[] = {"all_gather", "reduce_scatter", "all_reduce"};
-
-bool one_of(std::string_view v, const auto& list) {
-  for (std::string_view x : list)
-    if (v == x) return true;
-  return false;
-}
-
 const Json& member(const Json& object, std::string_view key, Json::Type type, const std::string& where) {
   const Json* v = object.find(key);
   if (v == nullptr) throw InvalidArgument(where + ": no \"" + std::string(key) + "\"");
@@ -79,7 +71,9 @@ Profile parse_profile(std::string_view text, const std::string& name) {
     pc.min_bytes = static_cast<std::size_t>(integer_member(c, "min_bytes", at, 0, std::numeric_limits<std::int64_t>::max()));
     if (!p.classes.empty() && pc.min_bytes <= p.classes.back().min_bytes) throw InvalidArgument(at + ": classes must ascend by min_bytes");
     for (const auto& [op, kind] : member(c, "kind", Json::Type::object, at).object) {
-      if (!one_of(op, kOps)) throw InvalidArgument(at + ": unknown collective \"" + op + "\"");
+      // A collective the profile names: one of registration.hpp's, never "any" (classes pick per collective).
+      if (const auto named = collective_from_string(op); !named || *named == Collective::any)
+        throw InvalidArgument(at + ": unknown collective \"" + op + "\"");
       const std::optional<RegistrationKind> k = kind.type == Json::Type::string ? registration_kind_from_string(kind.string) : std::nullopt;
       if (!k) throw InvalidArgument(at + ": the kind for " + op + " must be \"none\", \"local\" or \"symmetric\"");
       pc.kind.emplace(op, *k);
