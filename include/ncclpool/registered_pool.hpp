@@ -15,7 +15,7 @@
 ///    by size, as RMM's binning_memory_resource routes sizes to upstream resources.
 ///
 /// The pool owns its attachments: which communicators are attached, to which parts, with which kind
-/// (the C ABI and Python ask it: stats(comm).has_windows, .attached_kind).
+/// (the C ABI and Python ask it: stats(comm): kind, has_windows, routed).
 /// Thread safety: as Pool and Registry; attach, detach and forget serialize on the pool's lock.
 
 #include <ncclpool/pool.hpp>
@@ -84,8 +84,9 @@ class NCCLPOOL_API RegisteredPool {
   void commit_after_error() noexcept;
 
   [[nodiscard]] bool attached(const Communicator& comm) const;
-  /// comm's counters summed over its parts; kind: the costliest one it uses; has_windows; and the kind
-  /// it was attached with (nullopt: the pool's own choice). @throws InvalidArgument if not attached.
+  /// comm's counters summed over its parts; kind: the kind it was attached with, symmetric where a
+  /// part has windows with it; has_windows; routed: attached with no kind (the pool's own choice).
+  /// @throws InvalidArgument if not attached.
   [[nodiscard]] CommunicatorStats stats(const Communicator& comm) const;
   [[nodiscard]] std::size_t attached_count() const;
   [[nodiscard]] void* handle_of(const void* ptr, const Communicator& comm) const;
