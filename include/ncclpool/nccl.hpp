@@ -74,10 +74,10 @@ struct EnvironmentProblem {
 };
 
 /// @brief Checks every variable ncclpool reads that takes a value (NCCLPOOL_AGREEMENT_TIMEOUT_S,
-/// NCCLPOOL_AGREEMENT_BUFFERS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, NCCLPOOL_GROWTH_CHUNK,
+/// NCCLPOOL_AGREEMENT_BUFFERS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, NCCLPOOL_COPY_ENGINE, NCCLPOOL_GROWTH_CHUNK,
 /// NCCLPOOL_MIN_SEGMENT) as the code that reads it would, without NCCL or a GPU: for `ncclpool info` on
 /// any machine. Where they are read, the first two are InvalidArgument, the last two (ncclpool.torch) too, and
-/// the symmetric kernels' two are ignored with a message (they are read inside a collective attach,
+/// the symmetric kernels' two and the copy engine's are ignored with a message (they are read inside a collective attach,
 /// where one rank throwing would leave the others waiting). Never throws.
 NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();
 
@@ -171,6 +171,42 @@ NCCLPOOL_API SymmetricKernels symmetric_kernels();
 /// `device` would decide now with the loaded NCCL: for `ncclpool info`, features() and reports.
 /// Never throws (no NCCL or GPU: enabled = false and why says so).
 NCCLPOOL_API SymmetricKernels symmetric_kernels_on(int device);
+
+/// Whether this rank votes to run all-gather on a communicator made with NCCL's CTA policy ZERO:
+/// NCCL (>= 2.28) then moves an all-gather whose buffers are symmetric windows with the copy engines
+/// (no SMs taken from compute) when the communicator is within one node and has symmetric support.
+/// The policy is fixed when a communicator is created, and ncclpool creates none: the torch layer
+/// makes a dedicated all-gather group with it (ncclpool.torch.copy_engine_group) when every rank of
+/// the group votes yes (an all-reduce of the votes: creating a group is collective, so no rank may
+/// decide alone). The vote, in order:
+///   * NCCLPOOL_COPY_ENGINE=off, or requested off: no (the environment's off wins over a request);
+///   * NCCL older than 2.28 (no CTA policy), or none loaded: no;
+///   * symmetric kernels off in this process (SymmetricKernels: the NCCL-version guard): no. The copy
+///     engines need windows with NCCL_WIN_COLL_SYMMETRIC, and where NCCL cannot use them it runs its
+///     symmetric kernels on the same buffers, which the guard is there to keep off;
+///   * requested on, or NCCLPOOL_COPY_ENGINE=on: yes;
+///   * auto: yes when this machine's profile (`ncclpool tune`, with compute beside) measured it
+///     faster (Profile::copy_engine_all_gather), else no: off by default until measured.
+struct CopyEngineVote {
+  bool use = false;
+  bool ignored_setting = false;  ///< NCCLPOOL_COPY_ENGINE held something else than auto|on|off
+  std::string why;               ///< the vote in words, for errors, stats and `ncclpool info`
+};
+
+/// What a caller asks of copy_engine_vote: auto (the profile), on or off.
+enum class CopyEngineRequest { automatic = -1, off = 0, on = 1 };
+
+/// @brief The vote (rules above). Pure. `setting`: NCCLPOOL_COPY_ENGINE (nullptr: unset; anything but
+/// auto|on|off counts as auto with ignored_setting); `kernels`: this process's symmetric-kernels
+/// decision (or what it would decide); `profile`: the lookup for this machine (nullptr: none).
+NCCLPOOL_API CopyEngineVote choose_copy_engine(CopyEngineRequest requested, const char* setting, int nccl_version, const SymmetricKernels& kernels,
+                                               const ProfileLookup* profile);
+
+/// @brief This rank's vote with the loaded NCCL, the symmetric-kernels decision on GPU `device`,
+/// NCCLPOOL_COPY_ENGINE and the profile `lookup` returns for this GPU, NCCL version and `ranks`
+/// (empty lookup: no profile). Never throws (no NCCL or GPU: no, and why says so).
+NCCLPOOL_API CopyEngineVote copy_engine_vote(CopyEngineRequest requested, int device, int ranks,
+                                             const std::function<ProfileLookup(const MachineKey&)>& lookup);
 
 /// @brief Wraps a caller-owned ncclComm_t (passed as void*). ncclpool never creates or destroys it.
 /// Blocking and non-blocking (ncclInProgress) communicators both work. Destroying the wrapper never

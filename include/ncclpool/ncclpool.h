@@ -104,6 +104,15 @@ typedef struct ncclpool_features {
    if needed. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features);
 
+/* This rank's vote for running all-gather on a communicator made with NCCL's CTA policy ZERO (NCCL's
+   copy-engine collectives on windows: no SMs; CopyEngineVote in nccl.hpp, docs/python.md "Copy-engine
+   all-gather"). requested: -1 auto (yes where this machine's `ncclpool tune` profile for `ranks` ranks
+   says it is faster), 0 off, 1 on; NCCLPOOL_COPY_ENGINE=off wins over it, NCCL < 2.28 and symmetric
+   kernels off (the NCCL-version guard, judged on GPU `device`) vote no. *use gets 0 or 1 and `why`
+   (why_size bytes, may be NULL when why_size is 0) the reason. A vote is local: creating the group is
+   collective, so the ranks must combine their votes (all yes, or no group), as ncclpool.torch does. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_copy_engine_vote(int requested, int device, int ranks, int* use, char* why, size_t why_size);
+
 /* ---- Pools ---- */
 typedef struct ncclpool_pool_s* ncclpool_pool_t;
 typedef struct ncclpool_comm_s* ncclpool_comm_t;

@@ -8,7 +8,8 @@ Pure Python over the C ABI (ctypes). The pieces:
 * :class:`Communicator` - a communicator attached to a pool (``Pool.attach_nccl`` / ``attach_sim``)
   (ncclpool/communicator.py).
 * :class:`SimGroup` - simulated ranks (threads of this process) for tests without GPUs (ncclpool/sim.py).
-* :func:`features` - what this machine supports (CUDA, NCCL version, symmetric windows); :func:`version`,
+* :func:`features` - what this machine supports (CUDA, NCCL version, symmetric windows);
+  :func:`copy_engine_vote` - this rank's vote for copy-engine all-gather; :func:`version`,
   :func:`last_error` (here).
 * :mod:`ncclpool.torch` - the PyTorch layer (Megatron-Core ``nccl_allocator`` compatible API).
 
@@ -33,7 +34,7 @@ from .report import format_bytes, memory_summary
 from .sim import SimGroup, sim_inject_oom, sim_set_capturing
 
 __all__ = [
-    "Pool", "Communicator", "SimGroup", "features", "version", "last_error", "library_path", "memory_summary",
+    "Pool", "Communicator", "SimGroup", "features", "copy_engine_vote", "version", "last_error", "library_path", "memory_summary",
     "format_bytes", "errors", "Error", "InvalidArgument", "SizeTooLarge", "OutOfMemory", "DoubleFree",
     "ForeignPointer", "InvalidPointer", "BackendError", "Unsupported", "InvalidState", "RegistrationError",
     "AgreementError", "SOURCES", "REGISTRATIONS",
@@ -77,3 +78,19 @@ def features() -> dict:
     out["symmetric_kernels_why"] = f.symmetric_kernels_why.decode(errors="replace")
     out["library"] = library_path()
     return out
+
+
+def copy_engine_vote(requested: bool | None, ranks: int, device: int = 0) -> tuple[bool, str]:
+    """This rank's vote for running all-gather on a communicator made with NCCL's CTA policy ZERO
+    (copy-engine collectives on windows, no SMs): ``(use, why)``. ``requested``: None = auto (yes where
+    this machine's ``ncclpool tune`` profile for ``ranks`` ranks measured it faster), True, False.
+    ``NCCLPOOL_COPY_ENGINE=off`` wins over a request; NCCL < 2.28 and symmetric kernels off on GPU
+    ``device`` (the NCCL-version guard, see :func:`features`) vote no. Local: ranks must combine their
+    votes before creating a group (``ncclpool.torch.copy_engine_group`` does)."""
+    if requested is not None and not isinstance(requested, bool):
+        raise InvalidArgument(f"copy_engine_vote: requested must be None, True or False, not {requested!r}")
+    use = ctypes.c_int(0)
+    why = ctypes.create_string_buffer(1024)
+    code = -1 if requested is None else int(requested)
+    call("ncclpool_copy_engine_vote", code, int(device), int(ranks), byref(use), why, len(why))
+    return bool(use.value), why.value.decode(errors="replace")

@@ -109,4 +109,23 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
   });
 }
 
+ncclpool_status_t ncclpool_copy_engine_vote(int requested, int device, int ranks, int* use, char* why, size_t why_size) {
+  return guarded("ncclpool_copy_engine_vote", [&] {
+    require(use, "use");
+    if (why == nullptr && why_size != 0) throw ncclpool::InvalidArgument("why is NULL with why_size " + std::to_string(why_size));
+    if (requested < -1 || requested > 1) throw ncclpool::InvalidArgument("requested is " + std::to_string(requested) + ": -1 (auto), 0 (off) or 1 (on)");
+    if (device < 0) throw ncclpool::InvalidArgument("device is " + std::to_string(device));
+    if (ranks < 1) throw ncclpool::InvalidArgument("ranks is " + std::to_string(ranks) + ", at least 1");
+    const ncclpool::CopyEngineVote vote =
+        ncclpool::copy_engine_vote(static_cast<ncclpool::CopyEngineRequest>(requested), device, ranks,
+                                   [](const ncclpool::MachineKey& m) { return ncclpool::find_profile(m.gpu, m.nccl_version, m.ranks); });
+    *use = vote.use ? 1 : 0;
+    if (why_size != 0) {
+      const std::size_t n = std::min(why_size - 1, vote.why.size());
+      std::memcpy(why, vote.why.data(), n);
+      why[n] = '\0';
+    }
+  });
+}
+
 }  // extern "C"

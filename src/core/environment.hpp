@@ -33,6 +33,11 @@ NCCLPOOL_INTERNAL const char* nccl_sym_ctas();
 /// (errno says why) when setenv fails.
 NCCLPOOL_INTERNAL bool set_nccl_sym_ctas(int ctas);
 
+// --- Read at each copy-engine vote (copy_engine_vote; ncclpool.torch.copy_engine_group) -----------
+
+/// NCCLPOOL_COPY_ENGINE as set (auto|on|off expected; nullptr: unset). choose_copy_engine reads it.
+NCCLPOOL_INTERNAL const char* copy_engine();
+
 // --- Read each time an NCCL communicator is wrapped (src/backends/nccl) ----------------------------
 
 /// NCCLPOOL_AGREEMENT_TIMEOUT_S as set (nullptr: unset).

@@ -80,6 +80,27 @@ static void test_status_and_version(void) {
   }
 }
 
+static void test_copy_engine_vote(void) {
+  int use = 7;
+  char why[256];
+  EXPECT(ncclpool_copy_engine_vote(-1, 0, 2, NULL, why, sizeof why) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(ncclpool_copy_engine_vote(2, 0, 2, &use, why, sizeof why) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "auto") != NULL);
+  EXPECT(ncclpool_copy_engine_vote(1, 0, 0, &use, why, sizeof why) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(ncclpool_copy_engine_vote(1, -1, 2, &use, why, sizeof why) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(ncclpool_copy_engine_vote(1, 0, 2, &use, NULL, 4) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(use == 7); /* nothing written on a refused call */
+  OK(ncclpool_copy_engine_vote(0, 0, 2, &use, why, sizeof why));
+  EXPECT(use == 0 && strncmp(why, "off: ", 5) == 0);
+  OK(ncclpool_copy_engine_vote(-1, 0, 2, &use, NULL, 0)); /* no reason asked for */
+  {
+    /* A short buffer gets a cut, terminated reason. */
+    char tiny[4] = {'x', 'x', 'x', 'x'};
+    OK(ncclpool_copy_engine_vote(0, 0, 2, &use, tiny, sizeof tiny));
+    EXPECT(tiny[3] == '\0' && strlen(tiny) == 3);
+  }
+}
+
 static void test_alloc_free_errors(void) {
   ncclpool_pool_t pool = make_sim_pool("c-basic", NCCLPOOL_REGISTRATION_LOCAL);
   ncclpool_pool_stats_t stats;
@@ -396,6 +417,7 @@ static void test_stats_structs(void) {
 
 int main(void) {
   test_status_and_version();
+  test_copy_engine_vote();
   test_alloc_free_errors();
   test_registration_and_scopes();
   test_nested_scopes_and_failures();

@@ -27,6 +27,22 @@ def test_version_and_features():
     assert "not decided" in f["symmetric_ctas_source"]
 
 
+def test_copy_engine_vote_says_no_with_its_reason_and_refuses_bad_requests(monkeypatch):
+    monkeypatch.setenv("NCCLPOOL_COPY_ENGINE", "off")
+    use, why = ncclpool.copy_engine_vote(True, 2)
+    assert use is False and why == "off: NCCLPOOL_COPY_ENGINE=off"
+    monkeypatch.delenv("NCCLPOOL_COPY_ENGINE")
+    use, why = ncclpool.copy_engine_vote(False, 2)
+    assert use is False and why.startswith("off: ")
+    if not ncclpool.features()["cuda_available"]:  # CI: no GPU, no copy engines
+        use, why = ncclpool.copy_engine_vote(True, 2)
+        assert use is False and why.startswith("off: ")
+    with pytest.raises(ncclpool.InvalidArgument, match="requested must be None, True or False"):
+        ncclpool.copy_engine_vote("yes", 2)
+    with pytest.raises(ncclpool.InvalidArgument, match="ranks is 0"):
+        ncclpool.copy_engine_vote(None, 0)
+
+
 def test_pool_resolves_defaults():
     with sim_pool("symmetric") as p:
         assert p.source == "sim"

@@ -2,6 +2,7 @@
 // measured on another GPU, NCCL or rank count, and how the symmetric CTA decision uses it.
 
 #include <gtest/gtest.h>
+#include <ncclpool/cuda.hpp>
 #include <ncclpool/errors.hpp>
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/profile.hpp>
@@ -52,6 +53,10 @@ TEST(Profile, JsonRoundTrip) {
   EXPECT_EQ(back.ranks, p.ranks);
   EXPECT_EQ(back.symmetric_ctas, p.symmetric_ctas);
   EXPECT_EQ(back.measured, p.measured);
+  EXPECT_FALSE(back.copy_engine_all_gather);
+  Profile ce = p;
+  ce.copy_engine_all_gather = true;
+  EXPECT_TRUE(parse_profile(profile_to_json(ce), "test").copy_engine_all_gather);
   ASSERT_EQ(back.classes.size(), 2u);
   EXPECT_EQ(back.classes[1].min_bytes, 262144u);
   EXPECT_EQ(back.classes[0].kind.at("reduce_scatter"), RegistrationKind::symmetric);
@@ -148,6 +153,90 @@ TEST(Profile, TheSymmetricCtaDecisionTakesAMatchingProfileAndNamesAForeignOne) {
   c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &foreign);
   EXPECT_EQ(c.ctas, 32);
   EXPECT_TRUE(contains(c.source, "not used: measured for 2 ranks")) << c.source;
+}
+
+TEST(Profile, CopyEngineFieldIsOptionalAndMustBeABoolean) {
+  std::string text = profile_to_json(h200());
+  const std::string field = "\"copy_engine_all_gather\": false,";
+  const auto at = text.find(field);
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string without = text;
+  without.erase(at, field.size());  // a profile written before the field
+  EXPECT_FALSE(parse_profile(without, "old").copy_engine_all_gather);
+  std::string wrong = text;
+  wrong.replace(at, field.size(), "\"copy_engine_all_gather\": 1,");
+  try {
+    (void)parse_profile(wrong, "wrong");
+    ADD_FAILURE() << "a number was taken for copy_engine_all_gather";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "\"copy_engine_all_gather\" must be true or false")) << e.what();
+  }
+}
+
+// The copy-engine vote (CopyEngineVote in nccl.hpp): off switch first, then NCCL's version, then the
+// NCCL-version guard, then a request, then the profile; never on by default without a profile.
+TEST(CopyEngineVote, FollowsItsRulesInOrder) {
+  SymmetricKernels on;
+  on.enabled = true;
+  on.why = "on: test";
+  SymmetricKernels off;
+  off.enabled = false;
+  off.why = "off: the guard";
+  Profile p = h200();
+  p.copy_engine_all_gather = true;
+  ProfileFile file(profile_to_json(p));
+  const ProfileLookup says_yes = find_profile("NVIDIA H200", 22809, 2);
+  const ProfileLookup foreign = find_profile("NVIDIA H200", 22809, 8);
+  using R = CopyEngineRequest;
+  struct Case {
+    R requested;
+    const char* setting;
+    int nccl;
+    const SymmetricKernels* kernels;
+    const ProfileLookup* profile;
+    bool use;
+    const char* why_part;
+  };
+  const Case cases[] = {
+      {R::on, "off", 23007, &on, &says_yes, false, "NCCLPOOL_COPY_ENGINE=off"},  // the environment's off wins
+      {R::off, "on", 23007, &on, &says_yes, false, "not requested"},
+      {R::on, nullptr, 22705, &on, nullptr, false, "has no CTA policy"},
+      {R::on, nullptr, 0, &on, nullptr, false, "no NCCL loaded"},
+      {R::on, nullptr, 22809, &off, nullptr, false, "symmetric kernels are off"},
+      {R::automatic, "on", 22809, &off, &says_yes, false, "off: the guard"},
+      {R::on, nullptr, 22809, &on, nullptr, true, "default stream"},  // 2.28.9: the caveat is named
+      {R::on, nullptr, 23007, &on, nullptr, true, "requested"},
+      {R::automatic, "on", 23007, &on, nullptr, true, "NCCLPOOL_COPY_ENGINE=on"},
+      {R::automatic, nullptr, 23007, &on, &says_yes, true, "profile"},
+      {R::automatic, "auto", 23007, &on, &foreign, false, "not used: measured for 2 ranks"},
+      {R::automatic, nullptr, 23007, &on, nullptr, false, "off by default"},
+  };
+  for (const Case& c : cases) {
+    const CopyEngineVote v = choose_copy_engine(c.requested, c.setting, c.nccl, *c.kernels, c.profile);
+    EXPECT_EQ(v.use, c.use) << v.why;
+    EXPECT_TRUE(contains(v.why, c.why_part)) << v.why << " lacks " << c.why_part;
+    EXPECT_FALSE(v.ignored_setting);
+  }
+  // A profile that measured no gain says so.
+  p.copy_engine_all_gather = false;
+  std::ofstream(file.path) << profile_to_json(p);
+  const ProfileLookup says_no = find_profile("NVIDIA H200", 22809, 2);
+  const CopyEngineVote no = choose_copy_engine(R::automatic, nullptr, 23007, on, &says_no);
+  EXPECT_FALSE(no.use);
+  EXPECT_TRUE(contains(no.why, "did not measure")) << no.why;
+  // Anything but auto|on|off is auto, named.
+  const CopyEngineVote odd = choose_copy_engine(R::on, "yes", 23007, on, nullptr);
+  EXPECT_TRUE(odd.use);
+  EXPECT_TRUE(odd.ignored_setting);
+  EXPECT_TRUE(contains(odd.why, "NCCLPOOL_COPY_ENGINE='yes' is not auto, on or off")) << odd.why;
+}
+
+// Without a GPU (CI) or NCCL the vote is no, with the reason, even when asked for.
+TEST(CopyEngineVote, NoGpuOrNcclMeansNo) {
+  if (nccl_info().available && cuda_available(nullptr)) GTEST_SKIP() << "a GPU and NCCL are here";
+  const CopyEngineVote v = copy_engine_vote(CopyEngineRequest::on, 0, 2, nullptr);
+  EXPECT_FALSE(v.use);
+  EXPECT_TRUE(contains(v.why, "off: ")) << v.why;
 }
 
 }  // namespace

@@ -107,6 +107,11 @@ int cmd_info(const Args& args) {
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
   const SymmetricKernels kernels = symmetric_kernels_on(0);
   const std::string kernels_text = gpus.empty() ? "no GPU" : kernels.why;
+  // The copy-engine all-gather vote a rank here casts when asked for auto (the profile's rank count).
+  const int vote_ranks = profile.profile ? profile.profile->ranks : 2;
+  const CopyEngineVote copy_engine =
+      copy_engine_vote(CopyEngineRequest::automatic, 0, vote_ranks, [&profile](const MachineKey& m) { return match_profile(profile, m.gpu, m.nccl_version, m.ranks); });
+  const std::string copy_engine_text = gpus.empty() ? "no GPU" : copy_engine.why + " (auto, " + std::to_string(vote_ranks) + " ranks)";
   // What Pool(registration="auto") here routes: until its first attach, the built-in routes under the
   // rule of auto_routes_windows (routes.hpp), as ncclpool_pool_create applies it; at that attach a
   // profile for the communicator's machine replaces them (here: for communicators of the profile's
@@ -163,7 +168,8 @@ int cmd_info(const Args& args) {
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
       << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source)
       << ",\"symmetric_kernels\":{\"enabled\":" << (kernels.enabled ? "true" : "false") << ",\"hazard\":" << (kernels.hazard ? "true" : "false")
-      << ",\"why\":" << json_quote(kernels_text) << "},\"auto_routes\":" << json_quote(routes_text)
+      << ",\"why\":" << json_quote(kernels_text) << "},\"copy_engine_all_gather\":{\"vote\":" << (copy_engine.use && !gpus.empty() ? "true" : "false")
+      << ",\"why\":" << json_quote(copy_engine_text) << "},\"auto_routes\":" << json_quote(routes_text)
       << ",\"auto_routes_windows\":" << (windows_routed ? "true" : "false") << "},\"profile\":" << json_quote(profile_text) << ",\"environment_problems\":[";
     for (std::size_t i = 0; i < env_problems.size(); ++i)
       o << (i ? "," : "") << "{\"variable\":" << json_quote(env_problems[i].variable) << ",\"value\":" << json_quote(env_problems[i].value)
@@ -218,6 +224,7 @@ int cmd_info(const Args& args) {
               symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels", kernels_text.c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
+  std::printf("  %-24s      %s\n", "copy-engine all-gather", copy_engine_text.c_str());
   std::printf("  %-24s      %s\n", "auto pools route", routes_text.c_str());
   std::printf("\nprofile    %s\n", profile_text.c_str());
   if (env_problems.empty())

@@ -201,4 +201,29 @@ SymmetricKernels symmetric_kernels_on(int device) {
   }
   return out;
 }
+
+CopyEngineVote copy_engine_vote(CopyEngineRequest requested, int device, int ranks, const std::function<ProfileLookup(const MachineKey&)>& lookup) {
+  try {
+    const nccl::Library& lib = nccl::library();
+    ProfileLookup profile;
+    const bool asks_profile = requested == CopyEngineRequest::automatic && lookup;
+    if (asks_profile) {
+      const cuda::Driver& d = cuda::driver();
+      CUdevice dev = 0;
+      char name[256] = {};
+      if (d.cuDeviceGet(&dev, device) != CUDA_SUCCESS || d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS) name[0] = '\0';
+      try {
+        profile = lookup(MachineKey{name, lib.info.version, ranks});
+      } catch (const std::exception& e) {
+        profile.why_not = std::string("the profile lookup failed: ") + e.what();
+      }
+    }
+    return choose_copy_engine(requested, environment::copy_engine(), lib.info.version, symmetric_kernels_on(device), asks_profile ? &profile : nullptr);
+  } catch (const Error& e) {
+    CopyEngineVote out;
+    out.why = std::string("off: ") + e.what();
+    return out;
+  }
+}
+
 }  // namespace ncclpool

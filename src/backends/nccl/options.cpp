@@ -39,6 +39,8 @@ std::vector<EnvironmentProblem> environment_problems() {
     add("NCCLPOOL_SYM_CTAS", v, std::string("NCCLPOOL_SYM_CTAS='") + v + "' is neither 'nccl' nor a count from 1 to 64: ignored (NCCL's own choice)");
   if (const char* v = environment::symmetric_kernels(); v != nullptr && choose_symmetric_kernels(v, 0, 0, 0).ignored_setting)
     add("NCCLPOOL_SYMMETRIC_KERNELS", v, std::string("NCCLPOOL_SYMMETRIC_KERNELS='") + v + "' is not auto, on or off: ignored (auto)");
+  if (const char* v = environment::copy_engine(); v != nullptr && choose_copy_engine(CopyEngineRequest::automatic, v, 0, SymmetricKernels{}, nullptr).ignored_setting)
+    add("NCCLPOOL_COPY_ENGINE", v, std::string("NCCLPOOL_COPY_ENGINE='") + v + "' is not auto, on or off: ignored (auto)");
   // Read by ncclpool.torch.create_nccl_mem_pool (python/ncclpool/torch), which refuses the same values.
   for (const auto& [variable, v] : {std::pair{"NCCLPOOL_GROWTH_CHUNK", environment::growth_chunk()}, std::pair{"NCCLPOOL_MIN_SEGMENT", environment::min_segment()}}) {
     if (v == nullptr || *v == '\0') continue;

@@ -20,6 +20,11 @@ SymmetricKernels symmetric_kernels_on(int) {
   out.why = kWhy;
   return out;
 }
+CopyEngineVote copy_engine_vote(CopyEngineRequest, int, int, const std::function<ProfileLookup(const MachineKey&)>&) {
+  CopyEngineVote out;
+  out.why = std::string("off: ") + kWhy;
+  return out;
+}
 std::shared_ptr<Communicator> make_nccl_communicator(void*, NcclCommunicatorOptions) { throw Unsupported(kWhy); }
 std::shared_ptr<SegmentSource> make_nccl_source(int) { throw Unsupported(kWhy); }
 
