@@ -183,6 +183,23 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   fi
 fi
 
+# 8a. Copy-engine all-gather (issue 35): all-gather on windows of a communicator made with CTA policy
+#     ZERO (kind ce) beside the symmetric kernels (this machine's CTA count) and plain memory, each alone
+#     and beside the compute load, 3 rounds in rotated order. One GPU: the plumbing only (NCCL copies
+#     locally for one rank; the report says so).
+if want cecoll && [ -x "$BUILD/tools/ncclpool" ]; then
+  timeout "$(within 420)" "$BUILD/tools/ncclpool" bench coll --ops all_gather --kinds none,symmetric,ce --compute --min 1M --max 1G --factor 4 \
+    --iters 30 --rounds 3 --json >"$OUT/bench-coll-ce.json" 2>>"$LOG"
+  rc=$?
+  python3 scripts/bench-report.py summary "$OUT/bench-coll-ce.json" >>"$LOG" 2>&1
+  row "bench coll ce (copy-engine all-gather)" "rc=$rc; $(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = [r for t in j["tables"] if t["title"].startswith("all_gather") for r in t["rows"] if r.get("placement") == "out"]
+print("; ".join(f"{r['bytes']>>20}M ce/sym/none {r.get('ce_us',0):.0f}/{r.get('symmetric_us',0):.0f}/{r.get('none_us',0):.0f}us step {r.get('ce_step',0):.3f}/{r.get('symmetric_step',0):.3f}/{r.get('none_step',0):.3f}" for r in rows))
+print(" | ".join(n for n in j["notes"] if n.startswith("ce")))' "$OUT/bench-coll-ce.json" 2>&1 | head -c 600)"
+fi
+
 # 8b. NVIDIA's nccl-tests beside bench coll (one thread per GPU), when a checkout was carried.
 if want nccltests; then
   src=${NCCL_TESTS_SRC:-.whl/nccl-tests}

@@ -6,7 +6,7 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   pdl, window, ncclversions, bench, torch, megatron, fsdp2, decode, sglang,
+#                                   pdl, window, ncclversions, bench, cecoll, torch, megatron, fsdp2, decode, sglang,
 #                                   wheel, tool, toolbench, nccltests, demo, examples; window only when named;
 #                                   default all)
 #
@@ -60,7 +60,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,torch,megatron,fsdp2,decode,sglang,wheel,tool,toolbench,nccltests,demo,examples},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,cecoll,torch,megatron,fsdp2,decode,sglang,wheel,tool,toolbench,nccltests,demo,examples},"
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 # NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every

@@ -102,10 +102,15 @@ grep -q -- "--auto-pool adds" "$tmp/out" || fail "coll --auto-pool help"
 expect_rc 2 "$tool" bench coll --replays 0; grep -q "replays" "$tmp/err" || fail "bad replays"
 expect_rc 2 "$tool" bench coll --rounds 0; grep -q "rounds" "$tmp/err" || fail "bad rounds"
 expect_rc 0 "$tool" bench coll --help;    grep -q -- "--compute also runs" "$tmp/out" || fail "coll --compute help"
+grep -q -- "Kind ce" "$tmp/out" || fail "coll ce help"
+expect_rc 2 "$tool" bench coll --kinds none,zero; grep -q "'zero' is not one of none, local, symmetric, ce" "$tmp/err" || fail "bad kind"
+expect_rc 0 "$tool" info;                 grep -q "copy-engine all-gather" "$tmp/out" || fail "info copy-engine line"
+expect_rc 0 "$tool" info --json;          grep -q '"copy_engine_all_gather":{"vote":false' "$tmp/out" || fail "info --json copy-engine vote"
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" bench coll; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll without GPUs"
   expect_rc 1 "$tool" bench coll --graph; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll --graph without GPUs"
   expect_rc 1 "$tool" bench coll --compute --rounds 2; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll --compute without GPUs"
+  expect_rc 1 "$tool" bench coll --kinds none,ce; grep -q "bench coll needs GPUs" "$tmp/err" || fail "coll ce without GPUs"
 fi
 # tune: a profile from recorded bench coll runs (no GPU needed), bad arguments, no GPU.
 runs="$data/../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c"
@@ -120,10 +125,13 @@ expect_rc 1 "$tool" tune --from "nccl=$runs/coll-nccl-1.json" --out "$tmp/p.json
 expect_rc 0 "$tool" tune --from "nccl=$runs/coll-nccl-1.json,32=$runs/coll-ncclpool-1.json" --gpu "NVIDIA H200" --nccl-version 22809 --ranks 2 --out "$tmp/p.json"
 grep -q "profile written to $tmp/p.json" "$tmp/out" && json_ok "$tmp/p.json" || fail "tune --from"
 grep -q '"symmetric_ctas": 32' "$tmp/p.json" || fail "tune picked $(grep symmetric_ctas "$tmp/p.json")"
+grep -q '"copy_engine_all_gather": false' "$tmp/p.json" || fail "tune without ce runs chose copy engines"
+grep -q "copy-engine all-gather: not chosen" "$tmp/out" || fail "tune: the copy-engine note"
 # the profile as the library reads it: an auto pool here would route as it says (info reads $NCCLPOOL_PROFILE)
 NCCLPOOL_PROFILE="$tmp/p.json" "$tool" info >"$tmp/out" 2>&1 || fail "info with a profile"
 grep -q "^profile .*p.json: NVIDIA H200, NCCL 2.28.9, 2 ranks" "$tmp/out" || { cat "$tmp/out"; fail "info: profile line"; }
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" tune --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune without GPUs"
+  expect_rc 1 "$tool" tune --no-copy-engine --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune --no-copy-engine without GPUs"
 fi
 echo "tool_cli: all checks passed"

@@ -272,6 +272,44 @@ TEST(Tune, ACountThatSlowsStepsWithComputeBesideIsNotChosen) {
   EXPECT_EQ(step_tables, 3u);
 }
 
+// Copy-engine all-gather (kind ce) goes into the profile only when its steps with compute beside are
+// >= 1% shorter than the chosen kind's from 1 MiB; never from one rank or from runs without ce.
+namespace {
+std::vector<CollRun> with_copy_engine_steps(std::vector<CollRun> runs, double ce_step) {
+  for (CollRun& run : runs)
+    for (auto& table : run.doc.object["tables"].array)
+      for (auto& row : table.object["rows"].array) {
+        if (!row.object.count("symmetric_us")) continue;
+        row.object["ce_us"] = parse_json(std::to_string(row.object["symmetric_us"].number * 1.2));  // slower alone
+        row.object["ce_step"] = parse_json(std::to_string(ce_step));
+      }
+  return runs;
+}
+}  // namespace
+
+TEST(Tune, CopyEngineAllGatherIsChosenOnlyWhereItShortensTheStep) {
+  Report report;
+  ncclpool::Profile p = build_profile(with_copy_engine_steps(runs_with_steps(1.02, 1.025), 1.0), {"NVIDIA H200", 22809, 2}, report);
+  EXPECT_TRUE(p.copy_engine_all_gather) << report.text();  // 1.0 against symmetric@32's 1.025
+  EXPECT_NE(report.text().find("copy-engine all-gather: chosen"), std::string::npos) << report.text();
+  Report close;
+  p = build_profile(with_copy_engine_steps(runs_with_steps(1.02, 1.025), 1.02), {"NVIDIA H200", 22809, 2}, close);
+  EXPECT_FALSE(p.copy_engine_all_gather) << close.text();  // 0.995: within 1%
+  EXPECT_NE(close.text().find("not >= 1% shorter"), std::string::npos) << close.text();
+  Report one_rank;
+  p = build_profile(with_copy_engine_steps(runs_with_steps(1.02, 1.025), 1.0), {"NVIDIA H200", 22809, 1}, one_rank);
+  EXPECT_FALSE(p.copy_engine_all_gather);
+  EXPECT_NE(one_rank.text().find("one rank"), std::string::npos) << one_rank.text();
+  Report without;
+  p = build_profile(runs_with_steps(1.02, 1.025), {"NVIDIA H200", 22809, 2}, without);
+  EXPECT_FALSE(p.copy_engine_all_gather);
+  EXPECT_NE(without.text().find("no ce runs"), std::string::npos) << without.text();
+  Report alone;
+  p = build_profile(recorded_coll_runs(), {"NVIDIA H200", 22809, 2}, alone);  // no compute runs
+  EXPECT_FALSE(p.copy_engine_all_gather);
+  EXPECT_NE(alone.text().find("no all-gather runs with compute beside"), std::string::npos) << alone.text();
+}
+
 TEST(Tune, RunsFromTwoMachinesAreRefused) {
   std::vector<CollRun> runs = recorded_coll_runs();
   runs.resize(2);

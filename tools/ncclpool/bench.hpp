@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -106,9 +107,11 @@ class Team {
 
 /// Loopback communicators (ranks are threads) over simulated devices.
 std::unique_ptr<Team> make_loopback_team(int ranks, int groups);
-/// One GPU per rank, `groups` NCCL communicators made with ncclCommInitAll, vmm sources.
-/// @throws Unsupported without GPUs/NCCL, InvalidArgument if `ranks` exceeds the GPUs.
-std::unique_ptr<Team> make_nccl_team(int ranks, int groups);
+/// One GPU per rank, `groups` NCCL communicators made with ncclCommInitAll, vmm sources; the groups
+/// in `zero_cta_groups` are made with NCCL's CTA policy ZERO instead (copy-engine collectives).
+/// @throws Unsupported without GPUs/NCCL (or, for zero_cta_groups, NCCL < 2.28), InvalidArgument if
+/// `ranks` exceeds the GPUs.
+std::unique_ptr<Team> make_nccl_team(int ranks, int groups, const std::set<int>& zero_cta_groups = {});
 
 /// Whether this build has the GPU parts (CUDA and NCCL headers were found at build time).
 bool gpu_benches_built();

@@ -12,7 +12,7 @@ namespace ncclpool::tool {
 namespace {
 
 constexpr const char* kHelp =
-    "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric]\n"
+    "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric[,ce]]\n"
     "                           [--min 1K] [--max 1G] [--factor 2] [--warmup 5] [--iters 20] [--ranks N]\n"
     "                           [--no-check] [--auto] [--auto-pool] [--graph [--replays 5]] [--rounds 1] [--compute]\n"
     "                           [--json]\n"
@@ -29,7 +29,10 @@ constexpr const char* kHelp =
     "an order rotated each round, and reports medians and each row's spread (max - min over rounds / median): ratios\n"
     "within the spread are noise. --compute also runs each collective beside a compute-bound kernel on another\n"
     "stream, as a training step overlaps them, and reports the collective's time meanwhile and how much longer the\n"
-    "two take than the compute alone (what its CTAs cost the compute). Needs GPUs; without, it says why and exits 1.\n";
+    "two take than the compute alone (what its CTAs cost the compute). Kind ce (not measured unless named) puts the\n"
+    "buffers in windows of a communicator made with NCCL's CTA policy ZERO: NCCL >= 2.28 moves all-gather with the\n"
+    "copy engines there (no SMs; needs 2+ ranks in one node and symmetric kernels on: NCCLPOOL_SYMMETRIC_KERNELS),\n"
+    "other ops run its kernels. Needs GPUs; without, it says why and exits 1.\n";
 
 std::vector<std::string> split_names(const std::string& option, const std::string& text, const std::vector<std::string>& allowed) {
   std::vector<std::string> out;
@@ -55,7 +58,7 @@ const char* const kBenchCollUsage = kHelp;
 CollOptions parse_coll_options(const Args& a) {
   CollOptions o;
   o.ops = split_names("ops", a.get("ops", "all_gather,reduce_scatter,all_reduce"), {"all_gather", "reduce_scatter", "all_reduce"});
-  o.kinds = split_names("kinds", a.get("kinds", "none,local,symmetric"), {"none", "local", "symmetric"});
+  o.kinds = split_names("kinds", a.get("kinds", "none,local,symmetric"), {"none", "local", "symmetric", "ce"});
   o.min_bytes = parse_bytes("min", a.get("min", "1K"));
   o.max_bytes = parse_bytes("max", a.get("max", "1G"));
   if (o.min_bytes > o.max_bytes) throw UsageError("--min is larger than --max");

@@ -13,6 +13,7 @@
 #include <ncclpool/nccl.hpp>
 
 #include <cstdint>
+#include <set>
 
 namespace ncclpool::tool {
 
@@ -83,7 +84,7 @@ class CuMemAllocStrategy final : public AllocStrategy {
 
 class NcclTeam final : public Team {
  public:
-  NcclTeam(int ranks, int groups) : lib_(tool::bench_nccl()), ranks_(ranks) {
+  NcclTeam(int ranks, int groups, const std::set<int>& zero_cta_groups) : lib_(tool::bench_nccl()), ranks_(ranks) {
     const int available = cuda_device_count();
     if (ranks < 1 || ranks > available)
       throw InvalidArgument(std::to_string(ranks) + " ranks asked for, " + std::to_string(available) + " GPU(s) here (one rank per GPU)");
@@ -91,8 +92,11 @@ class NcclTeam final : public Team {
     for (int r = 0; r < ranks; ++r) devices[static_cast<std::size_t>(r)] = r;
     for (int g = 0; g < groups; ++g) {
       std::vector<ncclComm_t> comms(static_cast<std::size_t>(ranks));
-      if (ncclResult_t res = lib_.ncclCommInitAll(comms.data(), ranks, devices.data()); res != ncclSuccess)
+      if (zero_cta_groups.count(g) != 0) {
+        init_with_zero_cta_policy(comms);
+      } else if (ncclResult_t res = lib_.ncclCommInitAll(comms.data(), ranks, devices.data()); res != ncclSuccess) {
         throw BackendError("ncclCommInitAll(" + std::to_string(ranks) + " GPUs): " + nccl::error_text(res));
+      }
       native_.push_back(comms);
       std::vector<std::shared_ptr<Communicator>> wrapped;
       NcclCommunicatorOptions options;  // this machine's profile counts for the symmetric CTAs, as in ncclpool_attach_nccl
@@ -123,6 +127,36 @@ class NcclTeam final : public Team {
   }
 
  private:
+  // One communicator per GPU made with ncclConfig_t.CTAPolicy = NCCL_CTA_POLICY_ZERO (NCCL's
+  // copy-engine collectives on windows; the policy is fixed at creation), in one group from this
+  // thread, each rank's primary context current for its init (NCCL takes the device from it).
+  void init_with_zero_cta_policy(std::vector<ncclComm_t>& comms) {
+    const int version = lib_.info.version;
+    if (version < 22800)
+      throw Unsupported("NCCL " + std::to_string(version) + " has no CTA policy (copy-engine collectives need NCCL >= 2.28)");
+    ncclUniqueId id;
+    if (ncclResult_t res = lib_.ncclGetUniqueId(&id); res != ncclSuccess) throw BackendError("ncclGetUniqueId: " + nccl::error_text(res));
+    const tool::BenchDriver& d = tool::bench_driver();
+    std::vector<std::unique_ptr<cuda::PrimaryContext>> contexts;
+    for (int r = 0; r < ranks_; ++r) contexts.push_back(std::make_unique<cuda::PrimaryContext>(r));
+    if (ncclResult_t res = lib_.ncclGroupStart(); res != ncclSuccess) throw BackendError("ncclGroupStart: " + nccl::error_text(res));
+    ncclResult_t first_error = ncclSuccess;
+    for (int r = 0; r < ranks_; ++r) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+      cuda::check(d.cuCtxSetCurrent(contexts[static_cast<std::size_t>(r)]->get()), "cuCtxSetCurrent");
+      if (ncclResult_t res = lib_.ncclCommInitRankConfig(&comms[static_cast<std::size_t>(r)], ranks_, id, r, &config); res != ncclSuccess && first_error == ncclSuccess)
+        first_error = res;
+    }
+    const ncclResult_t end = lib_.ncclGroupEnd();
+    if (first_error != ncclSuccess || end != ncclSuccess) {
+      for (ncclComm_t c : comms)
+        if (c != nullptr) lib_.ncclCommAbort(c);
+      throw BackendError("ncclCommInitRankConfig(CTAPolicy ZERO, " + std::to_string(ranks_) + " GPUs): " +
+                         nccl::error_text(first_error != ncclSuccess ? first_error : end));
+    }
+  }
+
   const tool::BenchNccl& lib_;
   int ranks_;
   std::vector<std::vector<ncclComm_t>> native_;
@@ -149,7 +183,9 @@ AllocTarget make_gpu_alloc_target(int device) {
   return t;
 }
 
-std::unique_ptr<Team> make_nccl_team(int ranks, int groups) { return std::make_unique<NcclTeam>(ranks, groups); }
+std::unique_ptr<Team> make_nccl_team(int ranks, int groups, const std::set<int>& zero_cta_groups) {
+  return std::make_unique<NcclTeam>(ranks, groups, zero_cta_groups);
+}
 
 void describe_gpus(std::vector<GpuDescription>& gpus, std::vector<PeerLink>& links) {
   const tool::BenchDriver* d = nullptr;

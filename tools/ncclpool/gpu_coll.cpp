@@ -17,6 +17,8 @@
 
 #include <ncclpool/nccl.hpp>
 
+#include <set>
+
 
 namespace ncclpool::tool {
 namespace {
@@ -45,15 +47,32 @@ void run_coll(const CollOptions& o, Report& report) {
   if (gpus == 0) throw Unsupported("bench coll needs GPUs: " + why);
   const int ranks = o.ranks == 0 ? gpus : o.ranks;
   if (ranks > gpus) throw InvalidArgument("--ranks " + std::to_string(ranks) + ": there are " + std::to_string(gpus) + " GPU(s)");
-  auto team = make_nccl_team(ranks, o.auto_pool ? 4 : 3);  // group k carries kind k: none, local, symmetric; 3: the auto pool
   Sweep sweep;
   sweep.ranks = ranks;
   std::vector<int>& kinds = sweep.kinds;
   for (const auto& k : o.kinds) kinds.push_back(kind_index(k));
+  auto measures = [&kinds](int kind) { return std::find(kinds.begin(), kinds.end(), kind) != kinds.end(); };
+  auto skip = [&](int kind, const std::string& reason) {
+    kinds.erase(std::remove(kinds.begin(), kinds.end(), kind), kinds.end());
+    report.notes.push_back(std::string(kKindNames[kind]) + " skipped: " + reason);
+  };
+  // Group k carries kind k (none, local, symmetric, ce: made with CTA policy ZERO); 4: the auto pool.
+  if (measures(kCopyEngine) && nccl_info().version < 22800) skip(kCopyEngine, "NCCL " + std::to_string(nccl_info().version) + " has no CTA policy (needs >= 2.28)");
+  auto team = make_nccl_team(ranks, o.auto_pool ? 5 : 4, measures(kCopyEngine) ? std::set<int>{kCopyEngine} : std::set<int>{});
   std::string why_no_windows;
-  if (std::find(kinds.begin(), kinds.end(), kSymmetric) != kinds.end() && !team->windows(&why_no_windows)) {
-    kinds.erase(std::remove(kinds.begin(), kinds.end(), kSymmetric), kinds.end());
-    report.notes.push_back("symmetric skipped: " + why_no_windows);
+  if ((measures(kSymmetric) || measures(kCopyEngine)) && !team->windows(&why_no_windows)) {
+    if (measures(kSymmetric)) skip(kSymmetric, why_no_windows);
+    if (measures(kCopyEngine)) skip(kCopyEngine, why_no_windows);
+  }
+  if (measures(kCopyEngine)) {
+    // NCCL's copy engines need windows with its symmetric flag (the NCCL-version guard may leave it
+    // off: NCCL then runs its ring kernels on them), more than one rank, and a driver >= 12.5.
+    const SymmetricKernels guard = symmetric_kernels_on(0);
+    if (!guard.enabled)
+      report.notes.push_back("ce: symmetric kernels are off in this process (" + guard.why +
+                             "), so windows carry no symmetric flag and NCCL cannot use its copy engines: ce measures ring kernels on windows. "
+                             "NCCLPOOL_SYMMETRIC_KERNELS=on to measure the copy engines");
+    if (ranks == 1) report.notes.push_back("ce: one rank, so NCCL copies locally and no copy engine collective runs");
   }
   if (kinds.empty()) throw Unsupported("no registration kind left to measure");
   sweep.sizes = size_sweep(o);
@@ -64,7 +83,7 @@ void run_coll(const CollOptions& o, Report& report) {
                                         (o.graph ? " captured in a CUDA graph, " + std::to_string(o.replays) + " replays timed" : std::string()) +
                                         ", host time per op averaged over ranks, busbw = algbw x (n-1)/n (AG, RS) or 2(n-1)/n (AR)"});
   report.facts.push_back({"memory", "one ncclpool pool per GPU (cuMem, deterministic); none = communicator without registration, local = "
-                                    "ncclCommRegister, symmetric = ncclCommWindowRegister"});
+                                    "ncclCommRegister, symmetric = ncclCommWindowRegister, ce = windows on a communicator made with CTA policy ZERO"});
   report.facts.push_back({"environment", "NCCL_NVLS_ENABLE=" + nvls_setting()});
   // What `ncclpool tune` needs to tell a profile's machine (GPU model, NCCL version, rank count).
   {
@@ -123,7 +142,9 @@ void run_coll(const CollOptions& o, Report& report) {
             // collective registration and whole chunks); a costlier kind wins only where it is
             // measurably faster (medians of the rounds so far), so noise does not flip the choice
             // between equal kinds.
-            std::vector<int> by_cost = kinds;
+            std::vector<int> by_cost;  // the registration kinds: ce is another communicator, not a registration
+            for (int k : kinds)
+              if (k != kCopyEngine) by_cost.push_back(k);
             std::sort(by_cost.begin(), by_cost.end());
             int best = by_cost[0];
             double best_time = 0;

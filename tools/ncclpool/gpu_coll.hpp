@@ -25,8 +25,10 @@
 
 namespace ncclpool::tool::coll {
 
-inline constexpr int kNone = 0, kLocal = 1, kSymmetric = 2, kAutoPoolGroup = 3;  // group 3: the auto pool's communicator
-inline const char* const kKindNames[] = {"none", "local", "symmetric"};
+// A kind is also the group (communicator) it runs on. ce: windows on a communicator made with NCCL's
+// CTA policy ZERO (copy-engine collectives where NCCL has them: all-gather; other ops run its kernels).
+inline constexpr int kNone = 0, kLocal = 1, kSymmetric = 2, kCopyEngine = 3, kAutoPoolGroup = 4;  // group 4: the auto pool's communicator
+inline const char* const kKindNames[] = {"none", "local", "symmetric", "ce"};
 inline constexpr double kAutoMargin = 0.02;  // --auto takes a costlier kind only when it is >= 2% faster
 
 inline double mean_of(const std::vector<double>& values) {
@@ -164,7 +166,7 @@ int kind_index(const std::string& name);
 // What one sweep measured, read by the report once every rank is done.
 struct Sweep {
   int ranks = 0;
-  std::vector<int> kinds;                         // the kinds measured (kNone, kLocal, kSymmetric)
+  std::vector<int> kinds;                         // the kinds measured (kNone, kLocal, kSymmetric, kCopyEngine)
   std::vector<std::size_t> sizes;
   Shared shared;
   std::map<std::string, int> auto_choice;         // op/bytes -> kind (--auto)

@@ -5,6 +5,7 @@
 #include "gpu_coll.hpp"
 
 #include <cstring>
+#include <iterator>
 
 namespace ncclpool::tool::coll {
 
@@ -271,7 +272,7 @@ int RankRunner::check_result(const std::string& op, void* res, std::size_t count
 }
 
 int kind_index(const std::string& name) {
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < static_cast<int>(std::size(kKindNames)); ++k)
     if (name == kKindNames[k]) return k;
   throw InvalidArgument("unknown registration kind '" + name + "'");
 }

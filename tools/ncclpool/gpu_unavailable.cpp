@@ -15,7 +15,7 @@ int gpu_count(std::string* why) {
   return 0;
 }
 AllocTarget make_gpu_alloc_target(int) { throw Unsupported(kWhy); }
-std::unique_ptr<Team> make_nccl_team(int, int) { throw Unsupported(kWhy); }
+std::unique_ptr<Team> make_nccl_team(int, int, const std::set<int>&) { throw Unsupported(kWhy); }
 void run_coll(const CollOptions&, Report&) { throw Unsupported(std::string("bench coll needs GPUs: ") + kWhy); }
 void describe_gpus(std::vector<GpuDescription>&, std::vector<PeerLink>&) {}
 

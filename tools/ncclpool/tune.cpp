@@ -25,7 +25,8 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: ncclpool tune [--rounds 3] [--ctas nccl,16,32] [--min 16K] [--max 1G] [--factor 4] [--iters 30]\n"
-    "                     [--warmup 5] [--ranks N] [--replays 5 | --eager] [--no-compute] [--keep DIR] [--out PATH] [--json]\n"
+    "                     [--warmup 5] [--ranks N] [--replays 5 | --eager] [--no-compute] [--no-copy-engine] [--keep DIR]\n"
+    "                     [--out PATH] [--json]\n"
     "       ncclpool tune --from CTAS=FILE[,CTAS=FILE...] [--gpu NAME --nccl-version V --ranks N] [--out PATH]\n"
     "\n"
     "Measures this machine's profile: `bench coll` (none, local and symmetric registration; all-gather,\n"
@@ -35,6 +36,8 @@ constexpr const char* kHelp =
     "the CTA count with the fastest symmetric kernels alone among those whose steps with compute beside are\n"
     "within 1% of the best, and, per op and size, the cheapest kind to hold unless a costlier one is >= 2%\n"
     "faster alone (medians over rounds; counts are judged where every setting's runs spread by <= 5%).\n"
+    "It also measures all-gather on the copy engines (bench coll kind ce) and records copy_engine_all_gather when\n"
+    "its steps with compute beside are >= 1% shorter than the chosen kind's from 1 MiB (--no-copy-engine skips it).\n"
     "--no-compute measures alone only (faster). --keep DIR saves each run's JSON. Writes\n"
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
     "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
@@ -156,6 +159,55 @@ std::string run_child(const std::string& self, const std::string& ctas, const st
 
 }  // namespace
 
+namespace {
+
+bool has_copy_engine(const std::map<std::size_t, Kinds>& sizes) {
+  for (const auto& [bytes, kinds] : sizes)
+    if (kinds.count("ce") != 0) return true;
+  return false;
+}
+
+// All-gather on the copy engines (bench coll kind ce: windows on a communicator made with CTA policy
+// ZERO) pays off only where it frees SMs for compute that runs beside it; alone it may well be slower.
+// So it is judged on the steps with compute beside: over the all-gather sizes from 1 MiB (below, a
+// step hardly notices the collective), the geometric mean of ce's step over the step of the kind the
+// profile chose there; yes when ce's is >= 1% shorter. No compute runs, one rank (NCCL copies locally)
+// or no ce runs: no, and the note says why.
+bool decide_copy_engine(const Samples& steps, const Profile& profile, const std::string& best_ctas, Report& report) {
+  constexpr std::size_t kFromBytes = std::size_t{1} << 20;
+  auto no = [&report](const std::string& why) {
+    report.notes.push_back("copy-engine all-gather: not chosen (" + why + ")");
+    return false;
+  };
+  if (profile.ranks < 2) return no("one rank: NCCL copies locally, no copy-engine collective ran");
+  const auto all_gather = steps.find("all_gather");
+  if (all_gather == steps.end()) return no("no all-gather runs with compute beside (--no-compute)");
+  double log_sum = 0;
+  int points = 0;
+  for (const auto& [bytes, kinds] : all_gather->second) {
+    if (bytes < kFromBytes) continue;
+    const auto ce = kinds.find("ce");
+    const ProfileClass* chosen_class = nullptr;
+    for (const ProfileClass& c : profile.classes)
+      if (c.min_bytes <= bytes) chosen_class = &c;
+    if (ce == kinds.end() || ce->second.empty() || chosen_class == nullptr || chosen_class->kind.count("all_gather") == 0) continue;
+    const std::string chosen = to_string(chosen_class->kind.at("all_gather"));
+    const auto other = kinds.find(chosen == "symmetric" ? "symmetric@" + best_ctas : chosen);
+    if (other == kinds.end() || other->second.empty()) continue;
+    log_sum += std::log(median(ce->second) / median(other->second));
+    ++points;
+  }
+  if (points == 0) return no("no ce runs with compute beside from 1 MiB (bench coll --kinds ...,ce; NCCL >= 2.28)");
+  const double ratio = std::exp(log_sum / points);
+  char text[160];
+  std::snprintf(text, sizeof text, "step with compute beside %.3f of the chosen kind's (geometric mean over %d all-gather sizes from 1 MiB)", ratio, points);
+  if (ratio > 0.99) return no(std::string(text) + ", not >= 1% shorter");
+  report.notes.push_back(std::string("copy-engine all-gather: chosen, ") + text);
+  return true;
+}
+
+}  // namespace
+
 const char* const kTuneUsage = kHelp;
 
 Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report) {
@@ -185,7 +237,8 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
         if (const Json* wrong = row.find("wrong"); wrong != nullptr && wrong->number != 0)
           throw InvalidArgument("tune: a run has wrong results at " + op + " " + std::to_string(bytes->integer) + " bytes: not used");
         const auto size = static_cast<std::size_t>(bytes->integer);
-        for (const char* kind : {"none", "local", "symmetric"}) {
+        for (const char* kind : {"none", "local", "symmetric", "ce"}) {
+          // ce's all-gather runs on the copy engines, whatever the CTA count: its runs pool over the settings.
           const std::string name = kind == std::string("symmetric") ? "symmetric@" + run.ctas : kind;
           if (const Json* us = row.find(std::string(kind) + "_us"); us != nullptr && us->type == Json::Type::number) samples[op][size][name].push_back(us->number);
           if (const Json* step = row.find(std::string(kind) + "_step"); step != nullptr && step->type == Json::Type::number && step->number > 0)
@@ -252,6 +305,11 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       t.headers.push_back("symmetric " + c);
       t.keys.push_back("symmetric_" + c + "_us");
     }
+    const bool ce_measured = has_copy_engine(sizes);
+    if (ce_measured) {
+      t.headers.push_back("ce");
+      t.keys.push_back("ce_us");
+    }
     t.headers.push_back("kind");
     t.keys.push_back("kind");
     for (const auto& [bytes, kinds] : sizes) {
@@ -278,6 +336,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       std::vector<Cell> row{bytes_cell(bytes)};
       for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}));
       for (const auto& c : ctas_values) row.push_back(spread_cell(kinds.count("symmetric@" + c) ? kinds.at("symmetric@" + c) : std::vector<double>{}));
+      if (ce_measured) row.push_back(spread_cell(kinds.count("ce") ? kinds.at("ce") : std::vector<double>{}));
       row.push_back(text_cell(chosen));
       t.add(std::move(row));
     }
@@ -292,15 +351,22 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       t.headers.push_back("symmetric " + c);
       t.keys.push_back("symmetric_" + c + "_step");
     }
+    const bool ce_measured = has_copy_engine(sizes);
+    if (ce_measured) {
+      t.headers.push_back("ce");
+      t.keys.push_back("ce_step");
+    }
     for (const auto& [bytes, kinds] : sizes) {
       std::vector<Cell> row{bytes_cell(bytes)};
       for (const char* k : {"none", "local"}) row.push_back(spread_cell(kinds.count(k) ? kinds.at(k) : std::vector<double>{}, 3));
       for (const auto& c : ctas_values) row.push_back(spread_cell(kinds.count("symmetric@" + c) ? kinds.at("symmetric@" + c) : std::vector<double>{}, 3));
+      if (ce_measured) row.push_back(spread_cell(kinds.count("ce") ? kinds.at("ce") : std::vector<double>{}, 3));
       t.add(std::move(row));
     }
     report.tables.push_back(std::move(t));
   }
   for (auto& [bytes, c] : classes) profile.classes.push_back(std::move(c));
+  profile.copy_engine_all_gather = decide_copy_engine(steps, profile, best, report);
   report.facts.push_back({"machine", machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " + std::to_string(machine.ranks) + " ranks"});
   report.facts.push_back({"runs", std::to_string(runs.size()) + " bench coll runs, CTA settings " + std::to_string(ctas_values.size())});
   report.notes.push_back("kind per op and size: the cheapest to hold (none < local < symmetric) unless a costlier one's median is >= 2% faster");
@@ -356,6 +422,8 @@ int cmd_tune(const Args& a) {
     // are only evidence when resolved. --graph is accepted for the scripts written before.
     if (!a.has("eager")) coll_args.insert(coll_args.end(), {"--graph", "--replays", std::to_string(a.get_int("replays", 5, 1, 100000))});
     if (!a.has("no-compute")) coll_args.push_back("--compute");
+    // ce: the copy-engine all-gather the profile may choose (judged with compute beside).
+    if (!a.has("no-copy-engine")) coll_args.insert(coll_args.end(), {"--kinds", "none,local,symmetric,ce"});
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) throw BackendError("tune: cannot find this program (/proc/self/exe): " + ec.message());
