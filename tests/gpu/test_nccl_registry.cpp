@@ -506,5 +506,71 @@ TEST_F(NcclRegistry, NonBlockingCommunicatorsWork) {
   for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
 }
 
+// Copy-engine all-gather (bench coll kind ce, ncclpool.torch.copy_engine_group): one pool attached
+// with windows to a communicator made with CTA policy ZERO. NCCL moves the all-gather with its copy
+// engines where the windows carry the symmetric flag (symmetric kernels on: gpu-check sets
+// NCCLPOOL_SYMMETRIC_KERNELS=on; NCCL_DEBUG_SUBSYS=INIT then logs "Init CE" once per rank). Results
+// right out-of-place and in-place on a side stream, reduce-scatter on the same communicator (its
+// kernels) right too, and teardown (detach, ncclCommDestroy, reported to hang with such a
+// communicator: Megatron-LM PR #5858) finishes.
+TEST_F(NcclRegistry, CopyEngineAllGatherOnAZeroCtaPolicyCommunicatorIsRightAndTearsDown) {
+  const auto& lib = tool::bench_nccl();
+  if (nccl_info().version < 22800) GTEST_SKIP() << "NCCL " << nccl_info().version << " has no CTA policy";
+  ncclUniqueId id;
+  ASSERT_EQ(lib.ncclGetUniqueId(&id), ncclSuccess);
+  std::printf("copy-engine all-gather: symmetric kernels %s\n", symmetric_kernels_on(0).enabled ? "on (windows carry the symmetric flag)" : "off: NCCL runs ring kernels");
+  const auto errors = on_ranks([&](int rank) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+    ncclComm_t comm = nullptr;
+    if (lib.ncclCommInitRankConfig(&comm, n_, id, rank, &config) != ncclSuccess) throw std::runtime_error("ncclCommInitRankConfig(CTAPolicy ZERO) failed");
+    PoolConfig pc;
+    pc.name = "copy-engine";
+    pc.deterministic = true;
+    pc.growth_chunk = 64 * MiB;
+    auto pool = std::make_shared<Pool>(make_vmm_source(VmmSourceOptions{.device = rank}), pc);
+    Registry registry(pool);
+    auto wrapper = make_nccl_communicator(comm);
+    registry.attach(wrapper, RegistrationKind::symmetric);
+    const std::size_t count = 8 * MiB / sizeof(float);  // per rank
+    const std::size_t n = static_cast<std::size_t>(n_);
+    void* send = pool->allocate(count * sizeof(float));
+    void* gathered = pool->allocate(count * sizeof(float) * n);
+    void* in_place = pool->allocate(count * sizeof(float) * n);
+    void* rs_out = pool->allocate(count * sizeof(float));
+    registry.commit();
+    if (registry.handle_of(gathered, *wrapper) == nullptr) throw std::runtime_error("the all-gather buffer is not in a window");
+    upload(send, std::vector<float>(count, static_cast<float>(rank + 1)));
+    upload(static_cast<char*>(in_place) + static_cast<std::size_t>(rank) * count * sizeof(float), std::vector<float>(count, static_cast<float>(10 * (rank + 1))));
+    CUstream stream = nullptr;
+    cuda::check(tool::bench_driver().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");  // never the null stream (NCCL #2003)
+    auto s = reinterpret_cast<cudaStream_t>(stream);
+    void* in_place_send = static_cast<char*>(in_place) + static_cast<std::size_t>(rank) * count * sizeof(float);
+    for (int iter = 0; iter < 3; ++iter)
+      if (lib.ncclAllGather(send, gathered, count, ncclFloat, comm, s) != ncclSuccess ||
+          lib.ncclAllGather(in_place_send, in_place, count, ncclFloat, comm, s) != ncclSuccess)
+        throw std::runtime_error("all-gather launch failed");
+    if (lib.ncclReduceScatter(gathered, rs_out, count, ncclFloat, ncclSum, comm, s) != ncclSuccess) throw std::runtime_error("reduce-scatter launch failed");
+    cuda::check(tool::bench_driver().cuStreamSynchronize(stream), "sync");
+    tool::bench_driver().cuStreamDestroy_v2(stream);
+    const auto out = download(gathered, count * n), in = download(in_place, count * n), rs = download(rs_out, count);
+    for (std::size_t peer = 0; peer < n; ++peer)
+      for (std::size_t i : {std::size_t{0}, count / 2, count - 1}) {
+        if (out[peer * count + i] != static_cast<float>(peer + 1)) throw std::runtime_error("out-of-place all-gather wrong at peer " + std::to_string(peer));
+        if (in[peer * count + i] != static_cast<float>(10 * (peer + 1))) throw std::runtime_error("in-place all-gather wrong at peer " + std::to_string(peer));
+      }
+    // reduce-scatter of the gathered buffer: every rank's slice r holds r + 1, summed over n ranks.
+    if (rs[0] != static_cast<float>(n * static_cast<std::size_t>(rank + 1)) || rs[count - 1] != rs[0]) throw std::runtime_error("reduce-scatter wrong");
+    for (void* p : {send, gathered, in_place, rs_out}) pool->deallocate(p);
+    registry.detach(*wrapper);
+    registry.check_invariants();
+    wrapper.reset();
+    const auto start = std::chrono::steady_clock::now();
+    if (lib.ncclCommDestroy(comm) != ncclSuccess) throw std::runtime_error("ncclCommDestroy failed");
+    std::printf("rank %d: copy-engine communicator destroyed in %.1f ms\n", rank, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
 }  // namespace
 }  // namespace ncclpool
