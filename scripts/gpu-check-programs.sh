@@ -190,18 +190,18 @@ fi
 #     NCCL logs "Init CE" (NCCL_DEBUG_SUBSYS=INIT) when a rank first reaches its copy-engine path: the
 #     rows count those lines, which says whether the copy engines ran at all.
 if want cecoll && [ -x "$BUILD/tools/ncclpool" ]; then
+  # NCCL's INFO lines go to a file of their own (NCCL_DEBUG_FILE): on stdout they would break the JSON.
   if [ -x "$BUILD/tests/ncclpool_nccl_tests" ]; then
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout "$(within 180)" "$BUILD/tests/ncclpool_nccl_tests" --gtest_filter='*CopyEngine*' \
-      >"$OUT/nccl-copy-engine.log" 2>&1
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT NCCL_DEBUG_FILE="$OUT/nccl-info-ce-test.%p.log" timeout "$(within 180)" \
+      "$BUILD/tests/ncclpool_nccl_tests" --gtest_filter='*CopyEngine*' >"$OUT/nccl-copy-engine.log" 2>&1
     rc=$?
-    grep -v "NCCL INFO" "$OUT/nccl-copy-engine.log" >>"$LOG"
-    row "nccl: copy-engine all-gather test" "rc=$rc; $(grep -c 'Init CE' "$OUT/nccl-copy-engine.log") 'Init CE'; $(grep -m1 -o '[0-9]* tests\?, listed below\|PASSED.*\|SKIPPED.*' "$OUT/nccl-copy-engine.log" | head -1)"
+    cat "$OUT/nccl-copy-engine.log" >>"$LOG"
+    row "nccl: copy-engine all-gather test" "rc=$rc; $(cat "$OUT"/nccl-info-ce-test.*.log 2>/dev/null | grep -c 'Init CE') 'Init CE'; $(grep -m1 -o 'PASSED.*\|SKIPPED.*\|FAILED.*' "$OUT/nccl-copy-engine.log")"
   fi
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout "$(within 420)" "$BUILD/tools/ncclpool" bench coll --ops all_gather --kinds none,symmetric,ce --compute \
-    --min 1M --max 1G --factor 4 --iters 30 --rounds 3 --json >"$OUT/bench-coll-ce.json" 2>"$OUT/bench-coll-ce.nccl.log"
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT NCCL_DEBUG_FILE="$OUT/nccl-info-ce-bench.%p.log" timeout "$(within 420)" "$BUILD/tools/ncclpool" bench coll \
+    --ops all_gather --kinds none,symmetric,ce --compute --min 1M --max 1G --factor 4 --iters 30 --rounds 3 --json >"$OUT/bench-coll-ce.json" 2>>"$LOG"
   rc=$?
-  grep -v "NCCL INFO" "$OUT/bench-coll-ce.nccl.log" >>"$LOG"
-  row "bench coll ce: NCCL's copy-engine init" "$(grep -c 'Init CE' "$OUT/bench-coll-ce.nccl.log") 'Init CE' line(s) (one per rank when the copy engines ran)"
+  row "bench coll ce: NCCL's copy-engine init" "$(cat "$OUT"/nccl-info-ce-bench.*.log 2>/dev/null | grep -c 'Init CE') 'Init CE' line(s) (one per rank when the copy engines ran)"
   python3 scripts/bench-report.py summary "$OUT/bench-coll-ce.json" >>"$LOG" 2>&1
   row "bench coll ce (copy-engine all-gather)" "rc=$rc; $(python3 -c '
 import json, sys
