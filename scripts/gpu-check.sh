@@ -358,7 +358,9 @@ fi
 #     cta_policy, the ZERO-policy group, all-gathers on its windows against plain ones, FSDP2 losses
 #     bitwise equal to plain, teardown in time; then with rank 1 (or 0) forced off
 #     (NCCLPOOL_COPY_ENGINE=off there): the same error on every rank, auto off everywhere, no hang.
-#     NCCL's log (INIT,ENV,TUNING) shows the ZERO policy and the [Copy Engine] all-gathers.
+#     NCCL's log (INIT,ENV,TUNING) shows the ZERO policy ("CTA policy flags set to 2"), and the copy
+#     engines where they ran: "Init CE" once per rank (INIT), "[Copy Engine]" per all-gather (TUNING,
+#     rank 0, where this NCCL logs it).
 if ! want copyengine; then
   :
 elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
@@ -374,7 +376,7 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
     row "copy engine ($mode), $gpus GPU(s)" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/copyengine-$mode.log" | cut -c1-200 || echo 'no RESULT (timeout or crash)')"
   done
   cat "$BUILD"/ce-nccl-main.*.log >"$OUT/copyengine-nccl.log" 2>/dev/null
-  row "  NCCL log: [Copy Engine] all-gathers" "$(grep -c '\[Copy Engine\]' "$OUT/copyengine-nccl.log"); communicators with CTA policy 2: $(grep -c 'CTA policy flags set to 2' "$OUT/copyengine-nccl.log")"
+  row "  NCCL log: copy engines" "$(grep -c 'Init CE' "$OUT/copyengine-nccl.log") 'Init CE', $(grep -c '\[Copy Engine\]' "$OUT/copyengine-nccl.log") '[Copy Engine]'; communicators with CTA policy 2: $(grep -c 'CTA policy flags set to 2' "$OUT/copyengine-nccl.log")"
 else
   row "copy engine" "not run (no torch with CUDA here)"
 fi

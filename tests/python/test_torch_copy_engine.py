@@ -43,8 +43,9 @@ def vote(monkeypatch):
     asked = []
 
     def install(per_rank):
-        def copy_engine_vote(requested, ranks):
+        def copy_engine_vote(requested, ranks, device=0):
             rank = getattr(current, "rank", 0)
+            assert device == 0, device  # this rank's GPU (the stand-in's current device)
             asked.append((rank, requested, ranks))
             return per_rank(rank, requested, ranks)
         monkeypatch.setattr(ncclpool, "copy_engine_vote", copy_engine_vote, raising=False)
@@ -54,7 +55,7 @@ def vote(monkeypatch):
 
 
 def yes(rank, requested, ranks):
-    return True, f"copy engines asked for (copy_engine={requested})"
+    return True, f"on: requested (copy_engine={requested})"  # the library's reasons start with on: / off:
 
 
 def calls(layer, name):
@@ -78,7 +79,7 @@ def test_true_makes_one_zero_policy_group_over_the_same_ranks(torch_layer, vote)
     for r, (zero, again, auto, decision) in enumerate(result for _, result in out):
         assert again is zero and auto is zero and decision.group is zero and decision.used
         assert zero.options.config.cta_policy == ZERO and zero.ranks == [0, 1, 2] and zero.rank() == r
-        assert decision.why == out[0][1][3].why and decision.why.startswith("on: every rank of 3 votes yes")
+        assert decision.why == "on: every rank of 3 votes yes (rank 0: requested (copy_engine=True))"
     assert len({id(z.rendezvous) for z in zeros}) == 1, "the ranks' groups are not one group"
     assert groups[0].rendezvous.collectives == 2  # the vote and the split, once
     splits = calls(layer, "split_group")
@@ -108,10 +109,10 @@ def test_one_rank_voting_no_fails_or_stays_off_on_every_rank(torch_layer, vote, 
     # NCCLPOOL_COPY_ENGINE=off on rank 1 only: every rank raises the same error naming it (True), or
     # stays off with the same reason (auto); no rank makes the group, and the group still pairs.
     layer = torch_layer
-    vote(lambda r, req, ranks: (False, "NCCLPOOL_COPY_ENGINE=off in this process") if r == 1 else yes(r, req, ranks))
+    vote(lambda r, req, ranks: (False, "off: NCCLPOOL_COPY_ENGINE=off") if r == 1 else yes(r, req, ranks))
     groups = torch_stand_in.make_group(3, ranks=[4, 5, 6])
     out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=requested))
-    expected = "rank 1 (global rank 5) votes no: NCCLPOOL_COPY_ENGINE=off in this process"
+    expected = "rank 1 (global rank 5) votes no: NCCLPOOL_COPY_ENGINE=off"
     if requested:
         assert [kind for kind, _ in out] == ["raised"] * 3
         messages = {str(e) for _, e in out}

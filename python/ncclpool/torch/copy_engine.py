@@ -112,12 +112,18 @@ def _agree(group, requested) -> CopyEngineDecision:
     if noes:
         first = noes[0]
         more = f"; {len(noes) - 1} more rank(s) vote no" if len(noes) > 1 else ""
-        reason = f"rank {first}{_global(members, first)} votes no: {votes[first][2]}{more}"
+        reason = f"rank {first}{_global(members, first)} votes no: {_bare(votes[first][2], 'off: ')}{more}"
         if requested is True:
             raise errors.Unsupported(f"ncclpool.torch.copy_engine_group(copy_engine=True) over {ranks} ranks: {reason}")
         return CopyEngineDecision(requested, None, f"off: {reason}", ranks)
     zero = _make_zero_group(group, members)
-    return CopyEngineDecision(requested, zero, f"on: every rank of {ranks} votes yes (rank 0: {votes[0][2]})", ranks)
+    return CopyEngineDecision(requested, zero, f"on: every rank of {ranks} votes yes (rank 0: {_bare(votes[0][2], 'on: ')})",
+                              ranks)
+
+
+def _bare(why: str, prefix: str) -> str:
+    """A vote's reason without the on/off its decision already says."""
+    return why[len(prefix):] if why.startswith(prefix) else why
 
 
 def _global(members, i) -> str:
@@ -125,12 +131,13 @@ def _global(members, i) -> str:
 
 
 def _local_vote(group, requested, ranks) -> tuple[bool, str]:
-    """This rank's vote and its reason. A failure here is this rank's "no", never a skipped collective."""
+    """This rank's vote and its reason (ncclpool.copy_engine_vote on this rank's GPU, then this torch).
+    A failure here is this rank's "no", never a skipped collective."""
     vote = getattr(_np, "copy_engine_vote", None)
     if vote is None:
         return False, "this ncclpool has no copy_engine_vote (a library from before the copy-engine route)"
     try:
-        use, why = vote(requested, ranks)
+        use, why = vote(requested, ranks, device=torch.cuda.current_device())
     except Exception as e:  # noqa: BLE001 - whatever failed, every rank must still take part in the vote
         return False, f"copy_engine_vote failed: {type(e).__name__}: {e}"
     if not use:

@@ -18,7 +18,8 @@ rank; WORLD still pairs afterwards (no hang); teardown as above.
 
 With one GPU NCCL copies locally for its one rank (no peer): the copy engines are not reached, and
 the checks run the plumbing (vote, group, windows, FSDP2) only. The NCCL log proves the copy engines
-(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING: "AllGather [Copy Engine]" lines on rank 0).
+(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING: "Init CE" once per rank, and "AllGather [Copy
+Engine]" per all-gather on rank 0 where that NCCL logs it).
 Prints 'CHECK name: ok|FAILED|skipped' lines and one 'RESULT ...' line on rank 0; exits non-zero on
 any failure.
 """
@@ -249,7 +250,7 @@ def main_checks():
     if world_size == 1:
         notes.append("one GPU: copy engines not reached (NCCL copies locally for one rank), plumbing checked")
     else:
-        notes.append("copy engines: see the NCCL log's [Copy Engine] lines")
+        notes.append("copy engines: see the NCCL log's 'Init CE' lines")
 
 
 def off_rank_checks(off):
