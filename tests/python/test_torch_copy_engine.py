@@ -395,3 +395,20 @@ def test_fsdp_votes_for_every_shard_group_before_configuring_a_module(fsdp, vote
     with pytest.raises(errors.Unsupported, match="rank 0 votes no: NCCLPOOL_COPY_ENGINE=off"):
         fsdp.helper.enable(model, fsdp.pool(symmetric=True), copy_engine=True)
     assert all(b.ag is None and b.rs is None for b in model.modules())
+
+
+@pytest.mark.skipif(not hasattr(ncclpool, "copy_engine_vote"), reason="a library without ncclpool.copy_engine_vote")
+def test_the_librarys_own_vote(torch_layer, monkeypatch):
+    # The C vote itself (no stand-in): NCCLPOOL_COPY_ENGINE=off wins over copy_engine=True on every
+    # rank; without it this machine (no GPU) still votes no, for a reason the library gives.
+    layer = torch_layer
+    monkeypatch.setenv("NCCLPOOL_COPY_ENGINE", "off")
+    groups = torch_stand_in.make_group(2)
+    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    assert {(kind, type(e), str(e)) for kind, e in out} == {(
+        "raised", errors.Unsupported, "ncclpool.torch.copy_engine_group(copy_engine=True) over 2 ranks: rank 0 votes no: "
+        "NCCLPOOL_COPY_ENGINE=off; 1 more rank(s) vote no")}
+    monkeypatch.delenv("NCCLPOOL_COPY_ENGINE")
+    assert run_ranks(2, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 2
+    whys = {layer.copy_engine._decision_of(g).why for g in groups}
+    assert len(whys) == 1 and whys.pop().startswith("off: rank 0 votes no: ") and not calls(layer, "split_group")
