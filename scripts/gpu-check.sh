@@ -6,9 +6,9 @@
 #   scripts/gpu-check.sh            build if GoogleTest is here, else use build/gpu as carried; run
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
-#                                   pdl, window, ncclversions, bench, cecoll, torch, megatron, fsdp2, decode, sglang,
-#                                   wheel, tool, toolbench, nccltests, demo, examples; window only when named;
-#                                   default all)
+#                                   pdl, window, ncclversions, bench, cecoll, torch, copyengine, megatron, fsdp2,
+#                                   decode, sglang, wheel, tool, toolbench, nccltests, demo, examples; window only
+#                                   when named; default all)
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
 # (their kernels trigger nothing early, so the symmetric path stays tested and measured on NCCL
@@ -60,7 +60,7 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,cecoll,torch,megatron,fsdp2,decode,sglang,wheel,tool,toolbench,nccltests,demo,examples},"
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,cecoll,torch,copyengine,megatron,fsdp2,decode,sglang,wheel,tool,toolbench,nccltests,demo,examples},"
 declare -a rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 # NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every
@@ -350,6 +350,35 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   cat "$TORCH_LOG" >>"$LOG"
 else
   row "torch layer" "not run (no torch with CUDA here)"
+fi
+
+# 6a. The copy-engine (zero-SM) all-gather (docs/python.md, "Copy-engine all-gather (zero SMs)"): on
+#     every GPU of the host (one included: NCCL copies locally for one rank, so the copy engines are
+#     not reached there and the plumbing is checked), tests/gpu/torch/check_copy_engine.py: torch's
+#     cta_policy, the ZERO-policy group, all-gathers on its windows against plain ones, FSDP2 losses
+#     bitwise equal to plain, teardown in time; then with rank 1 (or 0) forced off
+#     (NCCLPOOL_COPY_ENGINE=off there): the same error on every rank, auto off everywhere, no hang.
+#     NCCL's log (INIT,ENV,TUNING) shows the ZERO policy ("CTA policy flags set to 2"), and the copy
+#     engines where they ran: "Init CE" once per rank (INIT), "[Copy Engine]" per all-gather (TUNING,
+#     rank 0, where this NCCL logs it).
+if ! want copyengine; then
+  :
+elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  export NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+  rm -f "$BUILD"/ce-nccl.*.log
+  for mode in main off; do
+    args=(); [ "$mode" = off ] && args=(--off-rank 1)
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING NCCL_DEBUG_FILE="$BUILD/ce-nccl-$mode.%h.%p.log" \
+      NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$gpus" \
+      tests/gpu/torch/check_copy_engine.py ${args[@]+"${args[@]}"} >"$OUT/copyengine-$mode.log" 2>&1
+    rc=$?
+    cat "$OUT/copyengine-$mode.log" >>"$LOG"
+    row "copy engine ($mode), $gpus GPU(s)" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/copyengine-$mode.log" | cut -c1-200 || echo 'no RESULT (timeout or crash)')"
+  done
+  cat "$BUILD"/ce-nccl-main.*.log >"$OUT/copyengine-nccl.log" 2>/dev/null
+  row "  NCCL log: copy engines" "$(grep -c 'Init CE' "$OUT/copyengine-nccl.log") 'Init CE', $(grep -c '\[Copy Engine\]' "$OUT/copyengine-nccl.log") '[Copy Engine]'; communicators with CTA policy 2: $(grep -c 'CTA policy flags set to 2' "$OUT/copyengine-nccl.log")"
+else
+  row "copy engine" "not run (no torch with CUDA here)"
 fi
 
 # 6b-12. Whole programs over the library: scripts/gpu-check-programs.sh (sourced; sections megatron,

@@ -90,12 +90,15 @@ def _pool_lines(pool) -> list[str]:
     return lines
 
 
-def memory_summary(pools) -> str:
-    """Text report of one pool or an iterable of pools."""
+def memory_summary(pools, extra_lines=None) -> str:
+    """Text report of one pool or an iterable of pools. extra_lines(pool) -> [str]: lines a layer above
+    adds at the end of a pool's part (ncclpool.torch: its copy-engine decisions)."""
     if hasattr(pools, "stats_json") or hasattr(pools, "closed"):
         pools = [pools]
     out = ["ncclpool memory summary", "=" * 23]
     for pool in pools:
         out += _pool_lines(pool)
+        if extra_lines is not None:
+            out += extra_lines(pool)
         out.append("")
     return "\n".join(out).rstrip() + "\n"

@@ -19,8 +19,9 @@ Every torch MemPool made by :func:`create_nccl_mem_pool` maps to one :class:`ncc
 the calling thread (graph capture included); outside any scope, to the single pool of the device.
 
 The layer's parts: ncclpool/torch/binding.py (allocator set-up, pools, registration of groups, the
-destroy hook), contexts.py (the context managers and graph()), checks.py (check mode 'collectives');
-megatron.py and fsdp.py plug it into Megatron and FSDP2.
+destroy hook), contexts.py (the context managers and graph()), checks.py (check mode 'collectives'),
+copy_engine.py (copy_engine_group: the zero-SM all-gather's group, agreed by every rank); megatron.py
+and fsdp.py plug it into Megatron and FSDP2.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from .binding import (_Attachment, _Binding, _attachment_of, _binding, _bindings
                       deregister_mem_pool, forget_group, init, memory_summary, ncclpool_pool, register_mem_pool,
                       release_mem_pool, stats)
 from .checks import _COLLECTIVES, _checked, _originals, _symmetric_comm_of, _tensors, check_collectives
+from .copy_engine import CopyEngineDecision, copy_engine_group
 from .contexts import (MemPoolAllocatorWithoutRegistration, MultiGroupMemPoolAllocator, PerformanceWarning,
                        _groups, _PoolContext, graph, nccl_mem, use_mem_pool)
 
@@ -47,4 +49,5 @@ __all__ = [
     "init", "create_nccl_mem_pool", "register_mem_pool", "deregister_mem_pool", "forget_group", "nccl_mem",
     "MultiGroupMemPoolAllocator", "MemPoolAllocatorWithoutRegistration", "use_mem_pool", "ncclpool_pool",
     "stats", "memory_summary", "release_mem_pool", "graph", "check_collectives", "PerformanceWarning",
+    "copy_engine_group", "CopyEngineDecision",
 ]

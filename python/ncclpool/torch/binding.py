@@ -1,7 +1,8 @@
 """ncclpool.torch's binding of torch to ncclpool: the pluggable allocator's set-up (init), torch
 MemPools made over ncclpool pools (create_nccl_mem_pool, release_mem_pool) and the table that maps
 one to the other, registration of process groups with a pool (register / deregister / forget), and
-the destroy_process_group hook that forgets a group's registrations before its communicator goes.
+the destroy_process_group hook that forgets a group's registrations before its communicator goes (and
+destroys the group's copy-engine group first: copy_engine.py).
 """
 from __future__ import annotations
 
@@ -262,7 +263,13 @@ def _install_destroy_hook() -> None:
     original = dist.destroy_process_group
 
     def destroy_process_group(group=None, *args, **kwargs):
-        forget_group(group)
+        from .copy_engine import _forget  # here: copy_engine imports this module
+        everything = group is None or group is dist.group.WORLD  # torch destroys every group then
+        # The copy-engine group made for `group` goes first, the same on every rank of it.
+        for companion in _forget(None if everything else group):
+            forget_group(companion)
+            original(companion)
+        forget_group(None if everything else group)
         return original(group, *args, **kwargs)
 
     destroy_process_group.__doc__ = original.__doc__
@@ -273,14 +280,22 @@ def _install_destroy_hook() -> None:
 
 
 def stats(pool) -> dict:
-    """Pool counters and one entry per registered group (see ncclpool.Pool.stats_json)."""
-    return _binding(pool).pool.stats_json()
+    """Pool counters and one entry per registered group (see ncclpool.Pool.stats_json), and
+    ``copy_engine``: whether the pool's all-gathers run on a copy-engine group (``used``), ``why``,
+    and the decision for each shard group fsdp.enable asked about (``groups``)."""
+    from .copy_engine import _pool_stats
+    out = _binding(pool).pool.stats_json()
+    out["copy_engine"] = _pool_stats(pool.id)
+    return out
 
 
 def memory_summary(pool=None) -> str:
-    """Text report of one pool made by create_nccl_mem_pool, or of all of them."""
-    pools = [b.pool for b in _bindings.values()] if pool is None else [ncclpool_pool(pool)]
-    return _np.memory_summary(pools)
+    """Text report of one pool made by create_nccl_mem_pool, or of all of them (with a line per
+    copy-engine decision fsdp.enable made for a pool)."""
+    from .copy_engine import _summary_lines
+    bindings = list(_bindings.values()) if pool is None else [_binding(pool)]
+    lines_of = {id(b.pool): _summary_lines(b.mempool.id) for b in bindings}
+    return _np.memory_summary([b.pool for b in bindings], extra_lines=lambda p: lines_of.get(id(p), []))
 
 
 def release_mem_pool(pool) -> None:

@@ -10,6 +10,10 @@ FSDP asks the custom communication object for its buffers (``allocate``) and the
 (``__call__``); both go through the pool, so the collective runs on registered memory (symmetric
 kernels for symmetric pools). New segments are registered at the end of the allocation, after the
 ranks agree; later steps reuse cached blocks and register nothing.
+
+``copy_engine=True`` / None (auto): where every rank of a shard group agrees (copy_engine.py), the
+all-gathers run on that group's copy-engine group (NCCL's CTA policy ZERO: copy engines, no SMs), their
+buffers windows of it; reduce-scatters stay on the shard group.
 """
 from __future__ import annotations
 
@@ -22,7 +26,11 @@ try:  # public in newer releases, private in torch 2.11
 except ImportError as e:  # pragma: no cover - depends on the torch build
     raise ImportError(f"ncclpool.torch.fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard): {e}") from e
 
+from ncclpool import errors
+
 from . import MultiGroupMemPoolAllocator, ncclpool_pool
+from . import copy_engine as _copy_engine
+from .binding import _binding, _kind_for
 
 __all__ = ["PoolAllGather", "PoolReduceScatter", "enable"]
 
@@ -42,12 +50,26 @@ class _PoolComm:
 
 
 class PoolAllGather(_PoolComm, AllGather):
-    """FSDP2 all-gather whose output buffer lives in an ncclpool pool."""
+    """FSDP2 all-gather whose output buffer lives in an ncclpool pool. With ``copy_engine_group`` (the
+    copy-engine group of ``shard_group``: copy_engine.copy_engine_group) the all-gather FSDP asks for on
+    the shard group runs on that group instead (copy engines, no SMs), off the default stream."""
 
     collective = "all_gather"
 
+    def __init__(self, pool, groups, symmetric: bool | None = None, *, copy_engine_group=None, shard_group=None):
+        super().__init__(pool, groups, symmetric)
+        if (copy_engine_group is None) != (shard_group is None):
+            raise errors.InvalidArgument("PoolAllGather: copy_engine_group and shard_group go together")
+        self.copy_engine_group = copy_engine_group
+        self.shard_group = shard_group
+
     def __call__(self, output_tensor, input_tensor, group, async_op: bool = False):
-        return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+        if self.copy_engine_group is None:
+            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group, async_op=async_op)
+        if group is not self.shard_group:
+            raise errors.InvalidArgument(f"PoolAllGather made for the copy-engine group of {self.shard_group} was asked "
+                                         f"to all-gather on {group}: it would gather other ranks")
+        return _copy_engine.all_gather_into_tensor(output_tensor, input_tensor, self.copy_engine_group, async_op)
 
 
 class PoolReduceScatter(_PoolComm, ReduceScatter):
@@ -59,24 +81,58 @@ class PoolReduceScatter(_PoolComm, ReduceScatter):
         return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
 
 
-def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None = None, reduce_scatter: bool = True) -> int:
+def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None = None, reduce_scatter: bool = True,
+           copy_engine: bool | None = None) -> int:
     """Plugs pool-backed all-gather (and reduce-scatter) into every FSDPModule under `module`.
     symmetric: None registers the groups the way the pool was made for (create_nccl_mem_pool).
 
     groups: the process groups the buffers are used with (default: each module's FSDP shard group).
+    copy_engine: True, None (auto) or False: whether each shard group's all-gathers run on its
+    copy-engine group (copy_engine_group: a vote over the shard group, so call enable on every rank;
+    True raises on every rank if one cannot). The all-gather buffers are then registered with that
+    group instead of the shard group. Copy engines need windows: copy_engine=True with a pool (or
+    `symmetric`) that registers locally is an error, auto stays off there without a vote. Every
+    decision is in stats(pool)['copy_engine'] and memory_summary(pool).
     Returns the number of FSDP modules configured."""
-    count = 0
-    for m in module.modules():
-        if not isinstance(m, FSDPModule):
-            continue
-        gs = groups if groups is not None else [_shard_group(m)]
-        m.set_custom_all_gather(PoolAllGather(pool, gs, symmetric))
+    if copy_engine not in (None, True, False):
+        raise errors.InvalidArgument(f"copy_engine must be True, False or None (auto), not {copy_engine!r}")
+    windowless = _kind_for(_binding(pool), symmetric) == "local"
+    if copy_engine is True and windowless:
+        raise errors.InvalidArgument("ncclpool.torch.fsdp.enable(copy_engine=True): copy engines need windows, and this "
+                                     "pool registers locally: use create_nccl_mem_pool(symmetric=True), or symmetric=True")
+    modules = [(m, _shard_group(m)) for m in module.modules() if isinstance(m, FSDPModule)]
+    if not modules:
+        raise ValueError("ncclpool.torch.fsdp.enable: no FSDPModule in the module tree (call fully_shard first)")
+    zeros = {}  # id(shard group) -> its copy-engine group or None: every vote before any module changes
+    for _, shard in modules:
+        if id(shard) not in zeros:
+            zeros[id(shard)] = _copy_engine_for(pool, shard, copy_engine, windowless)
+    for m, shard in modules:
+        gs = groups if groups is not None else [shard]
+        zero = zeros[id(shard)]
+        if zero is None:
+            m.set_custom_all_gather(PoolAllGather(pool, gs, symmetric))
+        else:
+            others = [g for g in gs if g is not shard]
+            m.set_custom_all_gather(PoolAllGather(pool, [zero, *others], symmetric, copy_engine_group=zero, shard_group=shard))
         if reduce_scatter:
             m.set_custom_reduce_scatter(PoolReduceScatter(pool, gs, symmetric))
-        count += 1
-    if count == 0:
-        raise ValueError("ncclpool.torch.fsdp.enable: no FSDPModule in the module tree (call fully_shard first)")
-    return count
+    return len(modules)
+
+
+def _copy_engine_for(pool, shard, copy_engine, windowless):
+    """The copy-engine group for `shard`'s all-gathers (None: off), recorded for the pool's stats."""
+    ranks = dist.get_world_size(shard)
+    if copy_engine is False:
+        decision = _copy_engine.CopyEngineDecision(False, None, "off: copy_engine=False (no vote)", ranks)
+    elif windowless:
+        decision = _copy_engine.CopyEngineDecision(None, None, "off: the pool registers locally (no windows), "
+                                                   "which copy engines need (no vote)", ranks)
+    else:
+        _copy_engine.copy_engine_group(shard, copy_engine=copy_engine)
+        decision = _copy_engine._decision_of(shard)
+    _copy_engine._record_for_pool(pool, shard, decision)
+    return decision.group
 
 
 def _shard_group(module) -> dist.ProcessGroup:

@@ -1,0 +1,327 @@
+"""GPU check of the copy-engine (zero-SM) all-gather (docs/python.md, "Copy-engine all-gather (zero
+SMs)"), run on every rank by torchrun on N >= 1 GPUs:
+
+    NCCLPOOL_SYMMETRIC_KERNELS=on torchrun --nproc-per-node N tests/gpu/torch/check_copy_engine.py
+    NCCLPOOL_SYMMETRIC_KERNELS=on torchrun --nproc-per-node N tests/gpu/torch/check_copy_engine.py --off-rank 1
+
+Default: this torch has ProcessGroupNCCL.Options().config.cta_policy (printed); auto (no profile)
+stays off on every rank with one reason; copy_engine_group(copy_engine=True) makes a group whose
+communicator has the ZERO CTA policy; all-gathers on pool windows of that group (out-of-place and
+in-place, on a side stream, with async_op=True, and on the default stream through the layer's
+helper) equal the same all-gather on plain memory on WORLD; FSDP2 (a few MLP blocks, fully_shard)
+with fsdp.enable(..., copy_engine=True) trains 3 steps with losses bitwise equal to plain FSDP2;
+destroy_process_group finishes within a timeout on every rank.
+
+--off-rank R: rank R (the last rank if there are fewer) sets NCCLPOOL_COPY_ENGINE=off before any
+vote: copy_engine=True raises the same error on every rank, naming rank R; auto stays off on every
+rank; WORLD still pairs afterwards (no hang); teardown as above.
+
+With one GPU NCCL copies locally for its one rank (no peer): the copy engines are not reached, and
+the checks run the plumbing (vote, group, windows, FSDP2) only. The NCCL log proves the copy engines
+(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING: "Init CE" once per rank, and "AllGather [Copy
+Engine]" per all-gather on rank 0 where that NCCL logs it).
+Prints 'CHECK name: ok|FAILED|skipped' lines and one 'RESULT ...' line on rank 0; exits non-zero on
+any failure.
+"""
+import argparse
+import os
+import sys
+import threading
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
+import ncclpool  # noqa: E402
+import ncclpool.torch as nccl_allocator  # noqa: E402
+from ncclpool.torch import copy_engine  # noqa: E402
+
+MiB = 1 << 20
+ZERO = 2  # NCCL_CTA_POLICY_ZERO
+rank = world_size = device = 0
+failures = []
+notes = []  # what the RESULT line says besides ok/FAILED
+
+
+def log(msg):
+    if rank == 0:
+        print(msg, flush=True)
+
+
+def check(name):
+    """Runs a check on every rank; one failing rank fails it (a MIN over WORLD). After a failure the
+    later checks are skipped: their collectives could pair with a failed check's."""
+    def wrap(fn):
+        if failures:
+            log(f"CHECK {name}: skipped (an earlier check failed)")
+            return fn
+        ok = 1
+        try:
+            fn()
+        except Exception:
+            ok = 0
+            traceback.print_exc()
+        flag = torch.tensor([ok], device=f"cuda:{device}")
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        if flag.item() != 1:
+            failures.append(name)
+        log(f"CHECK {name}: {'ok' if flag.item() == 1 else 'FAILED'}")
+        return fn
+    return wrap
+
+
+def same_everywhere(value):
+    """Every rank's `value` (a str), gathered: [rank 0's, rank 1's, ...]."""
+    out = [None] * world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def cta_policy_support():
+    """What this torch has for CTA policies, as text, and whether cta_policy is there."""
+    nccl = getattr(dist, "ProcessGroupNCCL", None)
+    config = getattr(nccl.Options(), "config", None) if nccl is not None else None
+    has = config is not None and hasattr(config, "cta_policy")
+    constant = getattr(nccl, "NCCL_CTA_POLICY_ZERO", None) if nccl is not None else None
+    text = (f"torch {torch.__version__} (built with NCCL {torch.cuda.nccl.version()}): ProcessGroupNCCL "
+            f"{'yes' if nccl is not None else 'no'}, Options().config {'yes' if config is not None else 'no'}, "
+            f"config.cta_policy {'yes (default ' + str(config.cta_policy) + ')' if has else 'no'}, "
+            f"NCCL_CTA_POLICY_ZERO {constant if constant is not None else 'absent (ncclpool uses 2)'}, "
+            f"dist.split_group {'yes' if hasattr(dist, 'split_group') else 'no'}")
+    return has, text
+
+
+def cta_policy_of(group):
+    return group._get_backend(torch.device("cuda", device)).options.config.cta_policy
+
+
+def teardown(timeout_s=120.0):
+    """destroy_process_group() within timeout_s on this rank, in a thread (a hang stays there); every
+    rank's outcome is counted in the job's store, which outlives the groups (torchrun's agent keeps it)."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - then each rank speaks for itself
+        store = None
+    done, errors_seen = threading.Event(), []
+
+    def run():
+        try:
+            dist.destroy_process_group()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors_seen.append(e)
+        finally:
+            done.set()
+
+    t0 = time.perf_counter()
+    threading.Thread(target=run, daemon=True).start()
+    finished = done.wait(timeout_s)
+    seconds = time.perf_counter() - t0
+    ok = finished and not errors_seen
+    print(f"rank {rank}: destroy_process_group {'finished' if finished else 'STILL RUNNING'} after {seconds:.1f} s"
+          + (f" ({errors_seen[0]!r})" if errors_seen else ""), flush=True)
+    oks = 1 if ok else 0
+    if store is not None:
+        try:
+            store.add("ncclpool_ce_teardown_ok", oks)
+            store.add("ncclpool_ce_teardown_done", 1)
+            deadline = time.time() + 60
+            while rank == 0 and store.add("ncclpool_ce_teardown_done", 0) < world_size and time.time() < deadline:
+                time.sleep(0.2)
+            oks = store.add("ncclpool_ce_teardown_ok", 0) if rank == 0 else oks
+        except Exception as e:  # noqa: BLE001
+            print(f"rank {rank}: the store after teardown: {e!r}", flush=True)
+    everyone = oks == world_size if rank == 0 and store is not None else ok
+    log(f"CHECK destroy_process_group finishes within {timeout_s:.0f} s on every rank: "
+        f"{'ok' if everyone else 'FAILED'} (rank 0: {seconds:.1f} s; {oks}/{world_size} ranks ok)")
+    if not everyone:
+        failures.append("teardown")
+    notes.append(f"teardown {seconds:.1f} s")
+
+
+def main_checks():
+    world = dist.group.WORLD
+    has, text = cta_policy_support()
+    log(f"      {text}")
+
+    @check("this torch has ProcessGroupNCCL.Options().config.cta_policy")
+    def _():
+        assert has, text
+
+    @check("auto without a profile stays off on every rank, with one reason")
+    def _():
+        zero = nccl_allocator.copy_engine_group(world)
+        decision = copy_engine._decision_of(world)
+        whys = same_everywhere(decision.why)
+        log(f"      {whys[0]}")
+        assert zero is None and not decision.used, decision
+        assert len(set(whys)) == 1 and whys[0].startswith("off: "), whys
+
+    state = {}
+
+    @check("copy_engine_group(copy_engine=True) makes a group with the ZERO CTA policy")
+    def _():
+        zero = nccl_allocator.copy_engine_group(world, copy_engine=True)
+        assert zero is not None and zero.size() == world_size, zero
+        assert nccl_allocator.copy_engine_group(world, copy_engine=True) is zero  # kept: no second vote
+        policy = cta_policy_of(zero)
+        log(f"      {copy_engine._decision_of(world).why}; its communicator's cta_policy {policy}")
+        assert policy == ZERO, policy
+        state["zero"] = zero
+
+    @check("all-gathers on pool windows of the copy-engine group equal plain ones on WORLD")
+    def _():
+        zero = state["zero"]
+        n = 4 * MiB  # 16 MiB of fp32 per rank
+        pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="copy-engine")
+        g = torch.Generator(device="cuda").manual_seed(1000 + rank)
+        plain_in = torch.randn(n, device="cuda", generator=g)
+        golden = torch.empty(n * world_size, device="cuda")
+        dist.all_gather_into_tensor(golden, plain_in, group=world)
+        with nccl_allocator.nccl_mem(pool, group=zero):
+            inp = torch.empty(n, device="cuda")
+            outs = {name: torch.empty(n * world_size, device="cuda")
+                    for name in ("side stream", "async_op", "in place, side stream", "in place, async_op", "default stream")}
+        attachment = nccl_allocator._attachment_of(nccl_allocator._binding(pool), zero)
+        assert attachment is not None and attachment.kind == "symmetric", attachment
+        for t in (inp, *outs.values()):
+            assert attachment.comm.handle_of(t.data_ptr()), "a pool tensor is not a window of the copy-engine group"
+        inp.copy_(plain_in)
+        mine = slice(n * rank, n * (rank + 1))
+        for name in ("in place, side stream", "in place, async_op"):
+            outs[name][mine].copy_(plain_in)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            dist.all_gather_into_tensor(outs["side stream"], inp, group=zero)
+            dist.all_gather_into_tensor(outs["in place, side stream"], outs["in place, side stream"][mine], group=zero)
+        torch.cuda.current_stream().wait_stream(side)
+        dist.all_gather_into_tensor(outs["async_op"], inp, group=zero, async_op=True).wait()
+        place = outs["in place, async_op"]
+        dist.all_gather_into_tensor(place, place[mine], group=zero, async_op=True).wait()
+        assert torch.cuda.current_stream() == torch.cuda.default_stream()
+        copy_engine.all_gather_into_tensor(outs["default stream"], inp, zero)  # the layer's guard: off the default stream
+        torch.cuda.synchronize()
+        wrong = [name for name, out in outs.items() if not torch.equal(out, golden)]
+        log(f"      {len(outs)} all-gathers of {n * 4 // MiB} MiB per rank: {'all equal' if not wrong else 'WRONG: ' + ', '.join(wrong)}")
+        assert not wrong, wrong
+
+    @check("FSDP2 with fsdp.enable(copy_engine=True) trains 3 steps with losses bitwise equal to plain FSDP2")
+    def _():
+        from torch.distributed.fsdp import fully_shard
+        from ncclpool.torch import fsdp as ncclpool_fsdp
+
+        def train(copy_engines):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
+                                                              torch.nn.Linear(2048, 512)) for _ in range(3)]).cuda()
+            for block in model:
+                fully_shard(block)
+            fully_shard(model)
+            pool = None
+            if copy_engines:
+                pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="fsdp-copy-engine")
+                # Reduce-scatter stays plain: only the all-gather (a copy) changes route, so the losses
+                # must be the same bits.
+                assert ncclpool_fsdp.enable(model, pool, reduce_scatter=False, copy_engine=True) == 4
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            g = torch.Generator(device="cuda").manual_seed(1234 + rank)
+            losses = []
+            for _ in range(3):
+                x = torch.randn(64, 512, device="cuda", generator=g)
+                loss = (model(x) - x).pow(2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+            return losses, pool
+
+        plain, _ = train(False)
+        engines, pool = train(True)
+        ce = nccl_allocator.stats(pool)["copy_engine"]
+        log(f"      losses plain        {[f'{v:.9g}' for v in plain]}")
+        log(f"      losses copy engines {[f'{v:.9g}' for v in engines]}")
+        log(f"      stats: {ce['why']}")
+        log(nccl_allocator.memory_summary(pool))
+        assert ce["used"], ce
+        assert engines == plain, (plain, engines)  # bitwise: the same floats
+
+    if world_size == 1:
+        notes.append("one GPU: copy engines not reached (NCCL copies locally for one rank), plumbing checked")
+    else:
+        notes.append("copy engines: see the NCCL log's 'Init CE' lines")
+
+
+def off_rank_checks(off):
+    world = dist.group.WORLD
+    log(f"      rank {off} set NCCLPOOL_COPY_ENGINE=off before any vote")
+
+    @check(f"copy_engine=True raises the same error on every rank, naming rank {off}")
+    def _():
+        message = ""
+        try:
+            nccl_allocator.copy_engine_group(world, copy_engine=True)
+        except ncclpool.Unsupported as e:
+            message = str(e)
+        messages = same_everywhere(message)
+        log(f"      {messages[0]}")
+        assert all(messages) and len(set(messages)) == 1, messages
+        assert f"rank {off} votes no" in messages[0] and "NCCLPOOL_COPY_ENGINE" in messages[0], messages[0]
+
+    @check("auto stays off on every rank, with the same reason")
+    def _():
+        zero = nccl_allocator.copy_engine_group(world)
+        whys = same_everywhere(copy_engine._decision_of(world).why)
+        log(f"      {whys[0]}")
+        assert zero is None and len(set(whys)) == 1 and f"rank {off} votes no" in whys[0], whys
+
+    @check("WORLD still pairs afterwards (no stray collective, no hang)")
+    def _():
+        x = torch.full((1024,), float(rank + 1), device="cuda")
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        assert x[0].item() == world_size * (world_size + 1) / 2, x[0].item()
+
+    notes.append(f"rank {off} forced off")
+
+
+def main():
+    global rank, world_size, device
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--off-rank", type=int, default=None, help="this rank sets NCCLPOOL_COPY_ENGINE=off before any vote")
+    args = ap.parse_args()
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = int(os.environ.get("LOCAL_RANK", rank))
+    os.environ.setdefault("NCCLPOOL_SYMMETRIC_KERNELS", "on")  # the copy-engine route needs symmetric kernels on
+    for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        os.environ[var] = "0" if var == "NCCL_NVLS_ENABLE" else "1"
+    os.environ["NCCLPOOL_PROFILE"] = "/nonexistent/ncclpool-check-copy-engine/profile.json"  # auto: no profile
+    os.environ.pop("NCCLPOOL_COPY_ENGINE", None)
+    off = None if args.off_rank is None else min(args.off_rank, world_size - 1)
+    if off is not None and rank == off:
+        os.environ["NCCLPOOL_COPY_ENGINE"] = "off"
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", device))
+    nccl_allocator.init()
+    f = ncclpool.features()
+    log(f"ncclpool {ncclpool.version()} | NCCL {f['nccl_version']} from {f['nccl_library']} | symmetric kernels: "
+        f"{f['symmetric_kernels_why']} | {world_size} rank(s)")
+    if world_size == 1:
+        log("      one GPU: NCCL copies locally for one rank, so the copy engines are not reached; "
+            "the checks run the plumbing (vote, group, windows, FSDP2) only")
+    if off is None:
+        main_checks()
+    else:
+        off_rank_checks(off)
+    dist.barrier()
+    teardown()
+    if rank == 0:
+        verdict = "ok" if not failures else "FAILED: " + ", ".join(failures)
+        print(f"RESULT {verdict} ({world_size} GPU(s); {'; '.join(notes)})", flush=True)
+    sys.stdout.flush()
+    os._exit(1 if failures else 0)  # a teardown still hanging in its thread must not keep the process
+
+
+if __name__ == "__main__":
+    main()
