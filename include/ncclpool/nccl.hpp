@@ -177,7 +177,7 @@ NCCLPOOL_API SymmetricKernels symmetric_kernels_on(int device);
 /// (no SMs taken from compute) when the communicator is within one node and has symmetric support.
 /// The policy is fixed when a communicator is created, and ncclpool creates none: the torch layer
 /// makes a dedicated all-gather group with it (ncclpool.torch.copy_engine_group) when every rank of
-/// the group votes yes (an all-reduce of the votes: creating a group is collective, so no rank may
+/// the group votes yes (an all-gather of the votes: creating a group is collective, so no rank may
 /// decide alone). The vote, in order:
 ///   * NCCLPOOL_COPY_ENGINE=off, or requested off: no (the environment's off wins over a request);
 ///   * NCCL older than 2.28 (no CTA policy), or none loaded: no;
