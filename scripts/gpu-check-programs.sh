@@ -207,7 +207,9 @@ if want cecoll && [ -x "$BUILD/tools/ncclpool" ]; then
 import json, sys
 j = json.load(open(sys.argv[1]))
 rows = [r for t in j["tables"] if t["title"].startswith("all_gather") for r in t["rows"] if r.get("placement") == "out"]
-print("; ".join(f"{r['bytes']>>20}M ce/sym/none {r.get('ce_us',0):.0f}/{r.get('symmetric_us',0):.0f}/{r.get('none_us',0):.0f}us step {r.get('ce_step',0):.3f}/{r.get('symmetric_step',0):.3f}/{r.get('none_step',0):.3f}" for r in rows))
+cell = lambda r, k: r.get(k, 0)
+print("; ".join("%dM ce/sym/none %.0f/%.0f/%.0fus step %.3f/%.3f/%.3f" % ((cell(r, "bytes") >> 20,) + tuple(cell(r, k + "_us") for k in ("ce", "symmetric", "none"))
+                + tuple(cell(r, k + "_step") for k in ("ce", "symmetric", "none"))) for r in rows))
 print(" | ".join(n for n in j["notes"] if n.startswith("ce")))' "$OUT/bench-coll-ce.json" 2>&1 | head -c 600)"
 fi
 
