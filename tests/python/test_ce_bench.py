@@ -199,3 +199,49 @@ def test_summary_reports_unavailable_modes_and_fails_on_a_transport_mismatch(ben
     assert bench.fsdp2.summarize(rows("plain", [2.0, 1.0], rounds=2) + rows("torch-ce", [2.0, 1.0], rounds=2))
     assert "copy-engine modes bitwise equal to plain: yes" in capsys.readouterr().out
     assert bench.fsdp2.summarize(unavailable)  # nothing ran: reported, not failed
+
+
+def test_torch_ce_all_gather_uses_the_symmetric_pool_and_the_zero_group(bench, monkeypatch):
+    calls, current_pool = [], []
+
+    class UsePool:
+        def __init__(self, pool):
+            self.pool = pool
+
+        def __enter__(self):
+            current_pool.append(self.pool)
+
+        def __exit__(self, *exc):
+            current_pool.pop()
+
+    torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(use_mem_pool=UsePool),
+        ones=lambda n, device: ("ones", n),
+        empty=lambda *size, dtype, device: ("tensor", size, dtype, current_pool[-1] if current_pool else None))
+    dist = types.SimpleNamespace(
+        all_reduce=lambda t, group: calls.append(("all_reduce", group.group_name)),
+        all_gather_into_tensor=lambda out, inp, group, async_op: calls.append(("all_gather", out, inp, group.group_name, async_op)) or "work")
+    symm_mem = types.ModuleType("torch.distributed._symmetric_memory")
+    symm_mem.set_backend = lambda name: calls.append(("backend", name))
+    symm_mem.get_mem_pool = lambda device: "symmetric pool"
+    symm_mem.rendezvous = lambda tensor, group: calls.append(("rendezvous", tensor, group))
+    fsdp_api = types.ModuleType("torch.distributed.fsdp._fully_shard._fsdp_api")
+    fsdp_api.AllGather = type("AllGather", (), {})
+    for name in ("torch", "torch.distributed", "torch.distributed.fsdp", "torch.distributed.fsdp._fully_shard"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "torch.distributed._symmetric_memory", symm_mem)
+    monkeypatch.setitem(sys.modules, "torch.distributed.fsdp._fully_shard._fsdp_api", fsdp_api)
+
+    def group(name, rank):
+        return types.SimpleNamespace(group_name=name, size=lambda: 2, rank=lambda: rank)
+
+    zero = group("zero", 1)
+    comm, route = bench.ce.torch_ce_all_gather(torch, dist, zero, "cuda:1")
+    assert calls == [("backend", "NCCL"), ("all_reduce", "zero")] and "symm_mem.get_mem_pool" in route
+    out = comm.allocate((8,), dtype="bf16", device="cuda:1")
+    assert out == ("tensor", (8,), "bf16", "symmetric pool") and current_pool == []
+    assert comm(out, "shard", group("shard", 1), async_op=True) == "work"
+    assert calls[2:] == [("rendezvous", out, "zero"), ("all_gather", out, "shard", "zero", True)]
+    other = bench.ce.torch_ce_all_gather(torch, dist, zero, "cuda:1")[0]
+    with pytest.raises(RuntimeError, match="differ"):
+        other(out, "shard", group("shard", 0))  # FSDP's rank 0 is the zero group's rank 1: wrong slots
