@@ -105,7 +105,8 @@ fi
 #     timed runs in both configurations (comm-heavy, compute-bound). Megatron-FSDP: its separate
 #     all-gather group with the default and with the ZERO CTA policy, ncclpool and (with .whl/mcore)
 #     Megatron-Core's allocator, symmetric; then the paths of a short zero-policy run. Needs 2 GPUs.
-#     CETRAIN_MODES, CETRAIN_CONFIGS, CETRAIN_ROUNDS (default 1) replace the lists.
+#     CETRAIN_MODES, CETRAIN_CONFIGS, CETRAIN_ROUNDS (default 1) replace the lists; CETRAIN_PARTS (default
+#     "paths fsdp2 megatron") picks parts, to split the section over device calls of 10 minutes.
 cetrain_fsdp2_summary() {  # fsdp2.json -> "plain 100.1 ms, torch-ce 99.0 ms (-1.1%), ..."
   python3 - "$1" <<'PY' 2>&1
 import json, statistics, sys
@@ -139,13 +140,16 @@ if want cetrain; then
     row "cetrain" "not run (no torch with CUDA here)"
   else
     ce_modes=${CETRAIN_MODES:-plain,torch-ce,ncclpool-symmetric,ncclpool-ce}
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 bench/fsdp2_bench.py --rounds 1 --layers 2 --steps 3 \
-      --nccl-paths --modes "$ce_modes" --out "$OUT/cetrain-paths" >"$OUT/cetrain-paths.txt" 2>&1
-    rc=$?
-    cat "$OUT/cetrain-paths.txt" >>"$LOG"
-    row "cetrain: FSDP2 all-gather paths (NCCL log)" "rc=$rc"
-    while read -r line; do row "  ${line%%: *}" "${line#*: }"; done < <(grep -E '^  [^ ]+: (NCCL all-gather paths|not available):' "$OUT/cetrain-paths.txt" | sed 's/^  //' | cut -c1-220)
-    for config in ${CETRAIN_CONFIGS:-comm-heavy compute-bound}; do
+    ce_parts=" ${CETRAIN_PARTS:-paths fsdp2 megatron} "
+    if [[ "$ce_parts" == *" paths "* ]]; then
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 bench/fsdp2_bench.py --rounds 1 --layers 2 --steps 3 \
+        --nccl-paths --modes "$ce_modes" --out "$OUT/cetrain-paths" >"$OUT/cetrain-paths.txt" 2>&1
+      rc=$?
+      cat "$OUT/cetrain-paths.txt" >>"$LOG"
+      row "cetrain: FSDP2 all-gather paths (NCCL log)" "rc=$rc"
+      while read -r line; do row "  ${line%%: *}" "${line#*: }"; done < <(grep -E '^  [^ ]+: (NCCL all-gather paths|not available):' "$OUT/cetrain-paths.txt" | sed 's/^  //' | cut -c1-220)
+    fi
+    [[ "$ce_parts" == *" fsdp2 "* ]] && for config in ${CETRAIN_CONFIGS:-comm-heavy compute-bound}; do
       NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --config "$config" \
         --rounds "${CETRAIN_ROUNDS:-1}" --modes "$ce_modes" --out "$OUT/cetrain-$config" --json "$OUT/cetrain-$config/fsdp2.json" >"$OUT/cetrain-$config.txt" 2>&1
       rc=$?
@@ -155,7 +159,9 @@ if want cetrain; then
       row "  losses" "$(grep -m1 '^losses:' "$OUT/cetrain-$config.txt" | sed 's/^losses: //'); FLAG/FAILED lines: $(grep -cE '^  (FLAG|FAILED) ' "$OUT/cetrain-$config.txt")"
     done
     fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
-    if PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
+    if [[ "$ce_parts" != *" megatron "* ]]; then
+      :
+    elif PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
       configs="ncclpool:1"
       [ -f "${MEGATRON_CORE_PATH:-$PWD/.whl/mcore}/megatron/core/nccl_allocator.py" ] && configs="megatron:1 ncclpool:1"
       NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" MEGATRON_FSDP_PATH="$fsdp_path" CONFIGS="$configs" AG_GROUP=1 AG_CTA_POLICY="default zero" \
