@@ -9,8 +9,9 @@ configuration per process (Megatron's pool is process-global); run on every rank
 --ag-cta-policy zero makes the all-gather group with NCCL's ZERO CTA policy (issue 35): megatron-fsdp
 0.6.1 registers every FSDP buffer with each of its groups (``ubr_groups``: fsdp_group and
 fsdp_group_ag), symmetric unless --symmetric 0, and runs the parameter all-gathers on fsdp_group_ag
-(async, on its own side stream), so with symmetric windows NCCL runs them on the copy engines; the
-reduce-scatters stay on fsdp_group. ncclpool's symmetric windows need NCCLPOOL_SYMMETRIC_KERNELS=on on
+(async, on its own side stream), so with symmetric windows NCCL can run them on the copy engines
+(`python3 bench/ce_common.py paths` on an NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING log says whether it
+did); the reduce-scatters stay on fsdp_group. ncclpool's symmetric windows need NCCLPOOL_SYMMETRIC_KERNELS=on on
 NCCL 2.28.0-2.30.6 (the NCCL-version guard). A torch that cannot set the policy reports it ('BENCH'
 with 'unavailable') and the run succeeds.
 
