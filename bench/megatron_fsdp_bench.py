@@ -4,12 +4,23 @@ own allocator against ncclpool installed as ``megatron.core.nccl_allocator``
 group (``fsdp_group_ag``); ``--allocator none`` is Megatron-FSDP without user buffers. One
 configuration per process (Megatron's pool is process-global); run on every rank by torchrun:
 
-    torchrun --nproc-per-node 2 bench/megatron_fsdp_bench.py --allocator ncclpool --symmetric 1 [--ag-group]
+    torchrun --nproc-per-node 2 bench/megatron_fsdp_bench.py --allocator ncclpool --symmetric 1 [--ag-group [--ag-cta-policy zero]]
+
+--ag-cta-policy zero makes the all-gather group with NCCL's ZERO CTA policy (issue 35): megatron-fsdp
+0.6.1 registers every FSDP buffer with each of its groups (``ubr_groups``: fsdp_group and
+fsdp_group_ag), symmetric unless --symmetric 0, and runs the parameter all-gathers on fsdp_group_ag
+(async, on its own side stream), so with symmetric windows NCCL can run them on the copy engines
+(`python3 bench/ce_common.py paths` on an NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING log says whether it
+did); the reduce-scatters stay on fsdp_group. ncclpool's symmetric windows need NCCLPOOL_SYMMETRIC_KERNELS=on on
+NCCL 2.28.0-2.30.6 (the NCCL-version guard). A torch that cannot set the policy reports it ('BENCH'
+with 'unavailable') and the run succeeds.
 
 Rank 0 prints one line 'BENCH {...}': setup time (fully_shard), first step, steady steps (median,
 min, max), peak memory (torch's peak reserved, and device memory in use from before the model to the
 end, as cudaMemGetInfo sees it, which includes memory outside torch's allocator), and the loss of
-every step. scripts/megatron-fsdp.sh runs the configurations interleaved and compares the losses.
+every step; then every rank prints 'TEARDOWN ok' or, when destroy_process_group has not returned in
+--teardown-timeout s, 'TEARDOWN hung' and exits with status 75. scripts/megatron-fsdp.sh runs the
+configurations interleaved and compares the losses.
 
 --allocator megatron loads Megatron-Core's own megatron/core/nccl_allocator.py, unmodified, from
 --megatron-core (a folder holding the megatron package; default $MEGATRON_CORE_PATH) under stand-in
@@ -34,7 +45,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 from ncclpool import torch_trace  # noqa: E402
-from mlp_block import Block  # noqa: E402  (bench/, the script's folder)
+import ce_common  # noqa: E402  (bench/, the script's folder)
+from mlp_block import Block  # noqa: E402
 
 
 def nccl_home():
@@ -106,6 +118,9 @@ def main():
     ap.add_argument("--allocator", choices=["none", "megatron", "ncclpool"], required=True)
     ap.add_argument("--symmetric", type=int, default=1)
     ap.add_argument("--ag-group", action="store_true", help="a separate all-gather group (fsdp_group_ag)")
+    ap.add_argument("--ag-cta-policy", choices=["default", "zero"], default="default",
+                    help="NCCL CTA policy of the all-gather group: zero = copy-engine all-gather (needs --ag-group)")
+    ap.add_argument("--teardown-timeout", type=float, default=60, help="seconds destroy_process_group may take")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--dim", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=4)
@@ -116,6 +131,8 @@ def main():
     ap.add_argument("--snapshot", default="", help="write rank 0's torch memory snapshot (from fully_shard to "
                     "the last step) as JSON here, a trace for `ncclpool replay`")
     args = ap.parse_args()
+    if args.ag_cta_policy == "zero" and not args.ag_group:
+        ap.error("--ag-cta-policy zero needs --ag-group (the policy is that group's)")
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -141,7 +158,17 @@ def main():
     if expected and allocator_name != expected:
         raise SystemExit(f"megatron_fsdp uses {allocator_name}, not {expected}")
 
-    ag_group = dist.new_group(list(range(world))) if args.ag_group else None
+    ag_group = None
+    if args.ag_group and args.ag_cta_policy == "zero":
+        ag_group, why = ce_common.zero_cta_group(dist, range(world))
+        if ag_group is None:
+            if rank == 0:
+                print("BENCH " + json.dumps(dict(allocator=args.allocator, symmetric=bool(args.symmetric), ag_group=True,
+                                                 ag_cta_policy="zero", world=world, unavailable=why)), flush=True)
+            ce_common.destroy_with_watchdog(dist, args.teardown_timeout)
+            return
+    elif args.ag_group:
+        ag_group = dist.new_group(list(range(world)))
     torch.manual_seed(args.seed)  # the same parameters on every rank and in every configuration
     model = torch.nn.Sequential(*[Block(args.dim) for _ in range(args.layers)]).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -191,6 +218,7 @@ def main():
         allocator=args.allocator,
         symmetric=bool(args.symmetric) if args.allocator != "none" else None,
         ag_group=args.ag_group,
+        ag_cta_policy=args.ag_cta_policy if args.ag_group else None,
         world=world,
         layers=args.layers,
         dim=args.dim,
@@ -215,9 +243,13 @@ def main():
             segments=s["stats"]["segment_count"],
             communicators=[{k: c[k] for k in ("kind", "registered_segments", "registration_seconds")} for c in s["communicators"]],
         )
+        import ncclpool
+
+        f = ncclpool.features()
+        result["ncclpool"]["symmetric_kernels_enabled"] = f.get("symmetric_kernels_enabled")
     if rank == 0:
         print("BENCH " + json.dumps(result), flush=True)
-    dist.destroy_process_group()
+    ce_common.destroy_with_watchdog(dist, args.teardown_timeout)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu-check.sh (not run alone): the sections that run whole programs over the
-# built library and torch — Megatron-FSDP, FSDP2, decode, SGLang, the wheel, the `ncclpool` command,
-# its GPU benches, nccl-tests, the demo and the examples. They use gpu-check.sh's helpers (want, row,
+# built library and torch — Megatron-FSDP, FSDP2, decode, SGLang, copy-engine training, the wheel,
+# the `ncclpool` command, its GPU benches, nccl-tests, the demo and the examples. They use gpu-check.sh's helpers (want, row,
 # run_logged, ...) and variables (BUILD, OUT, gpus, ...), and add rows to its summary.
 
 # 6b. Megatron-FSDP end to end (nccl_ub=True): Megatron-Core's allocator vs ncclpool installed as
@@ -94,6 +94,92 @@ if want sglang; then
       tables+=("$(grep -v '^sglang_bench:' "$OUT/sglang.txt" | head -80)" "(sglang bench rc=$rc)")
       row "sglang bench (2 GPUs): results" "rc=$rc; $(grep -c '^results: right' "$OUT/sglang.txt") config(s) right, $(grep -c '^results: WRONG' "$OUT/sglang.txt") wrong"
       while read -r line; do row "  ${line%%:*}" "${line#*: }"; done < <(awk '/^case / {c=$2} /^  rank 0:/ {sub(/^  rank 0: /, ""); print c ": " substr($0, 1, 150)}' "$OUT/sglang.txt")
+    fi
+  fi
+fi
+
+# 6g. Copy-engine (zero-SM) all-gather in training (issue 35; docs/benchmarks/fsdp2.md and
+#     megatron-fsdp.md, "Copy-engine all-gather"). FSDP2: plain, torch's own zero-CTA route (torch-ce),
+#     ncclpool symmetric and ncclpool with copy_engine=True: first a short run with NCCL's TUNING log
+#     that counts how each all-gather ran (copy engine / symmetric kernel / other kernel), then the
+#     timed runs in both configurations (comm-heavy, compute-bound). Megatron-FSDP: its separate
+#     all-gather group with the default and with the ZERO CTA policy, ncclpool and (with .whl/mcore)
+#     Megatron-Core's allocator, symmetric; then the paths of a short zero-policy run. Needs 2 GPUs.
+#     CETRAIN_MODES, CETRAIN_CONFIGS, CETRAIN_ROUNDS (default 1) replace the lists; CETRAIN_PARTS (default
+#     "paths fsdp2 megatron") picks parts, to split the section over device calls of 10 minutes.
+cetrain_fsdp2_summary() {  # fsdp2.json -> "plain 100.1 ms, torch-ce 99.0 ms (-1.1%), ..."
+  python3 - "$1" <<'PY' 2>&1
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+steps, missing = {}, []
+for r in rows:
+    if "unavailable" in r:
+        missing.append(f"{r['spec']} not available ({r['unavailable'][:90]})")
+    else:
+        steps.setdefault(r["spec"], []).append(r["steady_step_ms"])
+plain = statistics.median(steps["plain"]) if "plain" in steps else None
+print(", ".join([f"{s} {statistics.median(v):.2f} ms" + (f" ({(statistics.median(v) / plain - 1) * 100:+.1f}%)" if plain and s != "plain" else "")
+                 for s, v in steps.items()] + sorted(set(missing))))
+PY
+}
+cetrain_megatron_summary() {  # megatron-fsdp.jsonl -> "megatron default 75.1, megatron zero 74.0, ..."
+  python3 - "$1" <<'PY' 2>&1
+import json, statistics, sys
+rows = [json.loads(l)["result"] for l in open(sys.argv[1])]
+steps = {}
+for r in rows:
+    key = f"{r['allocator']} {r['ag_cta_policy']}" + (" not available" if "unavailable" in r else "")
+    steps.setdefault(key, []).append(r.get("steady_step_ms"))
+print(", ".join(k if None in v else f"{k} {statistics.median(v):.2f}" for k, v in sorted(steps.items())))
+PY
+}
+if want cetrain; then
+  if [ "$gpus" -lt 2 ]; then
+    row "cetrain" "not run: needs 2 GPUs, found $gpus (one rank copies locally: no copy-engine all-gather to measure)"
+  elif ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    row "cetrain" "not run (no torch with CUDA here)"
+  else
+    ce_modes=${CETRAIN_MODES:-plain,torch-ce,ncclpool-symmetric,ncclpool-ce}
+    ce_parts=" ${CETRAIN_PARTS:-paths fsdp2 megatron} "
+    if [[ "$ce_parts" == *" paths "* ]]; then
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 bench/fsdp2_bench.py --rounds 1 --layers 2 --steps 3 \
+        --nccl-paths --modes "$ce_modes" --out "$OUT/cetrain-paths" >"$OUT/cetrain-paths.txt" 2>&1
+      rc=$?
+      cat "$OUT/cetrain-paths.txt" >>"$LOG"
+      row "cetrain: FSDP2 all-gather paths (NCCL log)" "rc=$rc"
+      while read -r line; do row "  ${line%%: *}" "${line#*: }"; done < <(grep -E '^  [^ ]+: (NCCL all-gather paths|not available):' "$OUT/cetrain-paths.txt" | sed 's/^  //' | cut -c1-220)
+    fi
+    [[ "$ce_parts" == *" fsdp2 "* ]] && for config in ${CETRAIN_CONFIGS:-comm-heavy compute-bound}; do
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --config "$config" \
+        --rounds "${CETRAIN_ROUNDS:-1}" --modes "$ce_modes" --out "$OUT/cetrain-$config" --json "$OUT/cetrain-$config/fsdp2.json" >"$OUT/cetrain-$config.txt" 2>&1
+      rc=$?
+      cat "$OUT/cetrain-$config.txt" >>"$LOG"
+      tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/cetrain-$config.txt")" "(cetrain $config rc=$rc)")
+      row "cetrain: FSDP2 $config, steady step" "rc=$rc; $(cetrain_fsdp2_summary "$OUT/cetrain-$config/fsdp2.json" | cut -c1-300)"
+      row "  losses" "$(grep -m1 '^losses:' "$OUT/cetrain-$config.txt" | sed 's/^losses: //'); FLAG/FAILED lines: $(grep -cE '^  (FLAG|FAILED) ' "$OUT/cetrain-$config.txt")"
+    done
+    fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
+    if [[ "$ce_parts" != *" megatron "* ]]; then
+      :
+    elif PYTHONPATH="$fsdp_path" python3 -c 'import megatron_fsdp' 2>/dev/null; then
+      configs="ncclpool:1"
+      [ -f "${MEGATRON_CORE_PATH:-$PWD/.whl/mcore}/megatron/core/nccl_allocator.py" ] && configs="megatron:1 ncclpool:1"
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" MEGATRON_FSDP_PATH="$fsdp_path" CONFIGS="$configs" AG_GROUP=1 AG_CTA_POLICY="default zero" \
+        ROUNDS="${CETRAIN_ROUNDS:-1}" timeout "$(within 600)" scripts/megatron-fsdp.sh "$OUT/cetrain-megatron" >"$OUT/cetrain-megatron.txt" 2>&1
+      rc=$?
+      cat "$OUT/cetrain-megatron.txt" >>"$LOG"
+      tables+=("$(sed -n '/^Megatron-FSDP,/,$p' "$OUT/cetrain-megatron.txt")" "(cetrain megatron rc=$rc)")
+      row "cetrain: Megatron-FSDP ag group, steady ms" "rc=$rc; $(cetrain_megatron_summary "$OUT/cetrain-megatron/megatron-fsdp.jsonl" | cut -c1-300)"
+      row "  losses" "$(grep -m1 '^losses:' "$OUT/cetrain-megatron.txt" | sed 's/.*bitwise/bitwise/')"
+      rm -f "$OUT"/cetrain-megatron-nccl.*.log
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python:$fsdp_path${PYTHONPATH:+:$PYTHONPATH}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING \
+        NCCL_DEBUG_FILE="$OUT/cetrain-megatron-nccl.%h.%p.log" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2 \
+        bench/megatron_fsdp_bench.py --allocator ncclpool --symmetric 1 --ag-group --ag-cta-policy zero --steps 3 >"$OUT/cetrain-megatron-paths.log" 2>&1
+      rc=$?
+      cat "$OUT/cetrain-megatron-paths.log" >>"$LOG"
+      row "  ncclpool, zero CTAs: NCCL paths" "rc=$rc; $(grep -m1 '^BENCH .*unavailable' "$OUT/cetrain-megatron-paths.log" | cut -c1-200)$(python3 bench/ce_common.py paths "$OUT"/cetrain-megatron-nccl.*.log 2>&1 | head -1 | cut -c1-250)"
+    else
+      row "cetrain: Megatron-FSDP" "not run (no megatron_fsdp: unpack megatron-fsdp into .whl/site, scripts/gpu-inputs.sh)"
     fi
   fi
 fi
