@@ -412,3 +412,25 @@ def test_the_librarys_own_vote(torch_layer, monkeypatch):
     assert run_ranks(2, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 2
     whys = {layer.copy_engine._decision_of(g).why for g in groups}
     assert len(whys) == 1 and whys.pop().startswith("off: rank 0 votes no: ") and not calls(layer, "split_group")
+
+
+def test_destroying_groups_in_another_order_on_one_rank_ends_the_same(torch_layer, vote):
+    # Rank 0 destroys the source group (its copy-engine group goes with it) and then the copy-engine
+    # group; rank 1 the other way round. torch raises for a group destroyed twice: on rank 0 alone.
+    layer = torch_layer
+    vote(yes)
+    layer.init()
+    groups = torch_stand_in.make_group(2)
+    zeros = [z for _, z in run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
+
+    def teardown(r):
+        order = [groups[r], zeros[r]] if r == 0 else [zeros[r], groups[r]]
+        for g in order:
+            layer.dist.destroy_process_group(g)
+
+    assert run_ranks(2, teardown) == [("ok", None)] * 2
+    for r in range(2):
+        assert sum(g is zeros[r] for g in layer.dist.destroyed) == 1 and sum(g is groups[r] for g in layer.dist.destroyed) == 1
+        assert layer.copy_engine._decision_of(groups[r]) is None
+    with pytest.raises(ValueError, match="Invalid process group"):  # a third destroy is torch's again
+        layer.dist.destroy_process_group(zeros[0])
