@@ -88,8 +88,8 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
 
     groups: the process groups the buffers are used with (default: each module's FSDP shard group).
     copy_engine: True, None (auto) or False: whether each shard group's all-gathers run on its
-    copy-engine group (copy_engine_group: a vote over the shard group, so call enable on every rank;
-    True raises on every rank if one cannot). The all-gather buffers are then registered with that
+    copy-engine group (copy_engine_group: a vote over the shard group the first time, so call enable on
+    every rank; True raises on every rank if one cannot). The all-gather buffers are then registered with that
     group instead of the shard group. Copy engines need windows: copy_engine=True with a pool (or
     `symmetric`) that registers locally is an error, auto stays off there without a vote. Every
     decision is in stats(pool)['copy_engine'] and memory_summary(pool).
@@ -122,15 +122,11 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
 
 def _copy_engine_for(pool, shard, copy_engine, windowless):
     """The copy-engine group for `shard`'s all-gathers (None: off), recorded for the pool's stats."""
-    ranks = dist.get_world_size(shard)
-    if copy_engine is False:
-        decision = _copy_engine.CopyEngineDecision(False, None, "off: copy_engine=False (no vote)", ranks)
-    elif windowless:
+    if windowless and copy_engine is not False:
         decision = _copy_engine.CopyEngineDecision(None, None, "off: the pool registers locally (no windows), "
-                                                   "which copy engines need (no vote)", ranks)
+                                                   "which copy engines need (no vote)", dist.get_world_size(shard))
     else:
-        _copy_engine.copy_engine_group(shard, copy_engine=copy_engine)
-        decision = _copy_engine._decision_of(shard)
+        decision = _copy_engine._decide(shard, copy_engine)
     _copy_engine._record_for_pool(pool, shard, decision)
     return decision.group
 
