@@ -649,3 +649,23 @@ def test_fsdp_ranks_asking_differently_fail_together_before_configuring(fsdp, vo
     out = run_ranks(2, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True if r == 0 else None))
     assert all(kind == "raised" and isinstance(e, errors.AgreementError) for kind, e in out), out
     assert all(b.ag is None for m in models for b in m.modules())
+
+
+def test_fsdp_modules_without_parameters_cast_no_vote(fsdp, vote):
+    # A root FSDP module whose parameters all live in its children has no param group: FSDP2 gathers
+    # nothing for it. It used to fall back to WORLD and vote there (and make a copy-engine group over
+    # every rank of WORLD, one more communicator, for nothing).
+    layer = fsdp.layer
+    asked = vote(yes)
+
+    class Empty(fsdp.Block):
+        def _get_fsdp_state(self):
+            return types.SimpleNamespace(_fsdp_param_group=None)
+
+    model = Empty(None, [fsdp.Block(fsdp.shard), fsdp.Block(fsdp.shard)])
+    assert fsdp.helper.enable(model, fsdp.pool(symmetric=True), copy_engine=True) == 3
+    assert asked == [(0, True, 1), (0, None, 1)]  # the shard group's vote only
+    assert layer.copy_engine._decision_of(layer.dist.group.WORLD) is None
+    assert model.ag.copy_engine_group is None and model.ag.groups == [layer.dist.group.WORLD]
+    assert all(b.ag.copy_engine_group is not None for b in model.kids)
+    assert [c[1] for c in calls(layer, "split_group")] == [fsdp.shard]
