@@ -96,7 +96,7 @@ def test_auto_without_a_profile_stays_off_on_every_rank_with_the_reason(torch_la
     whys = {decision.why for _, (zero, decision) in out}
     assert all(zero is None for _, (zero, _) in out)
     assert whys == {"off: rank 0 votes no: auto: no profile (ncclpool tune) says copy engines win; 2 more rank(s) vote no"}
-    assert sorted(asked) == [(0, None, 3), (1, None, 3), (2, None, 3)]
+    assert sorted(asked, key=repr) == sorted([(r, q, 3) for r in range(3) for q in (True, None)], key=repr)  # both votes
     assert not calls(layer, "split_group") and not calls(layer, "new_group")
     # Asked again the same way: the cached "off", no collective.
     before = groups[0].rendezvous.collectives
@@ -118,7 +118,11 @@ def test_one_rank_voting_no_fails_or_stays_off_on_every_rank(torch_layer, vote, 
         messages = {str(e) for _, e in out}
         assert all(isinstance(e, errors.Unsupported) for _, e in out)
         assert messages == {f"ncclpool.torch.copy_engine_group(copy_engine=True) over 3 ranks: {expected}"}
-        assert all(layer.copy_engine._decision_of(g) is None for g in groups)  # nothing cached: a later call votes
+        assert all(layer.copy_engine._decision_of(g) is None for g in groups)  # no decision answered
+        # The agreement is kept: asked again, every rank raises the same, without a collective.
+        before = groups[0].rendezvous.collectives
+        again = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=requested))
+        assert {str(e) for _, e in again} == messages and groups[0].rendezvous.collectives == before
     else:
         assert out == [("ok", None)] * 3
         assert {layer.copy_engine._decision_of(g).why for g in groups} == {f"off: {expected}"}
@@ -215,15 +219,26 @@ def test_a_lazy_world_makes_the_group_of_the_members_only(torch_layer, vote, mon
     assert zero.options.config.cta_policy == ZERO and not calls(layer, "split_group")
 
 
-def test_an_off_decision_is_asked_again_for_another_request(torch_layer, vote):
+def test_the_first_call_decides_for_every_later_request(torch_layer, vote):
+    # True would be yes, auto no (no profile): an auto first call decides off; a later True is refused
+    # without a collective (a vote then would pair with nothing on a rank asking auto). A group whose
+    # first call made it answers both requests with it.
     layer = torch_layer
-    answers = iter([(False, "auto: no profile"), (True, "copy engines asked for")])
-    vote(lambda r, requested, ranks: next(answers))
+    vote(lambda r, requested, ranks: (True, "on: requested") if requested else (False, "off: no profile"))
     (group,) = torch_stand_in.make_group(1)
     assert layer.copy_engine_group(group) is None
-    zero = layer.copy_engine_group(group, copy_engine=True)  # another request: a new vote, now yes
-    assert zero is not None and layer.copy_engine_group(group) is zero
-    assert group.rendezvous.collectives == 3  # two votes and one split
+    with pytest.raises(errors.InvalidState, match=r"copy_engine=True\) over 1 ranks: the first call for this group "
+                                                  r"\(copy_engine=None\) decided off \(rank 0 votes no: no profile\).*"
+                                                  r"pass copy_engine=True in the group's first call"):
+        layer.copy_engine_group(group, copy_engine=True)
+    assert layer.copy_engine_group(group) is None
+    assert group.rendezvous.collectives == 1  # the one vote
+    (other,) = torch_stand_in.make_group(1)
+    zero = layer.copy_engine_group(other, copy_engine=True)
+    assert zero is not None and layer.copy_engine_group(other) is zero
+    assert layer.copy_engine_group(other, copy_engine=True) is zero
+    assert other.rendezvous.collectives == 2  # the vote and the split
+    assert layer.copy_engine._decision_of(other).why == "on: every rank of 1 votes yes (rank 0: requested)"
 
 
 def test_destroying_a_group_destroys_its_copy_engine_group_first(torch_layer, vote, monkeypatch):
@@ -317,7 +332,7 @@ def test_fsdp_all_gathers_run_on_the_copy_engine_group_off_the_default_stream(fs
     asked = vote(yes)
     mempool = fsdp.pool(symmetric=True)
     assert fsdp.helper.enable(model, mempool, copy_engine=True) == 3
-    assert len(asked) == 1  # one vote for the one shard group
+    assert asked == [(0, True, 1), (0, None, 1)]  # one vote (for both requests) for the one shard group
     zero = layer.copy_engine._decision_of(shard).group
     blocks = list(model.modules())
     assert all(b.ag.copy_engine_group is zero and b.ag.groups == [zero] for b in blocks)
@@ -388,8 +403,10 @@ def test_fsdp_copy_engines_need_windows(fsdp, vote):
 
 def test_fsdp_votes_for_every_shard_group_before_configuring_a_module(fsdp, vote):
     # Two shard groups, the second one's vote is no: copy_engine=True raises before any module changed.
-    answers = iter([(True, "yes"), (False, "NCCLPOOL_COPY_ENGINE=off")])
-    vote(lambda r, requested, ranks: next(answers))
+    asked = []
+    # The first group's vote (True and None) is yes, the second's no.
+    vote(lambda r, requested, ranks: (True, "yes") if len(asked.append(requested) or asked) <= 2
+         else (False, "NCCLPOOL_COPY_ENGINE=off"))
     (other,) = torch_stand_in.make_group(1, desc="other shard")
     model = fsdp.Block(fsdp.shard, [fsdp.Block(other)])
     with pytest.raises(errors.Unsupported, match="rank 0 votes no: NCCLPOOL_COPY_ENGINE=off"):
@@ -412,3 +429,243 @@ def test_the_librarys_own_vote(torch_layer, monkeypatch):
     assert run_ranks(2, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 2
     whys = {layer.copy_engine._decision_of(g).why for g in groups}
     assert len(whys) == 1 and whys.pop().startswith("off: rank 0 votes no: ") and not calls(layer, "split_group")
+
+
+# ---- attacks: one rank alone differs or fails; every rank must end the same way, none left waiting ----
+
+def per_rank(by_rank, default):
+    """A function of no arguments giving by_rank[this thread's rank], else default() (rank-local torch state)."""
+    return lambda *a, **k: by_rank.get(getattr(current, "rank", 0), default)(*a, **k)
+
+
+class PerRankLock:
+    """The binding's lock as each rank (a process in real life, a thread here) has its own: a
+    symmetric attach holds it during its collective."""
+
+    def __init__(self):
+        self._locks = {}
+        self._guard = threading.Lock()
+
+    def _mine(self):
+        with self._guard:
+            return self._locks.setdefault(getattr(current, "rank", 0), threading.RLock())
+
+    def __enter__(self):
+        self._mine().acquire()
+
+    def __exit__(self, *exc):
+        self._mine().release()
+
+
+def test_after_the_first_call_mixed_requests_and_extra_calls_make_no_collective(torch_layer, vote):
+    # Auto decided off (True would have been yes). Then rank 0 asks True while the others ask auto,
+    # and rank 1 calls once more than the others: with no collective after the first call, nobody
+    # waits for a rank that never comes (rank 0 used to vote alone here and hang).
+    layer = torch_layer
+    vote(lambda r, requested, ranks: (True, "on: requested") if requested else (False, "off: no profile"))
+    groups = torch_stand_in.make_group(3)
+    assert run_ranks(3, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 3
+    before = groups[0].rendezvous.collectives
+
+    def later(r):
+        first = layer.copy_engine_group(groups[r], copy_engine=True if r == 0 else None)
+        return first, layer.copy_engine_group(groups[r]) if r == 1 else None
+
+    out = run_ranks(3, later)
+    assert out[0][0] == "raised" and isinstance(out[0][1], errors.InvalidState), out
+    assert out[1:] == [("ok", (None, None))] * 2
+    assert groups[0].rendezvous.collectives == before and not calls(layer, "split_group")
+
+
+def test_after_a_refused_true_one_rank_asking_again_makes_no_collective(torch_layer, vote):
+    layer = torch_layer
+    vote(lambda r, requested, ranks: (False, "off: NCCLPOOL_COPY_ENGINE=off") if r == 2 else yes(r, requested, ranks))
+    groups = torch_stand_in.make_group(3)
+    first = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    (message,) = {str(e) for _, e in first}
+    before = groups[0].rendezvous.collectives
+    # Rank 0 alone retries (used to vote alone: the others never came).
+    again = run_ranks(1, lambda r: layer.copy_engine_group(groups[0], copy_engine=True))
+    assert again[0][0] == "raised" and str(again[0][1]) == message
+    assert groups[0].rendezvous.collectives == before
+
+
+def test_ranks_that_would_make_the_group_differently_vote_no(torch_layer, vote, monkeypatch):
+    # Rank 1's WORLD is lazy (no device_id), the others' eager: rank 1 would call new_group while the
+    # others wait in split_group. Every rank votes, sees it, and none makes the group.
+    layer = torch_layer
+    vote(yes)
+    lazy = torch_stand_in.ProcessGroup(desc="lazy world")
+    eager = layer.dist.group.WORLD
+    monkeypatch.setattr(layer.dist.distributed_c10d, "_get_default_group",
+                        lambda: lazy if getattr(current, "rank", 0) == 1 else eager)
+    groups = torch_stand_in.make_group(3)
+    out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    assert all(kind == "raised" and isinstance(e, errors.Unsupported) for kind, e in out), out
+    (message,) = {str(e) for _, e in out}
+    assert ("rank 1 votes no: this rank would make the group with dist.new_group (WORLD made without device_id), rank 0 "
+            "with dist.split_group (WORLD made with device_id)") in message, message
+    assert not calls(layer, "split_group") and not calls(layer, "new_group")
+    assert run_ranks(3, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 3  # auto: off, the same
+
+
+@pytest.mark.parametrize("failure", ["Options() raises", "config refuses cta_policy", "no cta_policy"])
+def test_one_ranks_torch_failing_before_the_group_is_its_no(torch_layer, vote, monkeypatch, failure):
+    # Rank 2's torch fails where the others' works: checking it (or building the group's options, which
+    # happens before the vote now, not between the vote and the split) is rank 2's "no", on every rank.
+    layer = torch_layer
+    vote(yes)
+
+    class Refusing:
+        blocking = 1
+
+        @property
+        def cta_policy(self):
+            return 0
+
+        @cta_policy.setter
+        def cta_policy(self, value):
+            raise TypeError(f"incompatible value {value}")
+
+    def broken():
+        if failure == "Options() raises":
+            raise RuntimeError("CUDA error: out of memory")
+        config = Refusing() if failure == "config refuses cta_policy" else types.SimpleNamespace(blocking=1)
+        return types.SimpleNamespace(config=config)
+
+    monkeypatch.setattr(layer.dist.ProcessGroupNCCL, "Options", per_rank({2: broken}, torch_stand_in._options))
+    groups = torch_stand_in.make_group(3)
+    out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    assert all(kind == "raised" and isinstance(e, errors.Unsupported) for kind, e in out), out
+    (message,) = {str(e) for _, e in out}
+    expected = {"Options() raises": "checking this torch for CTA policies failed: RuntimeError: CUDA error: out of memory",
+                "config refuses cta_policy": "checking this torch for CTA policies failed: TypeError: incompatible value 2",
+                "no cta_policy": "ProcessGroupNCCL.Options().config has no cta_policy"}[failure]
+    assert message.startswith("ncclpool.torch.copy_engine_group(copy_engine=True) over 3 ranks: rank 2 votes no: ")
+    assert expected in message, message
+    assert not calls(layer, "split_group")
+
+
+def test_destroying_groups_in_another_order_on_one_rank_ends_the_same(torch_layer, vote):
+    # Rank 0 destroys the source group (its copy-engine group goes with it) and then the copy-engine
+    # group; rank 1 the other way round. torch raises for a group destroyed twice: on rank 0 alone.
+    layer = torch_layer
+    vote(yes)
+    layer.init()
+    groups = torch_stand_in.make_group(2)
+    zeros = [z for _, z in run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
+
+    def teardown(r):
+        order = [groups[r], zeros[r]] if r == 0 else [zeros[r], groups[r]]
+        for g in order:
+            layer.dist.destroy_process_group(g)
+
+    assert run_ranks(2, teardown) == [("ok", None)] * 2
+    for r in range(2):
+        assert sum(g is zeros[r] for g in layer.dist.destroyed) == 1 and sum(g is groups[r] for g in layer.dist.destroyed) == 1
+        assert layer.copy_engine._decision_of(groups[r]) is None
+    with pytest.raises(ValueError, match="Invalid process group"):  # a third destroy is torch's again
+        layer.dist.destroy_process_group(zeros[0])
+
+
+def test_copy_engine_group_installs_the_destroy_hook_itself(torch_layer, vote):
+    # No pool made (init() never ran): destroying the group still takes its copy-engine group with it.
+    layer = torch_layer
+    vote(yes)
+    (group,) = torch_stand_in.make_group(1)
+    zero = layer.copy_engine_group(group, copy_engine=True)
+    layer.dist.destroy_process_group(group)
+    assert layer.dist.destroyed == [zero, group]
+
+
+def test_registration_with_the_zero_group_failing_on_one_rank_fails_every_rank(torch_layer, vote, monkeypatch):
+    # fsdp's all-gather buffers are windows of the copy-engine group: the pool attaches to it at the
+    # first allocate. Rank 1's window registration fails there: the registry's vote makes both ranks
+    # raise, and both end with the same table (docs/registry.md, "Lockstep").
+    layer = torch_layer
+    vote(yes)
+    import ncclpool.torch.fsdp as helper
+    groups = torch_stand_in.make_group(2, desc="shard")
+    zeros = [z for _, z in run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
+    sims, sim_lock = {}, threading.Lock()
+
+    def comm_ptr(group, device):  # one simulated communicator per group (its ranks' handles share a rendezvous)
+        with sim_lock:
+            key = id(group.rendezvous)
+            if key not in sims:
+                sims[key] = (len(sims) + 1, ncclpool.SimGroup(f"g{len(sims) + 1}", group.size(), timeout_ms=3000))
+            return sims[key][0] * 16 + group.rank()
+
+    monkeypatch.setattr(layer.binding, "_comm_ptr", comm_ptr)
+    monkeypatch.setattr(layer.binding, "_lock", PerRankLock())  # each rank a process: a lock of its own
+    mempools = [layer.create_nccl_mem_pool(symmetric=True, source="sim", name="ce-attach") for _ in range(2)]
+    for r, mempool in enumerate(mempools):
+        pool = layer.ncclpool_pool(mempool)
+        pool.reserve(1 << 20)  # a segment to register at the attach
+        sim_by_ptr = lambda ptr: next(sim for n, sim in sims.values() if n == ptr // 16)  # noqa: E731
+        monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind, pool=pool: pool.attach_sim(sim_by_ptr(ptr), ptr % 16, kind))
+    comm_ptr(zeros[0], 0)  # make the copy-engine group's simulated communicator
+    next(iter(sims.values()))[1].inject_failure("register_window", rank=1)
+    ags = [helper.PoolAllGather(mempools[r], [zeros[r]], None, copy_engine_group=zeros[r], shard_group=groups[r])
+           for r in range(2)]
+    out = run_ranks(2, lambda r: ags[r].allocate((16,), dtype=None, device=None))
+    assert [kind for kind, _ in out] == ["raised"] * 2, out
+    assert all(isinstance(e, errors.Error) for _, e in out), out
+    tables = [len(layer.binding._binding(m).attachments) for m in mempools]
+    assert tables[0] == tables[1], tables
+    for mempool in mempools:
+        for c in list(layer.ncclpool_pool(mempool).communicators):
+            c.forget()
+
+
+def test_fsdp_groups_of_other_ranks_decide_on_their_own(fsdp, vote):
+    # HSDP: ranks 0-1 shard over group A, ranks 2-3 over group B; rank 3 votes no. A's ranks run their
+    # all-gathers on A's copy-engine group, B's stay on B: every rank of a group decides the same.
+    layer = fsdp.layer
+    off = "NCCLPOOL_COPY_ENGINE=off"
+    vote(lambda r, requested, ranks: (False, f"off: {off}") if r == 3 else yes(r, requested, ranks))
+    a, b = torch_stand_in.make_group(2, ranks=[0, 1], desc="A"), torch_stand_in.make_group(2, ranks=[2, 3], desc="B")
+    shard = [a[0], a[1], b[0], b[1]]
+    models = [fsdp.Block(shard[r], [fsdp.Block(shard[r])]) for r in range(4)]
+    mempools = [fsdp.pool(symmetric=True) for _ in range(4)]
+    out = run_ranks(4, lambda r: fsdp.helper.enable(models[r], mempools[r]))
+    assert out == [("ok", 2)] * 4
+    for r in range(4):
+        ce = [b.ag.copy_engine_group for b in models[r].modules()]
+        assert (all(ce) and len(set(map(id, ce))) == 1) if r < 2 else ce == [None, None], (r, ce)
+        why = layer.stats(mempools[r])["copy_engine"]["why"]
+        assert why.startswith("on: every rank of 2 votes yes") if r < 2 else why == f"off: rank 1 (global rank 3) votes no: {off}"
+    # copy_engine=True on every rank: B's ranks raise the same error, A's are on (already decided: no new vote).
+    out = run_ranks(4, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True))
+    assert out[:2] == [("ok", 2)] * 2 and {str(e) for _, e in out[2:]} == {
+        f"ncclpool.torch.copy_engine_group(copy_engine=True) over 2 ranks: rank 1 (global rank 3) votes no: {off}"}
+
+
+def test_fsdp_ranks_asking_differently_fail_together_before_configuring(fsdp, vote):
+    vote(yes)
+    shards = torch_stand_in.make_group(2, desc="shard")
+    models = [fsdp.Block(shards[r], [fsdp.Block(shards[r])]) for r in range(2)]
+    mempools = [fsdp.pool(symmetric=True) for _ in range(2)]
+    out = run_ranks(2, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True if r == 0 else None))
+    assert all(kind == "raised" and isinstance(e, errors.AgreementError) for kind, e in out), out
+    assert all(b.ag is None for m in models for b in m.modules())
+
+
+def test_fsdp_modules_without_parameters_cast_no_vote(fsdp, vote):
+    # A root FSDP module whose parameters all live in its children has no param group: FSDP2 gathers
+    # nothing for it. It used to fall back to WORLD and vote there (and make a copy-engine group over
+    # every rank of WORLD, one more communicator, for nothing).
+    layer = fsdp.layer
+    asked = vote(yes)
+
+    class Empty(fsdp.Block):
+        def _get_fsdp_state(self):
+            return types.SimpleNamespace(_fsdp_param_group=None)
+
+    model = Empty(None, [fsdp.Block(fsdp.shard), fsdp.Block(fsdp.shard)])
+    assert fsdp.helper.enable(model, fsdp.pool(symmetric=True), copy_engine=True) == 3
+    assert asked == [(0, True, 1), (0, None, 1)]  # the shard group's vote only
+    assert layer.copy_engine._decision_of(layer.dist.group.WORLD) is None
+    assert model.ag.copy_engine_group is None and model.ag.groups == [layer.dist.group.WORLD]
+    assert all(b.ag.copy_engine_group is not None for b in model.kids)
+    assert [c[1] for c in calls(layer, "split_group")] == [fsdp.shard]

@@ -101,7 +101,8 @@ def _fsdp_modules():
 def make_modules():
     """Returns {"torch": ..., "torch.cuda": ..., "torch.distributed": ..., FSDP2's modules} to put in
     sys.modules. ``torch.distributed`` records what was done to it: ``calls`` (name, group, kwargs) of
-    collectives and group creations, ``destroyed`` (groups given to destroy_process_group, in order)."""
+    collectives and group creations, ``destroyed`` (groups given to destroy_process_group, in order;
+    destroying a group twice raises ValueError, as torch does)."""
     torch = types.ModuleType("torch")
     torch.__version__ = "2.11.0+stand-in"
     torch.Tensor = Tensor
@@ -139,6 +140,8 @@ def make_modules():
     dist.group.WORLD.bound_device_id = types.SimpleNamespace(type="cuda", index=0)  # eager init (device_id given)
 
     def destroy_process_group(group=None):
+        if group is not None and any(g is group for g in dist.destroyed):
+            raise ValueError("Invalid process group specified")  # torch's words for a group already destroyed
         dist.destroyed.append(group)
 
     dist.destroy_process_group = destroy_process_group

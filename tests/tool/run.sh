@@ -104,6 +104,7 @@ expect_rc 2 "$tool" bench coll --rounds 0; grep -q "rounds" "$tmp/err" || fail "
 expect_rc 0 "$tool" bench coll --help;    grep -q -- "--compute also runs" "$tmp/out" || fail "coll --compute help"
 grep -q -- "Kind ce" "$tmp/out" || fail "coll ce help"
 expect_rc 2 "$tool" bench coll --kinds none,zero; grep -q "'zero' is not one of none, local, symmetric, ce" "$tmp/err" || fail "bad kind"
+expect_rc 2 "$tool" bench coll --kinds ce --auto; grep -q "auto picks the fastest of none, local and symmetric" "$tmp/err" || fail "coll --kinds ce --auto"
 expect_rc 0 "$tool" info;                 grep -q "copy-engine all-gather" "$tmp/out" || fail "info copy-engine line"
 expect_rc 0 "$tool" info --json;          grep -q '"copy_engine_all_gather":{"vote":false' "$tmp/out" || fail "info --json copy-engine vote"
 if "$tool" info --json | grep -q '"cuda":{"available":false'; then

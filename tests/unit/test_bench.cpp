@@ -89,6 +89,9 @@ TEST(BenchArgs, CollOptionsAreChecked) {
   EXPECT_FALSE(o.check);
   EXPECT_THROW(parse({"--ops", "broadcast"}), UsageError);
   EXPECT_THROW(parse({"--kinds", "global"}), UsageError);
+  EXPECT_THROW(parse({"--kinds", "ce", "--auto"}), UsageError);  // nothing for --auto to pick (was an empty vector's [0])
+  EXPECT_THROW(parse({"--kinds", "ce,ce", "--auto"}), UsageError);
+  EXPECT_TRUE(parse({"--kinds", "none,ce", "--auto"}).auto_kind);
   EXPECT_THROW(parse({"--min", "2M", "--max", "1M"}), UsageError);
   EXPECT_THROW(parse({"--factor", "1"}), UsageError);
 }

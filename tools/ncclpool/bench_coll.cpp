@@ -5,6 +5,7 @@
 
 #include <ncclpool/errors.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -68,6 +69,10 @@ CollOptions parse_coll_options(const Args& a) {
   o.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
   o.check = !a.has("no-check");
   o.auto_kind = a.has("auto");
+  // --auto picks among the registration kinds; ce is another communicator, never a pick (gpu_coll.cpp).
+  if (o.auto_kind && std::find_if(o.kinds.begin(), o.kinds.end(), [](const std::string& k) { return k != "ce"; }) == o.kinds.end())
+    throw UsageError("--auto picks the fastest of none, local and symmetric: name at least one of them in --kinds (ce is another "
+                     "communicator, not a registration kind)");
   o.auto_pool = a.has("auto-pool");
   o.graph = a.has("graph");
   o.replays = static_cast<int>(a.get_int("replays", 5, 1, 100000));

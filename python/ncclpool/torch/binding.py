@@ -256,27 +256,40 @@ def forget_group(group=None) -> int:
 
 
 def _install_destroy_hook() -> None:
-    """destroy_process_group frees the communicators: forget their registrations first."""
+    """destroy_process_group frees the communicators: forget their registrations first. Idempotent."""
     global _original_destroy_process_group
-    if _original_destroy_process_group is not None:
-        return
-    original = dist.destroy_process_group
+    with _lock:
+        if _original_destroy_process_group is not None:
+            return
+        original = dist.destroy_process_group
+        destroyed_with_source = []  # copy-engine groups the hook destroyed with their source group
 
-    def destroy_process_group(group=None, *args, **kwargs):
-        from .copy_engine import _forget  # here: copy_engine imports this module
-        everything = group is None or group is dist.group.WORLD  # torch destroys every group then
-        # The copy-engine group made for `group` goes first, the same on every rank of it.
-        for companion in _forget(None if everything else group):
-            forget_group(companion)
-            original(companion)
-        forget_group(None if everything else group)
-        return original(group, *args, **kwargs)
+        def destroy_process_group(group=None, *args, **kwargs):
+            from .copy_engine import _forget  # here: copy_engine imports this module
+            everything = group is None or group is dist.group.WORLD  # torch destroys every group then
+            with _lock:
+                if not everything and any(g is group for g in destroyed_with_source):
+                    # Gone with its source group already: destroying it again is a no-op here, whatever
+                    # order a rank destroys them in (torch would raise on this rank alone).
+                    destroyed_with_source[:] = [g for g in destroyed_with_source if g is not group]
+                    return None
+                companions = _forget(None if everything else group)
+                if everything:
+                    destroyed_with_source.clear()
+            # The copy-engine group made for `group` goes first, the same on every rank of it.
+            for companion in companions:
+                forget_group(companion)
+                original(companion)
+                with _lock:
+                    destroyed_with_source.append(companion)
+            forget_group(None if everything else group)
+            return original(group, *args, **kwargs)
 
-    destroy_process_group.__doc__ = original.__doc__
-    destroy_process_group.__wrapped__ = original
-    _original_destroy_process_group = original
-    dist.destroy_process_group = destroy_process_group
-    dist.distributed_c10d.destroy_process_group = destroy_process_group
+        destroy_process_group.__doc__ = original.__doc__
+        destroy_process_group.__wrapped__ = original
+        _original_destroy_process_group = original
+        dist.destroy_process_group = destroy_process_group
+        dist.distributed_c10d.destroy_process_group = destroy_process_group
 
 
 def stats(pool) -> dict:

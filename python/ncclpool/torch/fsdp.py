@@ -88,8 +88,9 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
 
     groups: the process groups the buffers are used with (default: each module's FSDP shard group).
     copy_engine: True, None (auto) or False: whether each shard group's all-gathers run on its
-    copy-engine group (copy_engine_group: a vote over the shard group, so call enable on every rank;
-    True raises on every rank if one cannot). The all-gather buffers are then registered with that
+    copy-engine group (copy_engine_group: a vote over the shard group the first time, so call enable on
+    every rank; True raises on every rank if one cannot; a module without parameters of its own asks
+    nothing: FSDP2 gathers nothing for it). The all-gather buffers are then registered with that
     group instead of the shard group. Copy engines need windows: copy_engine=True with a pool (or
     `symmetric`) that registers locally is an error, auto stays off there without a vote. Every
     decision is in stats(pool)['copy_engine'] and memory_summary(pool).
@@ -105,11 +106,11 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
         raise ValueError("ncclpool.torch.fsdp.enable: no FSDPModule in the module tree (call fully_shard first)")
     zeros = {}  # id(shard group) -> its copy-engine group or None: every vote before any module changes
     for _, shard in modules:
-        if id(shard) not in zeros:
+        if shard is not None and id(shard) not in zeros:
             zeros[id(shard)] = _copy_engine_for(pool, shard, copy_engine, windowless)
     for m, shard in modules:
-        gs = groups if groups is not None else [shard]
-        zero = zeros[id(shard)]
+        zero = zeros.get(id(shard)) if shard is not None else None
+        gs = groups if groups is not None else [shard if shard is not None else dist.group.WORLD]
         if zero is None:
             m.set_custom_all_gather(PoolAllGather(pool, gs, symmetric))
         else:
@@ -122,23 +123,21 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
 
 def _copy_engine_for(pool, shard, copy_engine, windowless):
     """The copy-engine group for `shard`'s all-gathers (None: off), recorded for the pool's stats."""
-    ranks = dist.get_world_size(shard)
-    if copy_engine is False:
-        decision = _copy_engine.CopyEngineDecision(False, None, "off: copy_engine=False (no vote)", ranks)
-    elif windowless:
+    if windowless and copy_engine is not False:
         decision = _copy_engine.CopyEngineDecision(None, None, "off: the pool registers locally (no windows), "
-                                                   "which copy engines need (no vote)", ranks)
+                                                   "which copy engines need (no vote)", dist.get_world_size(shard))
     else:
-        _copy_engine.copy_engine_group(shard, copy_engine=copy_engine)
-        decision = _copy_engine._decision_of(shard)
+        decision = _copy_engine._decide(shard, copy_engine)
     _copy_engine._record_for_pool(pool, shard, decision)
     return decision.group
 
 
-def _shard_group(module) -> dist.ProcessGroup:
-    """The module's FSDP shard group (FSDP2 internals; the world group if they are not there)."""
+def _shard_group(module):
+    """The module's FSDP shard group; None for a module without parameters of its own (FSDP2 runs
+    no all-gather for it: no copy-engine vote either); the world group if FSDP2's internals are not
+    there."""
     try:
         param_group = module._get_fsdp_state()._fsdp_param_group
-        return param_group.mesh_info.shard_process_group if param_group is not None else dist.group.WORLD
+        return param_group.mesh_info.shard_process_group if param_group is not None else None
     except AttributeError:
         return dist.group.WORLD

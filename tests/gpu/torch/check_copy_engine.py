@@ -5,8 +5,9 @@ SMs)"), run on every rank by torchrun on N >= 1 GPUs:
     NCCLPOOL_SYMMETRIC_KERNELS=on torchrun --nproc-per-node N tests/gpu/torch/check_copy_engine.py --off-rank 1
 
 Default: this torch has ProcessGroupNCCL.Options().config.cta_policy (printed); auto (no profile)
-stays off on every rank with one reason; copy_engine_group(copy_engine=True) makes a group whose
-communicator has the ZERO CTA policy; all-gathers on pool windows of that group (out-of-place and
+stays off on every rank with one reason, and a later copy_engine=True on that group raises the same
+InvalidState everywhere (the first call decides); copy_engine_group(copy_engine=True) makes a group
+whose communicator has the ZERO CTA policy; all-gathers on pool windows of that group (out-of-place and
 in-place, on a side stream, with async_op=True, and on the default stream through the layer's
 helper) equal the same all-gather on plain memory on WORLD; FSDP2 (a few MLP blocks, fully_shard)
 with fsdp.enable(..., copy_engine=True) trains 3 steps with losses bitwise equal to plain FSDP2;
@@ -14,7 +15,7 @@ destroy_process_group finishes within a timeout on every rank.
 
 --off-rank R: rank R (the last rank if there are fewer) sets NCCLPOOL_COPY_ENGINE=off before any
 vote: copy_engine=True raises the same error on every rank, naming rank R; auto stays off on every
-rank; WORLD still pairs afterwards (no hang); teardown as above.
+rank (answered from the same vote); WORLD still pairs afterwards (no hang); teardown as above.
 
 With one GPU NCCL copies locally for its one rank (no peer): the copy engines are not reached, and
 the checks run the plumbing (vote, group, windows, FSDP2) only. The NCCL log proves the copy engines
@@ -149,14 +150,28 @@ def main_checks():
     def _():
         assert has, text
 
+    # A group's first call decides (later calls answer from it without a collective), so auto is
+    # asked of a group of its own.
+    probe = dist.new_group(list(range(world_size)))
+
     @check("auto without a profile stays off on every rank, with one reason")
     def _():
-        zero = nccl_allocator.copy_engine_group(world)
-        decision = copy_engine._decision_of(world)
+        zero = nccl_allocator.copy_engine_group(probe)
+        decision = copy_engine._decision_of(probe)
         whys = same_everywhere(decision.why)
         log(f"      {whys[0]}")
         assert zero is None and not decision.used, decision
         assert len(set(whys)) == 1 and whys[0].startswith("off: "), whys
+
+    @check("a later copy_engine=True on that group raises InvalidState on every rank, without a collective")
+    def _():
+        message = ""
+        try:
+            nccl_allocator.copy_engine_group(probe, copy_engine=True)
+        except ncclpool.InvalidState as e:
+            message = str(e)
+        messages = same_everywhere(message)
+        assert all(messages) and len(set(messages)) == 1 and "first call" in messages[0], messages
 
     state = {}
 
@@ -165,6 +180,7 @@ def main_checks():
         zero = nccl_allocator.copy_engine_group(world, copy_engine=True)
         assert zero is not None and zero.size() == world_size, zero
         assert nccl_allocator.copy_engine_group(world, copy_engine=True) is zero  # kept: no second vote
+        assert nccl_allocator.copy_engine_group(world) is zero  # auto too: the group is made
         policy = cta_policy_of(zero)
         log(f"      {copy_engine._decision_of(world).why}; its communicator's cta_policy {policy}")
         assert policy == ZERO, policy
@@ -269,12 +285,13 @@ def off_rank_checks(off):
         assert all(messages) and len(set(messages)) == 1, messages
         assert f"rank {off} votes no" in messages[0] and "NCCLPOOL_COPY_ENGINE" in messages[0], messages[0]
 
-    @check("auto stays off on every rank, with the same reason")
+    @check("auto stays off on every rank, with the same reason (from the same vote: no collective)")
     def _():
         zero = nccl_allocator.copy_engine_group(world)
         whys = same_everywhere(copy_engine._decision_of(world).why)
         log(f"      {whys[0]}")
-        assert zero is None and len(set(whys)) == 1 and f"rank {off} votes no" in whys[0], whys
+        # Without a profile every rank's auto vote is no: the reason names the first, rank 0.
+        assert zero is None and len(set(whys)) == 1 and whys[0].startswith("off: rank 0 votes no"), whys
 
     @check("WORLD still pairs afterwards (no stray collective, no hang)")
     def _():
