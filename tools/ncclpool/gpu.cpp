@@ -140,20 +140,24 @@ class NcclTeam final : public Team {
     std::vector<std::unique_ptr<cuda::PrimaryContext>> contexts;
     for (int r = 0; r < ranks_; ++r) contexts.push_back(std::make_unique<cuda::PrimaryContext>(r));
     if (ncclResult_t res = lib_.ncclGroupStart(); res != ncclSuccess) throw BackendError("ncclGroupStart: " + nccl::error_text(res));
+    // Nothing may throw while the group is open: the group is ended first, then the error reported.
     ncclResult_t first_error = ncclSuccess;
-    for (int r = 0; r < ranks_; ++r) {
+    std::string context_error;
+    for (int r = 0; r < ranks_ && context_error.empty() && first_error == ncclSuccess; ++r) {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-      cuda::check(d.cuCtxSetCurrent(contexts[static_cast<std::size_t>(r)]->get()), "cuCtxSetCurrent");
-      if (ncclResult_t res = lib_.ncclCommInitRankConfig(&comms[static_cast<std::size_t>(r)], ranks_, id, r, &config); res != ncclSuccess && first_error == ncclSuccess)
-        first_error = res;
+      if (const CUresult res = d.cuCtxSetCurrent(contexts[static_cast<std::size_t>(r)]->get()); res != CUDA_SUCCESS) {
+        context_error = "cuCtxSetCurrent(GPU " + std::to_string(r) + ") failed (CUresult " + std::to_string(static_cast<int>(res)) + ")";
+        break;
+      }
+      first_error = lib_.ncclCommInitRankConfig(&comms[static_cast<std::size_t>(r)], ranks_, id, r, &config);
     }
     const ncclResult_t end = lib_.ncclGroupEnd();
-    if (first_error != ncclSuccess || end != ncclSuccess) {
+    if (!context_error.empty() || first_error != ncclSuccess || end != ncclSuccess) {
       for (ncclComm_t c : comms)
         if (c != nullptr) lib_.ncclCommAbort(c);
       throw BackendError("ncclCommInitRankConfig(CTAPolicy ZERO, " + std::to_string(ranks_) + " GPUs): " +
-                         nccl::error_text(first_error != ncclSuccess ? first_error : end));
+                         (!context_error.empty() ? context_error : nccl::error_text(first_error != ncclSuccess ? first_error : end)));
     }
   }
 
