@@ -225,33 +225,18 @@ def main_checks():
 
     @check("FSDP2 with fsdp.enable(copy_engine=True) trains 3 steps with losses bitwise equal to plain FSDP2")
     def _():
-        from torch.distributed.fsdp import fully_shard
+        import toy_fsdp
         from ncclpool.torch import fsdp as ncclpool_fsdp
 
         def train(copy_engines):
-            torch.manual_seed(0)
-            model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
-                                                              torch.nn.Linear(2048, 512)) for _ in range(3)]).cuda()
-            for block in model:
-                fully_shard(block)
-            fully_shard(model)
-            pool = None
-            if copy_engines:
-                pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="fsdp-copy-engine")
+            pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="fsdp-copy-engine") if copy_engines else None
+
+            def configure(model):
                 # Reduce-scatter stays plain: only the all-gather (a copy) changes route, so the losses
                 # must be the same bits.
                 assert ncclpool_fsdp.enable(model, pool, reduce_scatter=False, copy_engine=True) == 4
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            g = torch.Generator(device="cuda").manual_seed(1234 + rank)
-            losses = []
-            for _ in range(3):
-                x = torch.randn(64, 512, device="cuda", generator=g)
-                loss = (model(x) - x).pow(2).mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                losses.append(loss.item())
-            return losses, pool
+
+            return toy_fsdp.train(rank, 3, configure if copy_engines else None), pool
 
         plain, _ = train(False)
         engines, pool = train(True)

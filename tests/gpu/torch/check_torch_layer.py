@@ -234,29 +234,16 @@ def main():
 
     @check("FSDP2 with the pool helper trains with the default allocator's losses")
     def _():
-        from torch.distributed.fsdp import fully_shard
+        import toy_fsdp
         from ncclpool.torch import fsdp as ncclpool_fsdp
 
         def train(use_pool):
-            torch.manual_seed(0)
-            model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
-                                                              torch.nn.Linear(2048, 512)) for _ in range(3)]).cuda()
-            for layer in model:
-                fully_shard(layer)
-            fully_shard(model)
-            if use_pool:
-                fsdp_pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="fsdp")
+            fsdp_pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="fsdp") if use_pool else None
+
+            def configure(model):
                 assert ncclpool_fsdp.enable(model, fsdp_pool) == 4
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            g = torch.Generator(device="cuda").manual_seed(1234 + rank)
-            losses = []
-            for _ in range(5):
-                x = torch.randn(64, 512, device="cuda", generator=g)
-                loss = (model(x) - x).pow(2).mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                losses.append(loss.item())
+
+            losses = toy_fsdp.train(rank, 5, configure if use_pool else None)
             if use_pool:
                 npool_fsdp = nccl_allocator.ncclpool_pool(fsdp_pool)
                 comms = npool_fsdp.communicators
