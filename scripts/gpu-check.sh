@@ -7,8 +7,9 @@
 #   scripts/gpu-check.sh --build    only build build/gpu (on a machine with GoogleTest), for carrying
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
 #                                   pdl, window, ncclversions, bench, cecoll, torch, copyengine, megatron, fsdp2,
-#                                   decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples;
-#                                   window and cetrain (~10 min on 2 GPUs) only when named; default all)
+#                                   decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples,
+#                                   asnodes; window, cetrain (~10 min on 2 GPUs) and asnodes only when named;
+#                                   default all)
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
 # (their kernels trigger nothing early, so the symmetric path stays tested and measured on NCCL
@@ -382,7 +383,7 @@ else
 fi
 
 # 6b-12. Whole programs over the library: scripts/gpu-check-programs.sh (sourced; sections megatron,
-#        fsdp2, decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples).
+#        fsdp2, decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples, asnodes).
 # shellcheck source=scripts/gpu-check-programs.sh
 source scripts/gpu-check-programs.sh  # the working directory is the checkout's root (above)
 
