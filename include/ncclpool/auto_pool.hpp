@@ -61,8 +61,10 @@ class NCCLPOOL_API AutoPool final : public RegisteredPool {
   PoolPart& route(std::size_t bytes, Collective collective);
   [[nodiscard]] bool routes_use(RegistrationKind kind) const noexcept;
   void fix_routes() noexcept;
-  void choose_routes_for(Communicator& comm);  // under attach_mutex(), before the routes are fixed
-  void agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const;  // collective; throws AgreementError
+  bool choose_routes_for(Communicator& comm);  // under attach_mutex(); true when it chose them (the attach then fixes them)
+  void drop_windows_across_nodes(std::size_t nodes);  // under attach_mutex(), at the attach that chose the routes
+  // Collective; throws AgreementError. Returns how many nodes the communicator's ranks run on.
+  std::size_t agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const;
 
   std::array<SizeRoutes, kCollectives> routes_;  // by Collective; [any] for buffers of no named collective
   std::string routes_source_;

@@ -93,6 +93,11 @@ class NCCLPOOL_API Communicator {
   [[nodiscard]] virtual int prepare_symmetric_kernels() { return -1; }
   /// The GPU model, NCCL version and size a profile of this communicator's machine was measured with.
   [[nodiscard]] virtual MachineKey machine() const { return MachineKey{"", 0, size()}; }
+  /// Which node this rank runs on, as NCCL tells nodes apart: a hash of NCCL_HOSTID when set, else of
+  /// the host name and boot id (NCCL's getHostHash). Ranks with different values are different nodes
+  /// to NCCL: no symmetric kernels or copy engines between them, so auto pools route no size to
+  /// windows then (the routes agreement compares it). Default: this process's host.
+  [[nodiscard]] virtual std::uint64_t node() const;
 };
 
 }  // namespace ncclpool

@@ -75,6 +75,10 @@ class NCCLPOOL_API LoopbackGroup {
   /// a communicator NCCL gives no symmetric memory (NCCL >= 2.29: ncclCommQueryProperties says so and
   /// window registration returns NULL; ranks not all NVLink/P2P-connected in one node).
   void set_windows_supported(int rank, bool supported);
+  /// The node `rank`'s communicators report in node() (-1 = every rank; default: this process's host,
+  /// as for NCCL communicators): models ranks on several nodes (NCCL_HOSTID per process).
+  void set_node(int rank, std::uint64_t node);
+  [[nodiscard]] std::uint64_t node(int rank) const;
   /// While held, a rank that polls an all-gather without waiting (PendingGather::ready) sees it
   /// complete only after a release_completions() call made once every rank had posted it, as on a GPU
   /// where the all-gather may still be running; waiting is not affected. Tests that run ranks in steps
@@ -112,6 +116,8 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   /// {"ncclpool simulator", 0, size} (the GPU name as LoopbackGroup::set_machine_gpu set it for this
   /// rank): a profile written for these keys routes simulated auto pools.
   [[nodiscard]] MachineKey machine() const override { return MachineKey{group_->machine_gpu(rank_), 0, size()}; }
+  /// LoopbackGroup::set_node's value for this rank, else this process's host.
+  [[nodiscard]] std::uint64_t node() const override;
 
  private:
   std::shared_ptr<LoopbackGroup> group_;

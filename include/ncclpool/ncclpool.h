@@ -112,6 +112,10 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_get_features(ncclpool_features_t* feat
    (why_size bytes, may be NULL when why_size is 0) the reason. A vote is local: creating the group is
    collective, so the ranks must combine their votes (all yes, or no group), as ncclpool.torch does. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_copy_engine_vote(int requested, int device, int ranks, int* use, char* why, size_t why_size);
+/* The node this process runs on, as NCCL tells nodes apart (NCCL_HOSTID when set, else host name and
+   boot id; ncclpool's own hash): processes with different values are different nodes to NCCL, which
+   runs symmetric kernels and copy engines within one node only. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_node_id(uint64_t* node);
 
 /* ---- Pools ---- */
 typedef struct ncclpool_pool_s* ncclpool_pool_t;

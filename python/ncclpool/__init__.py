@@ -34,7 +34,7 @@ from .report import format_bytes, memory_summary
 from .sim import SimGroup, sim_inject_oom, sim_set_capturing
 
 __all__ = [
-    "Pool", "Communicator", "SimGroup", "features", "copy_engine_vote", "version", "last_error", "library_path", "memory_summary",
+    "Pool", "Communicator", "SimGroup", "features", "copy_engine_vote", "node_id", "version", "last_error", "library_path", "memory_summary",
     "format_bytes", "errors", "Error", "InvalidArgument", "SizeTooLarge", "OutOfMemory", "DoubleFree",
     "ForeignPointer", "InvalidPointer", "BackendError", "Unsupported", "InvalidState", "RegistrationError",
     "AgreementError", "SOURCES", "REGISTRATIONS",
@@ -94,3 +94,13 @@ def copy_engine_vote(requested: bool | None, ranks: int, device: int = 0) -> tup
     code = -1 if requested is None else int(requested)
     call("ncclpool_copy_engine_vote", code, int(device), int(ranks), byref(use), why, len(why))
     return bool(use.value), why.value.decode(errors="replace")
+
+
+def node_id() -> int:
+    """The node this process runs on, as NCCL tells nodes apart (``NCCL_HOSTID`` when set, else the
+    host name and boot id; ncclpool's own 64-bit hash, only compared for equality): processes with
+    different values are different nodes to NCCL, which runs symmetric kernels and copy engines
+    within one node only. Read once per process."""
+    node = ctypes.c_uint64(0)
+    call("ncclpool_node_id", byref(node))
+    return node.value

@@ -133,6 +133,7 @@ _PROTOTYPES = {
     "ncclpool_version_string": (c_char_p, []),
     "ncclpool_get_features": (_Status, [POINTER(Features)]),
     "ncclpool_copy_engine_vote": (_Status, [c_int, c_int, c_int, POINTER(c_int), c_char_p, c_size_t]),
+    "ncclpool_node_id": (_Status, [POINTER(c_uint64)]),
     "ncclpool_pool_options_init": (None, [POINTER(PoolOptions)]),
     "ncclpool_pool_create": (_Status, [POINTER(PoolOptions), POINTER(_P)]),
     "ncclpool_pool_destroy": (_Status, [_P]),

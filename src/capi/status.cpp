@@ -5,6 +5,8 @@
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/nccl.hpp>
 
+#include "core/node.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -125,6 +127,13 @@ ncclpool_status_t ncclpool_copy_engine_vote(int requested, int device, int ranks
       std::memcpy(why, vote.why.data(), n);
       why[n] = '\0';
     }
+  });
+}
+
+ncclpool_status_t ncclpool_node_id(uint64_t* node) {
+  return guarded("ncclpool_node_id", [&] {
+    require(node, "node");
+    *node = ncclpool::detail::process_node();
   });
 }
 

@@ -24,6 +24,7 @@ std::string nccl_library() { return text_of("NCCLPOOL_NCCL_LIBRARY"); }
 
 const char* symmetric_kernels() { return std::getenv("NCCLPOOL_SYMMETRIC_KERNELS"); }
 const char* copy_engine() { return std::getenv("NCCLPOOL_COPY_ENGINE"); }
+const char* nccl_hostid() { return std::getenv("NCCL_HOSTID"); }
 const char* ncclpool_sym_ctas() { return std::getenv("NCCLPOOL_SYM_CTAS"); }
 const char* nccl_sym_ctas() { return std::getenv("NCCL_SYM_CTAS"); }
 

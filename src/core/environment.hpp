@@ -69,6 +69,11 @@ NCCLPOOL_INTERNAL const char* growth_chunk();
 /// NCCLPOOL_MIN_SEGMENT as set (nullptr: unset); ncclpool.torch.create_nccl_mem_pool reads it itself.
 NCCLPOOL_INTERNAL const char* min_segment();
 
+// --- Read once per process, for the node a rank runs on (Communicator::node) ---------------------
+
+/// NCCL_HOSTID (NCCL's own) as set (nullptr: unset): NCCL tells nodes apart by it.
+NCCLPOOL_INTERNAL const char* nccl_hostid();
+
 // --- Read by the `ncclpool` command only -------------------------------------------------------------
 
 /// NCCL_NVLS_ENABLE (NCCL's own) as set (nullptr: unset): `bench coll` records it. ncclpool never sets it.

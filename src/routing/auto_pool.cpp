@@ -68,9 +68,9 @@ std::string AutoPool::routes_source() const {
 }
 
 // The first attach of an auto pool that made nothing yet takes the profile measured for comm's
-// machine; the routes are fixed from then on.
-void AutoPool::choose_routes_for(Communicator& comm) {
-  if (routes_fixed_.load(std::memory_order_acquire)) return;
+// machine; that attach fixes them once it knows how many nodes the ranks span (windows_across_nodes).
+bool AutoPool::choose_routes_for(Communicator& comm) {
+  if (routes_fixed_.load(std::memory_order_acquire)) return false;
   // The rule is auto_routes_windows (routes.hpp); the kernels are asked about (and decided, once per
   // process) only where windows are otherwise possible.
   const bool capable = part(RegistrationKind::symmetric).pool->source_properties().window_capable;
@@ -91,7 +91,17 @@ void AutoPool::choose_routes_for(Communicator& comm) {
     routes_.fill(builtin_routes(windows));
     routes_source_ = "built-in routes (measured on H200)" + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
   }
-  routes_fixed_.store(true, std::memory_order_release);
+  return true;
+}
+
+// NCCL runs symmetric kernels and copy engines within one node only: across nodes a window costs a
+// collective registration and buys nothing, so routes chosen at this attach send no size to windows
+// when the ranks span more than one node (every rank learnt the same count in the routes agreement).
+void AutoPool::drop_windows_across_nodes(std::size_t nodes) {
+  if (nodes <= 1 || !routes_use(RegistrationKind::symmetric)) return;
+  for (SizeRoutes& r : routes_) r = r.without_windows();
+  routes_source_ += ", without windows: the ranks span " + std::to_string(nodes) +
+                    " nodes (NCCL's symmetric kernels and copy engines work within one node)";
 }
 
 // Lockstep: an auto pool's attach makes the same collective steps on every rank, whatever this
@@ -109,11 +119,19 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
     vote.fail(std::make_exception_ptr(InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name() + "'")));
   if (kind == RegistrationKind::none)
     vote.fail(std::make_exception_ptr(InvalidArgument("attach: 'none' registers nothing: name local or symmetric, or no kind (pool '" + name() + "')")));
+  bool choosing = false;  // this attach chose the routes: it fixes them below, whatever happens
   try {
-    choose_routes_for(*comm);
+    choosing = choose_routes_for(*comm);
   } catch (...) {
     vote.fail();
   }
+  struct FixRoutes {  // until fixed, an allocation on another thread waits for this attach (attach_mutex)
+    AutoPool* pool;
+    bool active;
+    ~FixRoutes() {
+      if (active) pool->routes_fixed_.store(true, std::memory_order_release);
+    }
+  } fix_routes_at_end{this, choosing};
   std::vector<std::pair<std::size_t, RegistrationKind>> plan;  // parts the routes use, with their kinds
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     const RegistrationKind own = parts_[i].kind;
@@ -133,8 +151,9 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
       vote.fail();
     }
   }
+  std::size_t nodes = 1;
   try {
-    agree_on_routes(*comm, kind, !vote.yes());  // the kind too: it decides which parts' attaches are collective
+    nodes = agree_on_routes(*comm, kind, !vote.yes());  // the kind too: it decides which parts' attaches are collective
   } catch (...) {
     vote.fail();
   }
@@ -142,11 +161,13 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
     undo_attach(*comm, done);  // local parts only: not collective; the cause stays the error raised
     vote.rethrow();
   }
-  // Every rank gets here or none does. A symmetric part's attach fails on every rank together (its
-  // agreement carries each rank's vote), so every rank undoes the same parts, collectively.
+  // Every rank gets here or none does, with the same node count. A symmetric part's attach fails on
+  // every rank together (its agreement carries each rank's vote), so every rank undoes the same
+  // parts, collectively.
+  if (choosing) drop_windows_across_nodes(nodes);
   try {
     for (const auto& [index, k] : plan) {
-      if (k != RegistrationKind::symmetric) continue;
+      if (k != RegistrationKind::symmetric || !routes_use(parts_[index].kind)) continue;
       parts_[index].registry->attach(comm, k);
       done.push_back(index);
     }

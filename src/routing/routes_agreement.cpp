@@ -1,6 +1,8 @@
 // The routes agreement of an auto pool (auto_pool.hpp): every attach compares the routes of every
 // rank and the kind each attaches with (they decide which parts' attaches are collective), with each
-// rank's vote on the attach so far, so that all fail together when one differs.
+// rank's vote on the attach so far, so that all fail together when one differs. It also carries the
+// node each rank runs on (Communicator::node), which may differ: every rank learns from it how many
+// nodes the communicator spans, the same answer everywhere.
 
 #include <ncclpool/auto_pool.hpp>
 #include <ncclpool/errors.hpp>
@@ -18,8 +20,14 @@ namespace {
 // digest only), with this rank's vote on the attach so far. Its magic differs from the registry's,
 // so a rank that runs a registry agreement in its place fails both sides.
 constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
-constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 5;
-enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_classes = 5 };
+constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 6;
+enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_node = 5, w_classes = 6 };
+
+// What must be equal on every rank: the record without its node.
+AgreementRecord without_node(AgreementRecord r) {
+  r.words[w_node] = 0;
+  return r;
+}
 
 // w_from_profile: bit 0, the routes came from a profile; bit 1, some collective routes otherwise;
 // bits 2-3, the kind the attach asked for (0: none asked, each part its own; else 1 + the kind).
@@ -69,13 +77,27 @@ std::uint64_t routes_digest(const std::array<SizeRoutes, kCollectives>& routes) 
 
 }  // namespace
 
-void AutoPool::agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const {
+std::size_t AutoPool::agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const {
   const bool per_collective = std::any_of(routes_.begin() + 1, routes_.end(), [&](const SizeRoutes& r) { return !(r == routes_[0]); });
-  const AgreementRecord mine = routes_record(routes_[0], routes_digest(routes_), routes_source_.rfind("the profile", 0) == 0, per_collective, kind, voted_no);
+  AgreementRecord mine = routes_record(routes_[0], routes_digest(routes_), routes_source_.rfind("the profile", 0) == 0, per_collective, kind, voted_no);
+  try {
+    mine.words[w_node] = comm.node();
+  } catch (...) {
+    mine.words[w_node] = 0;  // never skip the all-gather: an unknown node counts as one of its own
+  }
   const std::vector<AgreementRecord> all = comm.all_gather(mine);
-  if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r == mine; })) return;
+  const AgreementRecord compared = without_node(mine);
+  if (std::all_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return without_node(r) == compared; })) {
+    std::vector<std::uint64_t> nodes;
+    for (const AgreementRecord& r : all) nodes.push_back(r.words[w_node]);
+    std::sort(nodes.begin(), nodes.end());
+    return static_cast<std::size_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  }
   std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
-  for (std::size_t rank = 0; rank < all.size(); ++rank) groups[{all[rank].words.begin(), all[rank].words.end()}].push_back(static_cast<int>(rank));
+  for (std::size_t rank = 0; rank < all.size(); ++rank) {
+    const AgreementRecord r = without_node(all[rank]);
+    groups[{r.words.begin(), r.words.end()}].push_back(static_cast<int>(rank));
+  }
   const bool someone_voted_no = std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.words[w_magic] == kRoutesMagic && r.words[w_voted_no] != 0; });
   std::ostringstream msg;
   if (someone_voted_no)

@@ -94,6 +94,13 @@ static void test_copy_engine_vote(void) {
   EXPECT(use == 0 && strncmp(why, "off: ", 5) == 0);
   OK(ncclpool_copy_engine_vote(-1, 0, 2, &use, NULL, 0)); /* no reason asked for */
   {
+    uint64_t node = 0, again = 1;
+    EXPECT(ncclpool_node_id(NULL) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+    OK(ncclpool_node_id(&node));
+    OK(ncclpool_node_id(&again));
+    EXPECT(node == again); /* once per process */
+  }
+  {
     /* A short buffer gets a cut, terminated reason. */
     char tiny[4] = {'x', 'x', 'x', 'x'};
     OK(ncclpool_copy_engine_vote(0, 0, 2, &use, tiny, sizeof tiny));

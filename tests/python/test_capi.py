@@ -43,6 +43,17 @@ def test_copy_engine_vote_says_no_with_its_reason_and_refuses_bad_requests(monke
         ncclpool.copy_engine_vote(None, 0)
 
 
+def test_node_id_is_one_value_per_process_and_follows_nccl_hostid():
+    import subprocess
+    import sys
+    assert ncclpool.node_id() == ncclpool.node_id()
+    code = "import ncclpool; print(ncclpool.node_id())"
+    def node_with(hostid):
+        env = dict(__import__("os").environ, NCCL_HOSTID=hostid)
+        return int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert node_with("node-a") == node_with("node-a") != node_with("node-b")
+
+
 def test_pool_resolves_defaults():
     with sim_pool("symmetric") as p:
         assert p.source == "sim"

@@ -669,3 +669,41 @@ def test_fsdp_modules_without_parameters_cast_no_vote(fsdp, vote):
     assert model.ag.copy_engine_group is None and model.ag.groups == [layer.dist.group.WORLD]
     assert all(b.ag.copy_engine_group is not None for b in model.kids)
     assert [c[1] for c in calls(layer, "split_group")] == [fsdp.shard]
+
+
+def test_ranks_on_different_nodes_agree_off_alike_and_true_raises_everywhere(torch_layer, vote, monkeypatch):
+    """Ranks whose node differs (NCCL_HOSTID per process, or real nodes): NCCL runs copy engines within
+    one node only. Every rank sees every rank's node in the same all-gather, so every rank decides off
+    alike, though each voted yes on its own."""
+    layer = torch_layer
+    vote(yes)
+    monkeypatch.setattr(layer.copy_engine, "_node", lambda: 0x1000 + getattr(current, "rank", 0) // 2)  # 2 ranks per node
+    groups = torch_stand_in.make_group(4, desc="dp")
+    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r]))
+    assert [kind for kind, _ in out] == ["ok"] * 4, out
+    assert all(result is None for _, result in out)
+    whys = {layer.copy_engine._decision_of(g).why for g in groups}
+    assert len(whys) == 1 and "spans 2 nodes" in whys.pop()
+    assert not calls(layer, "split_group") and not calls(layer, "new_group")
+    groups = torch_stand_in.make_group(4, desc="tp")
+    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    assert [kind for kind, _ in out] == ["raised"] * 4, out
+    messages = {str(e) for _, e in out}
+    assert len(messages) == 1 and "spans 2 nodes" in messages.pop()
+    assert all(isinstance(e, ncclpool.Unsupported) for _, e in out)
+
+
+def test_an_unknown_node_is_a_vote_not_a_skipped_collective(torch_layer, vote, monkeypatch):
+    layer = torch_layer
+    vote(yes)
+
+    def node_id():
+        if getattr(current, "rank", 0) == 1:
+            raise RuntimeError("node_id failed on rank 1")
+        return 7
+
+    monkeypatch.setattr(ncclpool, "node_id", node_id, raising=False)
+    groups = torch_stand_in.make_group(2, desc="dp")
+    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r]))
+    assert [kind for kind, _ in out] == ["ok", "ok"] and all(result is None for _, result in out), out
+    assert "spans 2 nodes" in layer.copy_engine._decision_of(groups[0]).why

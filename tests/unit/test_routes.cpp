@@ -240,6 +240,32 @@ TEST(AutoPool, AutoPoolsMakeNoWindowsOnACommunicatorWithoutSymmetricMemory) {
   expect_auto_pools_make_no_windows(group, "no symmetric memory");
 }
 
+// Ranks on two nodes (NCCL_HOSTID per process, or real nodes): NCCL runs no symmetric kernel or copy
+// engine between them. Every rank learns the node count in the routes agreement, so every rank drops
+// the windows alike, though each rank's own routes had them.
+TEST(AutoPool, AutoPoolsMakeNoWindowsWhenTheRanksSpanNodes) {
+  auto group = std::make_shared<LoopbackGroup>("world", 2);
+  group->set_node(0, 0x1111);
+  group->set_node(1, 0x2222);
+  EXPECT_EQ(group->node(1), 0x2222u);
+  expect_auto_pools_make_no_windows(group, "the ranks span 2 nodes");
+  // Ranks of one node keep their windows (the process's own node unless set).
+  auto one_node = std::make_shared<LoopbackGroup>("one-node", 2);
+  EXPECT_EQ(one_node->node(0), one_node->node(1));
+  std::vector<std::unique_ptr<AutoPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  const auto errors = on_ranks(2, [&](int rank) {
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(one_node, rank);
+    pool.attach(comm, std::nullopt);
+    EXPECT_TRUE(pool.routes().uses(RegistrationKind::symmetric)) << pool.routes().describe();
+    EXPECT_FALSE(contains(pool.routes_source(), "nodes")) << pool.routes_source();
+    pool.detach(*comm);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(one_node->live_registrations(), 0);
+}
+
 TEST(AutoPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {
   auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
   std::vector<std::unique_ptr<AutoPool>> pools;

@@ -30,7 +30,7 @@ __all__ = ["copy_engine_group", "CopyEngineDecision"]
 
 _CTA_POLICY_ZERO = 2     # NCCL_CTA_POLICY_ZERO (nccl.h), where torch does not export the constant
 _REASON = 254            # bytes of one reason in a record (UTF-8, whole characters, NUL-padded)
-_RECORD = 4 + 2 * _REASON  # one rank's record: [vote if True, vote if None, request, maker], 2 reasons
+_RECORD = 4 + 2 * _REASON + 8  # one rank's record: [vote if True, vote if None, request, maker], 2 reasons, its node
 _REQUEST_CODES = {True: 1, None: 2}
 _REQUEST_NAMES = {1: "True", 2: "None"}
 # How this rank would make the group: torch's split of the group's communicator (WORLD made with
@@ -155,7 +155,7 @@ def _agree(group, requested) -> _Agreement:
     ranks = dist.get_world_size(group)
     members = dist.get_process_group_ranks(group)
     on, auto, maker, options = _local_votes(group, ranks)
-    votes = _exchange(group, on, auto, requested, maker, ranks)
+    votes, nodes = _exchange(group, on, auto, requested, maker, _node(), ranks)
     asked = sorted({v[2] for v in votes})
     if len(asked) > 1:
         by_rank = ", ".join(f"rank {i}{_global(members, i)} copy_engine={_REQUEST_NAMES.get(v[2], v[2])}"
@@ -163,6 +163,10 @@ def _agree(group, requested) -> _Agreement:
         raise errors.AgreementError(f"ncclpool.torch.copy_engine_group over {ranks} ranks: the ranks asked differently "
                                     f"({by_rank}); pass the same copy_engine on every rank")
     votes = _same_maker(votes)
+    if len(set(nodes)) > 1:  # every rank sees the same nodes: every rank decides "off" alike
+        why = (f"the group spans {len(set(nodes))} nodes (NCCL_HOSTID or hosts differ): NCCL runs copy-engine "
+               "collectives within one node only and would fall back to its kernels")
+        votes = [(False, False, v[2], v[3], why, why) for v in votes]
     agreed_on = _outcome(votes, 0, members, ranks)
     agreed_auto = _outcome(votes, 1, members, ranks)
     ok = (agreed_on if requested else agreed_auto)[0]
@@ -265,24 +269,35 @@ def _eager() -> bool:
     return getattr(default, "bound_device_id", None) is not None
 
 
-def _exchange(group, on, auto, requested, maker, ranks) -> list:
-    """[(vote if True, vote if None, request code, maker, reason if True, reason if None)] of every
-    rank of `group`, in group rank order."""
+def _node() -> int:
+    """The node this process runs on as NCCL tells nodes apart (ncclpool.node_id); 0 when unknown.
+    Never raises: it goes into the vote every rank must join."""
+    try:
+        return int(_np.node_id()) & ((1 << 64) - 1)
+    except Exception:  # noqa: BLE001 - an old library or a failed call: an unknown node, still a vote
+        return 0
+
+
+def _exchange(group, on, auto, requested, maker, node, ranks) -> tuple:
+    """([(vote if True, vote if None, request code, maker, reason if True, reason if None)],
+    [node]) of every rank of `group`, in group rank order."""
     mine = bytes([1 if on[0] else 0, 1 if auto[0] else 0, _REQUEST_CODES[requested], maker])
     for why in (on[1], auto[1]):
         reason = why.encode(errors="replace")[:_REASON].decode(errors="ignore").encode()  # whole characters
         mine += reason + bytes(_REASON - len(reason))
+    mine += node.to_bytes(8, "little")
     device = torch.device("cuda", torch.cuda.current_device())
     sent = torch.tensor(list(mine), dtype=torch.uint8, device=device)
     every = torch.empty(_RECORD * ranks, dtype=torch.uint8, device=device)
     dist.all_gather_into_tensor(every, sent, group=group)
     data = bytes(every.tolist())
-    out = []
+    out, nodes = [], []
     for i in range(ranks):
         record = data[i * _RECORD:(i + 1) * _RECORD]
         reasons = [record[4 + k * _REASON:4 + (k + 1) * _REASON].rstrip(b"\0").decode(errors="replace") for k in (0, 1)]
         out.append((record[0] == 1, record[1] == 1, record[2], record[3], *reasons))
-    return out
+        nodes.append(int.from_bytes(record[4 + 2 * _REASON:], "little"))
+    return out, nodes
 
 
 def _make_zero_group(group, members, maker, options):

@@ -8,6 +8,8 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/loopback.hpp>
 
+#include "core/node.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -43,7 +45,7 @@ class LoopbackState {
       : name_(std::move(name)), size_(size), timeout_(timeout), matching_(matching), calls_(static_cast<std::size_t>(size), 0),
         injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)), symmetric_kernels_(static_cast<std::size_t>(size), -1),
         call_logs_(static_cast<std::size_t>(size)), machine_gpus_(static_cast<std::size_t>(size), "ncclpool simulator"),
-        windows_supported_(static_cast<std::size_t>(size), true) {}
+        windows_supported_(static_cast<std::size_t>(size), true), nodes_(static_cast<std::size_t>(size)) {}
 
   struct Result {
     std::vector<AgreementRecord> records;
@@ -169,6 +171,15 @@ class LoopbackState {
     std::lock_guard lock(mutex_);
     return windows_supported_[static_cast<std::size_t>(rank)];
   }
+  void set_node(int rank, std::uint64_t node) {
+    std::lock_guard lock(mutex_);
+    for (int r = 0; r < size_; ++r)
+      if (rank < 0 || rank == r) nodes_[static_cast<std::size_t>(r)] = node;
+  }
+  std::optional<std::uint64_t> node(int rank) {
+    std::lock_guard lock(mutex_);
+    return nodes_[static_cast<std::size_t>(rank)];
+  }
 
   std::uint64_t next_local_handle() { return ++local_handles_; }  // ranks register locally in parallel
   std::atomic<std::int64_t> live{0};
@@ -270,6 +281,7 @@ class LoopbackState {
   std::vector<std::vector<std::string>> call_logs_;  // per rank: its collective calls, in order
   std::vector<std::string> machine_gpus_;             // per rank: the GPU name machine() reports
   std::vector<bool> windows_supported_;               // per rank: what supports_windows() answers
+  std::vector<std::optional<std::uint64_t>> nodes_;   // per rank: what node() answers (unset: this process's host)
   bool hold_completions_ = false;                      // ready() sees only slots below released_slots_
   std::uint64_t released_slots_ = 0;
   bool broken_ = false;
@@ -333,6 +345,14 @@ void LoopbackGroup::set_windows_supported(int rank, bool supported) {
   if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
   state_->set_windows_supported(rank, supported);
 }
+void LoopbackGroup::set_node(int rank, std::uint64_t node) {
+  if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
+  state_->set_node(rank, node);
+}
+std::uint64_t LoopbackGroup::node(int rank) const {
+  if (rank < 0 || rank >= size()) throw InvalidArgument("loopback group '" + name() + "': no rank " + std::to_string(rank));
+  return state_->node(rank).value_or(detail::process_node());
+}
 void LoopbackGroup::hold_completions(bool hold) { state_->hold_completions(hold); }
 void LoopbackGroup::release_completions() { state_->release_completions(); }
 
@@ -352,6 +372,7 @@ std::string LoopbackCommunicator::describe() const {
   return "loopback comm '" + group_->name() + "' (rank " + std::to_string(rank_) + " of " + std::to_string(group_->size()) +
          ", device " + std::to_string(device_) + ")";
 }
+std::uint64_t LoopbackCommunicator::node() const { return group_->node(rank_); }
 bool LoopbackCommunicator::supports_windows(std::string* why) const {
   if (group_->state().windows_supported(rank_)) return true;
   if (why) *why = "loopback group '" + group_->name() + "' has no symmetric memory on rank " + std::to_string(rank_) + " (set_windows_supported)";

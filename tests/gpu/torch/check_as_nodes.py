@@ -15,8 +15,7 @@ buffers equal the same on plain memory; a symmetric pool's windows end the same 
 this NCCL's source says (2.28: windows made, no symmetric kernel can run; results right); auto pools
 (built-in routes, and a profile's) route no size to windows, since NCCL's symmetric kernels cannot
 run across nodes, and every rank reports the same routes; the copy-engine vote: auto off on every
-rank with one reason, and copy_engine=True decided alike everywhere, its group (if made) all-gathering
-right (NCCL falls back to its kernels across nodes); FSDP2 with fsdp.enable on an auto pool trains 3
+rank with one reason (the nodes), and copy_engine=True the same Unsupported on every rank; FSDP2 with fsdp.enable on an auto pool trains 3
 steps with losses bitwise equal to plain FSDP2; NCCL ran no symmetric kernel and no copy engine (its
 log); destroy_process_group finishes within 120 s on every rank.
 
@@ -289,7 +288,7 @@ def auto_pool_checks():
 def copy_engine_checks():
     world = dist.group.WORLD
 
-    @check(f"the copy-engine vote over {nodes} nodes, auto, stays off on every rank with one reason")
+    @check(f"the copy-engine vote over {nodes} nodes, auto, stays off on every rank with one reason (the nodes)")
     def _():
         probe = dist.new_group(list(range(world_size)))
         zero = nccl_allocator.copy_engine_group(probe)
@@ -297,9 +296,9 @@ def copy_engine_checks():
         whys = same_everywhere(decision.why)
         log(f"      {whys[0]}")
         assert zero is None and not decision.used, decision
-        assert len(set(whys)) == 1 and whys[0].startswith("off: "), whys
+        assert len(set(whys)) == 1 and whys[0].startswith("off: ") and f"spans {nodes} nodes" in whys[0], whys
 
-    @check("copy_engine=True is decided alike everywhere; a group made all-gathers right (NCCL's kernels across nodes)")
+    @check("copy_engine=True raises the same Unsupported on every rank, naming the nodes (copy engines work within one node)")
     def _():
         # A group of its own (over every rank): a decision about WORLD would be FSDP2's too (its shard
         # group), and the FSDP2 check below is about the auto pool alone.
@@ -312,8 +311,9 @@ def copy_engine_checks():
         decided = same_everywhere((zero is not None, message))
         log(f"      {'group made: ' + copy_engine._decision_of(source).why if zero is not None else 'no group: ' + message}"[:300])
         assert len(set(decided)) == 1, decided
+        assert zero is None and f"spans {nodes} nodes" in message, (zero, message)
+        notes.append("copy-engine group: refused alike (the nodes)")
         if zero is None:
-            notes.append("copy-engine group: not made")
             return
         count = 4 * MiB // 4
         plain_in = inputs(count, 50)
