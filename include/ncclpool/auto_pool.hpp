@@ -63,8 +63,12 @@ class NCCLPOOL_API AutoPool final : public RegisteredPool {
   void fix_routes() noexcept;
   bool choose_routes_for(Communicator& comm);  // under attach_mutex(); true when it chose them (the attach then fixes them)
   void drop_windows_across_nodes(std::size_t nodes);  // under attach_mutex(), at the attach that chose the routes
-  // Collective; throws AgreementError. Returns how many nodes the communicator's ranks run on.
-  std::size_t agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no) const;
+  struct RoutesAgreed {
+    std::size_t nodes;  // how many nodes the communicator's ranks run on
+    bool all_open;      // every rank's routes were still open at this attach (none fixed before it)
+  };
+  // Collective; throws AgreementError. The same answer on every rank.
+  RoutesAgreed agree_on_routes(Communicator& comm, std::optional<RegistrationKind> kind, bool voted_no, bool routes_open) const;
 
   std::array<SizeRoutes, kCollectives> routes_;  // by Collective; [any] for buffers of no named collective
   std::string routes_source_;

@@ -68,7 +68,8 @@ std::string AutoPool::routes_source() const {
 }
 
 // The first attach of an auto pool that made nothing yet takes the profile measured for comm's
-// machine; that attach fixes them once it knows how many nodes the ranks span (windows_across_nodes).
+// machine; that attach fixes them once it knows how many nodes the ranks span (drop_windows_across_nodes)
+// and has succeeded.
 bool AutoPool::choose_routes_for(Communicator& comm) {
   if (routes_fixed_.load(std::memory_order_acquire)) return false;
   // The rule is auto_routes_windows (routes.hpp); the kernels are asked about (and decided, once per
@@ -119,19 +120,15 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
     vote.fail(std::make_exception_ptr(InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name() + "'")));
   if (kind == RegistrationKind::none)
     vote.fail(std::make_exception_ptr(InvalidArgument("attach: 'none' registers nothing: name local or symmetric, or no kind (pool '" + name() + "')")));
-  bool choosing = false;  // this attach chose the routes: it fixes them below, whatever happens
+  // This attach chose the routes: it fixes them if it succeeds. Until then an allocation on another
+  // thread waits for it (attach_mutex); a failed attach (on every rank alike) leaves them open, so
+  // that the retry chooses them again and learns the node count, as if it came first.
+  bool choosing = false;
   try {
     choosing = choose_routes_for(*comm);
   } catch (...) {
     vote.fail();
   }
-  struct FixRoutes {  // until fixed, an allocation on another thread waits for this attach (attach_mutex)
-    AutoPool* pool;
-    bool active;
-    ~FixRoutes() {
-      if (active) pool->routes_fixed_.store(true, std::memory_order_release);
-    }
-  } fix_routes_at_end{this, choosing};
   std::vector<std::pair<std::size_t, RegistrationKind>> plan;  // parts the routes use, with their kinds
   for (std::size_t i = 0; i < parts_.size(); ++i) {
     const RegistrationKind own = parts_[i].kind;
@@ -151,9 +148,9 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
       vote.fail();
     }
   }
-  std::size_t nodes = 1;
+  RoutesAgreed agreed{1, false};
   try {
-    nodes = agree_on_routes(*comm, kind, !vote.yes());  // the kind too: it decides which parts' attaches are collective
+    agreed = agree_on_routes(*comm, kind, !vote.yes(), choosing);  // the kind too: it decides which parts' attaches are collective
   } catch (...) {
     vote.fail();
   }
@@ -161,10 +158,12 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
     undo_attach(*comm, done);  // local parts only: not collective; the cause stays the error raised
     vote.rethrow();
   }
-  // Every rank gets here or none does, with the same node count. A symmetric part's attach fails on
-  // every rank together (its agreement carries each rank's vote), so every rank undoes the same
-  // parts, collectively.
-  if (choosing) drop_windows_across_nodes(nodes);
+  // Every rank gets here or none does, with the same node count and "all open". A symmetric part's
+  // attach fails on every rank together (its agreement carries each rank's vote), so every rank
+  // undoes the same parts, collectively. Windows are dropped only where every rank's routes are still
+  // open (all_open implies choosing here): a rank whose routes an allocation fixed before this attach
+  // keeps them, and a rank that dropped alone would skip the window attaches the others make.
+  if (agreed.all_open) drop_windows_across_nodes(agreed.nodes);
   try {
     for (const auto& [index, k] : plan) {
       if (k != RegistrationKind::symmetric || !routes_use(parts_[index].kind)) continue;
@@ -176,6 +175,7 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
     throw;
   }
   record_attachment(std::move(comm), std::move(done), kind);
+  if (choosing) routes_fixed_.store(true, std::memory_order_release);
 }
 
 std::unique_ptr<AutoPool> make_auto_pool(const AutoPoolConfig& config) {

@@ -707,3 +707,37 @@ def test_an_unknown_node_is_a_vote_not_a_skipped_collective(torch_layer, vote, m
     out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r]))
     assert [kind for kind, _ in out] == ["ok", "ok"] and all(result is None for _, result in out), out
     assert "spans 2 nodes" in layer.copy_engine._decision_of(groups[0]).why
+
+
+def test_one_rank_of_four_on_another_node_turns_it_off_on_every_rank(torch_layer, vote, monkeypatch):
+    layer = torch_layer
+    vote(yes)
+    monkeypatch.setattr(layer.copy_engine, "_node", lambda: 0x2000 if getattr(current, "rank", 0) == 3 else 0x1000)
+    groups = torch_stand_in.make_group(4, desc="dp")
+    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r]))
+    assert [kind for kind, _ in out] == ["ok"] * 4 and all(result is None for _, result in out), out
+    whys = {layer.copy_engine._decision_of(g).why for g in groups}
+    assert len(whys) == 1 and "spans 2 nodes" in whys.pop()
+    groups = torch_stand_in.make_group(4, desc="tp")
+    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    assert [kind for kind, _ in out] == ["raised"] * 4 and all(isinstance(e, ncclpool.Unsupported) for _, e in out), out
+    assert len({str(e) for _, e in out}) == 1
+    assert not calls(layer, "split_group") and not calls(layer, "new_group")
+
+
+def test_ranks_whose_nodes_are_all_unknown_are_not_taken_for_one_node(torch_layer, vote, monkeypatch):
+    """node_id fails on every rank (an old library): the ranks may be on two nodes, so the vote is off
+    on every rank alike, never a copy-engine group across hosts."""
+    layer = torch_layer
+    vote(yes)
+
+    def node_id():
+        raise RuntimeError("no ncclpool_node_id in this library")
+
+    monkeypatch.setattr(ncclpool, "node_id", node_id, raising=False)
+    groups = torch_stand_in.make_group(2, desc="dp")
+    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r]))
+    assert [kind for kind, _ in out] == ["ok", "ok"] and all(result is None for _, result in out), out
+    why = layer.copy_engine._decision_of(groups[0]).why
+    assert "spans 2 nodes" in why and why == layer.copy_engine._decision_of(groups[1]).why
+    assert not calls(layer, "split_group") and not calls(layer, "new_group")

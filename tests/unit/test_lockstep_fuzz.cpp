@@ -535,6 +535,7 @@ struct Program {
   bool profile_has_windows = true;  // the profile: local below 1 MiB, symmetric above; else none/local only
   std::vector<Op> ops;
   Fault fault = Fault::none;
+  std::vector<std::uint64_t> nodes;  // by rank, LoopbackGroup::set_node (empty: every rank on this host)
   int fault_rank = 0;
   std::size_t fault_step = 0;
   int oom_pool = 0;
@@ -698,6 +699,7 @@ class FuzzRun {
                                                        : sim_profile(n_, {{0, "none"}, {64 * KiB, "local"}}));
     group_ = std::make_shared<LoopbackGroup>("world", n_, kTimeout, LoopbackMatching::nccl);
     if (p_.fault == Fault::profile) group_->set_machine_gpu(p_.fault_rank, "another GPU");  // the profile misses this node
+    for (std::size_t r = 0; r < p_.nodes.size(); ++r) group_->set_node(static_cast<int>(r), p_.nodes[r]);
     group_->hold_completions(true);  // what a rank that does not wait sees depends on the steps only
     ranks_.resize(static_cast<std::size_t>(n_));
     for (int r = 0; r < n_; ++r) {
@@ -1046,14 +1048,18 @@ std::optional<std::uint64_t> env_number(const char* name) {
 }
 
 // Runs one seed; a failure message says how to replay it.
-bool run_seed(std::uint64_t seed, std::optional<Fault> forced, bool verbose) {
-  const Program program = make_program(seed, forced);
+bool run_seed(std::uint64_t seed, std::optional<Fault> forced, bool verbose, bool across_nodes = false) {
+  Program program = make_program(seed, forced);
+  if (across_nodes) {  // the last rank alone on another node: auto pools whose routes open at an attach drop windows
+    program.nodes.assign(static_cast<std::size_t>(program.ranks), 0x4e4f4445ull);
+    program.nodes.back() = 0x4e4f4446ull;
+  }
   const FuzzResult result = FuzzRun(program).run();
   if (verbose) std::printf("%s", result.program.c_str());
   if (result.violations.empty()) return true;
   std::ostringstream msg;
   msg << "seed " << seed << " (fault " << fault_name(program.fault) << " on rank " << program.fault_rank << " at step " << program.fault_step
-      << "; replay: NCCLPOOL_FUZZ_SEED=" << seed << (forced ? std::string(" NCCLPOOL_FUZZ_FAULT=") + fault_name(*forced) : "") << " NCCLPOOL_FUZZ_VERBOSE=1):\n";
+      << (across_nodes ? "; across nodes" : "") << "; replay: NCCLPOOL_FUZZ_SEED=" << seed << (forced ? std::string(" NCCLPOOL_FUZZ_FAULT=") + fault_name(*forced) : "") << " NCCLPOOL_FUZZ_VERBOSE=1):\n";
   for (const std::string& v : result.violations) msg << "  " << v << "\n";
   ADD_FAILURE() << msg.str() << result.program;
   return false;
@@ -1087,6 +1093,16 @@ TEST(LockstepFuzz, EveryRankInStepUnderOneFault) {
   int failed = 0;
   for (std::uint64_t seed : seeds) failed += run_seed(seed, forced, verbose) ? 0 : 1;
   std::printf("lockstep fuzz: %zu seed(s), %d with violations\n", seeds.size(), failed);
+}
+
+// The same seeds with the last rank on another node (issue: an auto pool's routes across nodes): the
+// routes agreement tells every rank the node count, and every rank stays in step.
+TEST(LockstepFuzz, EveryRankInStepAcrossNodes) {
+  const std::uint64_t count = env_number("NCCLPOOL_FUZZ_SEEDS").value_or(kCiSeeds / 2);
+  const bool verbose = env_number("NCCLPOOL_FUZZ_VERBOSE").value_or(0) != 0;
+  int failed = 0;
+  for (std::uint64_t seed = 1; seed <= count; ++seed) failed += run_seed(seed, std::nullopt, verbose, /*across_nodes=*/true) ? 0 : 1;
+  std::printf("lockstep fuzz across nodes: %llu seed(s), %d with violations\n", static_cast<unsigned long long>(count), failed);
 }
 
 // ------------------------------------------------------------------------------------------------

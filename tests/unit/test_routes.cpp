@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 #include <unistd.h>
 
 namespace ncclpool {
@@ -215,7 +216,7 @@ void expect_auto_pools_make_no_windows(const std::shared_ptr<LoopbackGroup>& gro
     pool.attach(comm, std::nullopt);
     EXPECT_FALSE(pool.routes().uses(RegistrationKind::symmetric)) << pool.routes().describe();
     EXPECT_TRUE(contains(pool.routes_source(), why)) << pool.routes_source();
-    void* big = pool.allocate(8 * MiB);
+    void* big = pool.allocate(MiB);
     EXPECT_EQ(pool.part_of(big)->kind, RegistrationKind::local);
     EXPECT_EQ(pool.stats(*comm).kind, RegistrationKind::local);
     pool.deallocate(big);
@@ -264,6 +265,221 @@ TEST(AutoPool, AutoPoolsMakeNoWindowsWhenTheRanksSpanNodes) {
   });
   for (const auto& e : errors) EXPECT_EQ(e, "");
   EXPECT_EQ(one_node->live_registrations(), 0);
+}
+
+// ---------------------------------------------------------------- across nodes, one rank differing
+
+// A loopback rank whose node() throws (a host whose name or boot id cannot be read, say): every
+// other call goes to the loopback communicator.
+class NodeFailingCommunicator final : public Communicator {
+ public:
+  NodeFailingCommunicator(std::shared_ptr<LoopbackGroup> group, int rank) : inner_(std::move(group), rank) {}
+  int device() const override { return inner_.device(); }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::uintptr_t native_handle() const override { return inner_.native_handle(); }
+  std::string describe() const override { return inner_.describe(); }
+  bool supports_windows(std::string* why) const override { return inner_.supports_windows(why); }
+  void* register_local(void* base, std::size_t size) override { return inner_.register_local(base, size); }
+  void deregister_local(void* handle) override { inner_.deregister_local(handle); }
+  void* register_window(void* base, std::size_t size) override { return inner_.register_window(base, size); }
+  void deregister_window(void* window) override { inner_.deregister_window(window); }
+  std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override { return inner_.start_all_gather(mine); }
+  bool broken() const override { return inner_.broken(); }
+  int prepare_symmetric_kernels() override { return inner_.prepare_symmetric_kernels(); }
+  MachineKey machine() const override { return inner_.machine(); }
+  std::uint64_t node() const override { throw BackendError("node(): cannot read the host name (test)"); }
+
+ private:
+  LoopbackCommunicator inner_;
+};
+
+// Every rank's collective calls were the same (no step left unmatched).
+void expect_same_call_logs(const LoopbackGroup& group) {
+  for (int rank = 1; rank < group.size(); ++rank) EXPECT_EQ(group.call_log(rank), group.call_log(0)) << "rank " << rank;
+}
+
+// Attaches fresh auto pools on every rank of `group` (rank -> communicator), checks the routes alike
+// everywhere and `windows` on every rank, then detaches.
+void expect_every_rank_routes(const std::shared_ptr<LoopbackGroup>& group, bool windows,
+                              const std::function<std::shared_ptr<Communicator>(int)>& comm_of) {
+  const int n = group->size();
+  std::vector<std::unique_ptr<AutoPool>> pools;
+  for (int i = 0; i < n; ++i) pools.push_back(make_auto());
+  const auto errors = on_ranks(n, [&](int rank) {
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = comm_of(rank);
+    pool.attach(comm, std::nullopt);
+    EXPECT_TRUE(pool.routes_fixed());
+    EXPECT_EQ(pool.routes().uses(RegistrationKind::symmetric), windows) << "rank " << rank << ": " << pool.routes_source();
+    void* big = pool.allocate(MiB);
+    pool.commit();
+    pool.deallocate(big);
+    pool.detach(*comm);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  expect_same_call_logs(*group);
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
+TEST(AutoPoolNodes, ARankWhoseNodeThrowsCountsAsANodeOfItsOwnOnEveryRank) {
+  auto group = std::make_shared<LoopbackGroup>("world", 4, 2000ms);
+  expect_every_rank_routes(group, /*windows=*/false, [&](int rank) -> std::shared_ptr<Communicator> {
+    if (rank == 2) return std::make_shared<NodeFailingCommunicator>(group, rank);
+    return std::make_shared<LoopbackCommunicator>(group, rank);
+  });
+}
+
+TEST(AutoPoolNodes, RanksWhoseNodesAllThrowAreNotTakenForOneNode) {
+  // Unknown nodes cannot be told apart: two ranks that could not say theirs may be on two nodes.
+  auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
+  expect_every_rank_routes(group, /*windows=*/false, [&](int rank) -> std::shared_ptr<Communicator> {
+    return std::make_shared<NodeFailingCommunicator>(group, rank);
+  });
+}
+
+TEST(AutoPoolNodes, OneRankOfFourOnAnotherNodeDropsWindowsOnEveryRank) {
+  auto group = std::make_shared<LoopbackGroup>("world", 4, 2000ms);
+  group->set_node(-1, 0xAAAA);
+  group->set_node(3, 0xBBBB);
+  expect_every_rank_routes(group, /*windows=*/false, [&](int rank) -> std::shared_ptr<Communicator> {
+    return std::make_shared<LoopbackCommunicator>(group, rank);
+  });
+  group->set_node(3, 0xAAAA);  // all on one node again: windows
+  expect_every_rank_routes(group, /*windows=*/true, [&](int rank) -> std::shared_ptr<Communicator> {
+    return std::make_shared<LoopbackCommunicator>(group, rank);
+  });
+}
+
+// One rank's routes were fixed by an allocation before the attach (the same built-in routes as the
+// others' at this attach): the routes agreement passes, and whether any rank drops its windows must
+// not depend on whether its own routes were still open, or the ranks that keep them run a window
+// attach the others never join.
+TEST(AutoPoolNodes, ARankWhoseRoutesWereFixedBeforeTheAttachAcrossNodesStaysInLockstep) {
+  auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
+  group->set_node(0, 0x1111);
+  group->set_node(1, 0x2222);
+  std::vector<std::unique_ptr<AutoPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  void* early = pools[1]->allocate(KiB);  // fixes rank 1's routes (built in, with windows)
+  ASSERT_TRUE(pools[1]->routes_fixed());
+  const auto errors = on_ranks(2, [&](int rank) {
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    pool.attach(comm, std::nullopt);
+    pool.detach(*comm);
+  });
+  EXPECT_EQ(errors[0].empty(), errors[1].empty()) << errors[0] << " / " << errors[1];  // one outcome
+  expect_same_call_logs(*group);
+  EXPECT_FALSE(group->broken());
+  EXPECT_EQ(pools[0]->routes(), pools[1]->routes()) << pools[0]->routes_source() << " / " << pools[1]->routes_source();
+  EXPECT_EQ(group->live_registrations(), 0);
+  pools[1]->deallocate(early);
+}
+
+// A pool attached to a one-node communicator first keeps the windows its routes were fixed with
+// when attached to one spanning nodes (every rank alike); the reverse keeps none.
+TEST(AutoPoolNodes, APoolKeepsTheRoutesOfItsFirstAttachOnEveryRank) {
+  for (const bool one_node_first : {true, false}) {
+    SCOPED_TRACE(one_node_first ? "one node, then two" : "two nodes, then one");
+    auto one = std::make_shared<LoopbackGroup>("one-node", 2, 2000ms);
+    auto two = std::make_shared<LoopbackGroup>("two-nodes", 2, 2000ms);
+    two->set_node(1, 0x5151);
+    std::vector<std::unique_ptr<AutoPool>> pools;
+    for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+    const auto errors = on_ranks(2, [&](int rank) {
+      AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+      auto a = std::make_shared<LoopbackCommunicator>(one_node_first ? one : two, rank);
+      auto b = std::make_shared<LoopbackCommunicator>(one_node_first ? two : one, rank);
+      pool.attach(a, std::nullopt);
+      pool.attach(b, std::nullopt);
+      EXPECT_EQ(pool.routes().uses(RegistrationKind::symmetric), one_node_first) << pool.routes_source();
+      void* big = pool.allocate(MiB);
+      pool.commit();
+      EXPECT_EQ(pool.part_of(big)->kind, one_node_first ? RegistrationKind::symmetric : RegistrationKind::local);
+      pool.deallocate(big);
+      pool.detach(*a);
+      pool.detach(*b);
+    });
+    for (const auto& e : errors) EXPECT_EQ(e, "");
+    expect_same_call_logs(*one);
+    expect_same_call_logs(*two);
+    EXPECT_EQ(one->live_registrations() + two->live_registrations(), 0);
+  }
+}
+
+// The first attach fails on every rank before the node count is known (one rank passes a bad kind:
+// its own "no" in the routes agreement). The retry routes as an attach that had not failed would: no
+// windows across nodes, on every rank (the failed attach left the routes open).
+TEST(AutoPoolNodes, AFailedFirstAttachAcrossNodesRetriesWithoutWindowsOnEveryRank) {
+  {
+    const bool before_the_count = true;
+    auto group = std::make_shared<LoopbackGroup>("world", 4, 2000ms);
+    group->set_node(2, 0x7777);
+    std::vector<std::unique_ptr<AutoPool>> pools;
+    for (int i = 0; i < 4; ++i) pools.push_back(make_auto());
+    const std::optional<RegistrationKind> kind;
+    const auto first = on_ranks(4, [&](int rank) {
+      const std::optional<RegistrationKind> mine = before_the_count && rank == 1 ? std::optional(RegistrationKind::none) : kind;
+      pools[static_cast<std::size_t>(rank)]->attach(std::make_shared<LoopbackCommunicator>(group, rank), mine);
+    });
+    for (const auto& e : first) EXPECT_FALSE(e.empty());
+    expect_same_call_logs(*group);
+    const auto retry = on_ranks(4, [&](int rank) {
+      AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+      auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+      EXPECT_FALSE(pool.attached(*comm));
+      pool.attach(comm, kind);
+      EXPECT_TRUE(pool.routes_fixed());
+      EXPECT_FALSE(pool.routes().uses(RegistrationKind::symmetric)) << pool.routes_source();
+      pool.detach(*comm);
+    });
+    for (const auto& e : retry) EXPECT_EQ(e, "");
+    expect_same_call_logs(*group);
+    EXPECT_EQ(group->live_registrations(), 0);
+  }
+}
+
+// On every rank an allocation on another thread races the first attach, across nodes: on some
+// ranks it fixes the routes before the attach, on others it waits for it. Every rank stays in step
+// (the window attaches are made everywhere or nowhere), the allocation sees whole routes (the ones
+// the pool keeps), and nothing hangs.
+TEST(AutoPoolNodes, AnAllocationRacingTheFirstAttachAcrossNodesKeepsEveryRankInStep) {
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
+    group->set_node(1, 0x9999);
+    std::vector<std::unique_ptr<AutoPool>> pools;
+    for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+    const auto errors = on_ranks(2, [&](int rank) {
+      AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+      auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+      void* racing = nullptr;
+      std::thread allocator([&] {
+        if ((round + rank) % 3 == 0) std::this_thread::yield();
+        racing = pool.allocate(MiB);
+      });
+      std::string failed;
+      try {
+        pool.attach(comm, std::nullopt);
+      } catch (const Error& e) {
+        failed = e.what();  // an outcome too, if every rank has it
+      }
+      allocator.join();
+      EXPECT_TRUE(pool.routes_fixed());
+      EXPECT_EQ(pool.part_of(racing)->kind, pool.routes().for_request(MiB));
+      if (failed.empty()) {
+        pool.commit();
+      }
+      pool.deallocate(racing);
+      if (failed.empty()) pool.detach(*comm);
+      if (!failed.empty()) throw AgreementError(failed);
+    });
+    EXPECT_EQ(errors[0].empty(), errors[1].empty()) << errors[0] << " / " << errors[1];
+    expect_same_call_logs(*group);
+    EXPECT_EQ(pools[0]->routes(), pools[1]->routes());
+    EXPECT_EQ(group->live_registrations(), 0);
+  }
 }
 
 TEST(AutoPool, RanksThatRouteDifferentlyFailOnEveryRankBeforeAnyRegistration) {

@@ -163,9 +163,10 @@ def _agree(group, requested) -> _Agreement:
         raise errors.AgreementError(f"ncclpool.torch.copy_engine_group over {ranks} ranks: the ranks asked differently "
                                     f"({by_rank}); pass the same copy_engine on every rank")
     votes = _same_maker(votes)
-    if len(set(nodes)) > 1:  # every rank sees the same nodes: every rank decides "off" alike
-        why = (f"the group spans {len(set(nodes))} nodes (NCCL_HOSTID or hosts differ): NCCL runs copy-engine "
-               "collectives within one node only and would fall back to its kernels")
+    spanned = _count_nodes(nodes)
+    if spanned > 1:  # every rank sees the same nodes: every rank decides "off" alike
+        why = (f"the group spans {spanned} nodes (NCCL_HOSTID or hosts differ, or a rank's node is unknown): NCCL runs "
+               "copy-engine collectives within one node only and would fall back to its kernels")
         votes = [(False, False, v[2], v[3], why, why) for v in votes]
     agreed_on = _outcome(votes, 0, members, ranks)
     agreed_auto = _outcome(votes, 1, members, ranks)
@@ -276,6 +277,12 @@ def _node() -> int:
         return int(_np.node_id()) & ((1 << 64) - 1)
     except Exception:  # noqa: BLE001 - an old library or a failed call: an unknown node, still a vote
         return 0
+
+
+def _count_nodes(nodes) -> int:
+    """Distinct nodes among every rank's; each unknown one (0) counts as a node of its own: unknown
+    nodes cannot be told apart, so ranks that could not say theirs are never taken for one node."""
+    return len({n for n in nodes if n != 0}) + sum(1 for n in nodes if n == 0)
 
 
 def _exchange(group, on, auto, requested, maker, node, ranks) -> tuple:
