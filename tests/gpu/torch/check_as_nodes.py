@@ -35,8 +35,6 @@ import os
 import socket
 import sys
 import tempfile
-import threading
-import time
 import traceback
 
 import torch
@@ -49,6 +47,7 @@ import as_nodes_support as support  # noqa: E402
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from ncclpool.torch import copy_engine  # noqa: E402
+from teardown import destroy_within  # noqa: E402  (this folder)
 
 MiB = 1 << 20
 NO_PROFILE = "/nonexistent/ncclpool-check-as-nodes/profile.json"  # auto pools and the copy-engine vote: no profile
@@ -342,31 +341,16 @@ def copy_engine_checks():
 def fsdp_check():
     @check("FSDP2 with fsdp.enable on an auto pool trains 3 steps with losses bitwise equal to plain FSDP2")
     def _():
-        from torch.distributed.fsdp import fully_shard
+        import toy_fsdp
         from ncclpool.torch import fsdp as ncclpool_fsdp
 
         def train(pooled):
-            torch.manual_seed(0)
-            model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(),
-                                                              torch.nn.Linear(2048, 512)) for _ in range(3)]).cuda()
-            for block in model:
-                fully_shard(block)
-            fully_shard(model)
-            pool = None
-            if pooled:
-                pool = nccl_allocator.create_nccl_mem_pool(kind="auto", name="as-nodes-fsdp")
+            pool = nccl_allocator.create_nccl_mem_pool(kind="auto", name="as-nodes-fsdp") if pooled else None
+
+            def configure(model):
                 assert ncclpool_fsdp.enable(model, pool) == 4
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            g = torch.Generator(device="cuda").manual_seed(1234 + rank)
-            losses = []
-            for _ in range(3):
-                x = torch.randn(64, 512, device="cuda", generator=g)
-                loss = (model(x) - x).pow(2).mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                losses.append(loss.item())
-            return losses, pool
+
+            return toy_fsdp.train(rank, 3, configure if pooled else None), pool
 
         plain, _ = train(False)
         pooled, pool = train(True)
@@ -391,47 +375,13 @@ def log_check():
 
 
 def teardown(timeout_s=120.0):
-    """destroy_process_group() within timeout_s on this rank, in a thread (a hang stays there); every
-    rank's outcome is counted in the job's store, which outlives the groups (torchrun's agent keeps it)."""
-    try:
-        store = dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - then each rank speaks for itself
-        store = None
-    done, errors_seen = threading.Event(), []
-
-    def run():
-        try:
-            dist.destroy_process_group()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors_seen.append(e)
-        finally:
-            done.set()
-
-    t0 = time.perf_counter()
-    threading.Thread(target=run, daemon=True).start()
-    finished = done.wait(timeout_s)
-    seconds = time.perf_counter() - t0
-    ok = finished and not errors_seen
-    print(f"rank {rank}: destroy_process_group {'finished' if finished else 'STILL RUNNING'} after {seconds:.1f} s"
-          + (f" ({errors_seen[0]!r})" if errors_seen else ""), flush=True)
-    oks = 1 if ok else 0
-    if store is not None:
-        try:
-            store.add("ncclpool_as_nodes_teardown_ok", oks)
-            store.add("ncclpool_as_nodes_teardown_done", 1)
-            deadline = time.time() + 60
-            while rank == 0 and store.add("ncclpool_as_nodes_teardown_done", 0) < world_size and time.time() < deadline:
-                time.sleep(0.2)
-            oks = store.add("ncclpool_as_nodes_teardown_ok", 0) if rank == 0 else oks
-        except Exception as e:  # noqa: BLE001
-            print(f"rank {rank}: the store after teardown: {e!r}", flush=True)
-    everyone = oks == world_size if rank == 0 and store is not None else ok
+    """destroy_process_group() within timeout_s on every rank (teardown.destroy_within), as a CHECK line."""
+    everyone, seconds, oks = destroy_within(rank, world_size, "ncclpool_as_nodes_teardown", timeout_s)
     log(f"CHECK destroy_process_group finishes within {timeout_s:.0f} s on every rank: "
         f"{'ok' if everyone else 'FAILED'} (rank 0: {seconds:.1f} s; {oks}/{world_size} ranks ok)")
     if not everyone:
         failures.append(("teardown", True))
     notes.append(f"teardown {seconds:.1f} s")
-
 
 def prepare_environment(args):
     """Before NCCL starts in this process: its log into a file of its own, NVLink multicast off, the

@@ -27,8 +27,6 @@ any failure.
 import argparse
 import os
 import sys
-import threading
-import time
 import traceback
 
 import torch
@@ -38,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "py
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from ncclpool.torch import copy_engine  # noqa: E402
+from teardown import destroy_within  # noqa: E402  (this folder)
 
 MiB = 1 << 20
 ZERO = 2  # NCCL_CTA_POLICY_ZERO
@@ -99,41 +98,8 @@ def cta_policy_of(group):
 
 
 def teardown(timeout_s=120.0):
-    """destroy_process_group() within timeout_s on this rank, in a thread (a hang stays there); every
-    rank's outcome is counted in the job's store, which outlives the groups (torchrun's agent keeps it)."""
-    try:
-        store = dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - then each rank speaks for itself
-        store = None
-    done, errors_seen = threading.Event(), []
-
-    def run():
-        try:
-            dist.destroy_process_group()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors_seen.append(e)
-        finally:
-            done.set()
-
-    t0 = time.perf_counter()
-    threading.Thread(target=run, daemon=True).start()
-    finished = done.wait(timeout_s)
-    seconds = time.perf_counter() - t0
-    ok = finished and not errors_seen
-    print(f"rank {rank}: destroy_process_group {'finished' if finished else 'STILL RUNNING'} after {seconds:.1f} s"
-          + (f" ({errors_seen[0]!r})" if errors_seen else ""), flush=True)
-    oks = 1 if ok else 0
-    if store is not None:
-        try:
-            store.add("ncclpool_ce_teardown_ok", oks)
-            store.add("ncclpool_ce_teardown_done", 1)
-            deadline = time.time() + 60
-            while rank == 0 and store.add("ncclpool_ce_teardown_done", 0) < world_size and time.time() < deadline:
-                time.sleep(0.2)
-            oks = store.add("ncclpool_ce_teardown_ok", 0) if rank == 0 else oks
-        except Exception as e:  # noqa: BLE001
-            print(f"rank {rank}: the store after teardown: {e!r}", flush=True)
-    everyone = oks == world_size if rank == 0 and store is not None else ok
+    """destroy_process_group() within timeout_s on every rank (teardown.destroy_within), as a CHECK line."""
+    everyone, seconds, oks = destroy_within(rank, world_size, "ncclpool_ce_teardown", timeout_s)
     log(f"CHECK destroy_process_group finishes within {timeout_s:.0f} s on every rank: "
         f"{'ok' if everyone else 'FAILED'} (rank 0: {seconds:.1f} s; {oks}/{world_size} ranks ok)")
     if not everyone:
