@@ -29,6 +29,8 @@
 #include <ncclpool/cuda.hpp>
 #include <ncclpool/errors.hpp>
 
+#include "core/json.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -179,15 +181,6 @@ int all_reduce_and_check(const MappedRange& range, ncclComm_t comm, CUstream str
   return wrong;
 }
 
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
-
 int run(const Options& o) {
   const tool::BenchDriver& d = tool::bench_driver();
   const tool::BenchNccl& lib = tool::bench_nccl();
@@ -304,11 +297,11 @@ int run(const Options& o) {
   };
   int broken = 0;
   std::ostringstream json;
-  json << "{\"nccl_version\":" << lib.info.version << ",\"nccl_library\":" << quote(lib.info.library_path) << ",\"ranks\":" << o.ranks
+  json << "{\"nccl_version\":" << lib.info.version << ",\"nccl_library\":" << json_quote(lib.info.library_path) << ",\"ranks\":" << o.ranks
        << ",\"allocation_mib\":" << o.mib << ",\"repeats\":" << o.repeats << ",\"flag\":\""
        << (o.flag == NCCL_WIN_COLL_SYMMETRIC ? "NCCL_WIN_COLL_SYMMETRIC" : "NCCL_WIN_DEFAULT") << "\",\"symmetric_support\":" << support[0]
        << ",\"first_window_ms\":" << *std::max_element(first_window_ms.begin(), first_window_ms.end())
-       << ",\"first_window\":" << quote(first_window[0]) << ",\"rows\":[";
+       << ",\"first_window\":" << json_quote(first_window[0]) << ",\"rows\":[";
   if (!o.json)
     std::printf("NCCL %d (%s), %d rank(s), allocations of %zu MiB, %s; first window (set-up) %.1f ms, %s\n"
                 "%6s  %-28s %7s %12s %12s %10s\n",
@@ -326,8 +319,8 @@ int run(const Options& o) {
     if (each != "ok" || wrong > 0) ++broken;
     const double span_ms = slowest(c, &RankRow::span_register_ms), each_ms = slowest(c, &RankRow::each_register_ms);
     json << (c ? "," : "") << "{\"allocations\":" << o.counts[c] << ",\"bytes\":" << piece * static_cast<std::size_t>(o.counts[c])
-         << ",\"span\":{\"outcome\":" << quote(span) << ",\"wrong\":" << wrong << ",\"register_ms\":" << span_ms
-         << ",\"deregister_ms\":" << slowest(c, &RankRow::span_deregister_ms) << "},\"each\":{\"outcome\":" << quote(each)
+         << ",\"span\":{\"outcome\":" << json_quote(span) << ",\"wrong\":" << wrong << ",\"register_ms\":" << span_ms
+         << ",\"deregister_ms\":" << slowest(c, &RankRow::span_deregister_ms) << "},\"each\":{\"outcome\":" << json_quote(each)
          << ",\"register_ms\":" << each_ms << ",\"deregister_ms\":" << slowest(c, &RankRow::each_deregister_ms) << "}}";
     if (!o.json) {
       const bool span_ok = rows[0][c].span_outcome == "ok";
