@@ -47,7 +47,8 @@ import as_nodes_support as support  # noqa: E402
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from ncclpool.torch import copy_engine  # noqa: E402
-from teardown import destroy_within  # noqa: E402  (this folder)
+from check_support import destroy_within, passed_everywhere  # noqa: E402  (this folder)
+import check_support  # noqa: E402
 
 MiB = 1 << 20
 NO_PROFILE = "/nonexistent/ncclpool-check-as-nodes/profile.json"  # auto pools and the copy-engine vote: no profile
@@ -72,26 +73,17 @@ def check(name, gate=True):
         if any(g for _, g in failures):
             log(f"CHECK {name}: skipped (an earlier check failed)")
             return fn
-        ok = 1
-        try:
-            fn()
-        except Exception:
-            ok = 0
-            traceback.print_exc()
-        flag = torch.tensor([ok], device=f"cuda:{device}")
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        if flag.item() != 1:
+        passed = passed_everywhere(fn, device)
+        if not passed:
             failures.append((name, gate))
-        log(f"CHECK {name}: {'ok' if flag.item() == 1 else 'FAILED'}")
+        log(f"CHECK {name}: {'ok' if passed else 'FAILED'}")
         return fn
     return wrap
 
 
 def same_everywhere(value):
     """Every rank's `value` (picklable), gathered: [rank 0's, rank 1's, ...]."""
-    out = [None] * world_size
-    dist.all_gather_object(out, value)
-    return out
+    return check_support.same_everywhere(value, world_size)
 
 
 def inputs(count, salt):

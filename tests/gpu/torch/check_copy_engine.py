@@ -27,7 +27,6 @@ any failure.
 import argparse
 import os
 import sys
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -36,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "py
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from ncclpool.torch import copy_engine  # noqa: E402
-from teardown import destroy_within  # noqa: E402  (this folder)
+from check_support import destroy_within, passed_everywhere  # noqa: E402  (this folder)
+import check_support  # noqa: E402
 
 MiB = 1 << 20
 ZERO = 2  # NCCL_CTA_POLICY_ZERO
@@ -57,26 +57,17 @@ def check(name):
         if failures:
             log(f"CHECK {name}: skipped (an earlier check failed)")
             return fn
-        ok = 1
-        try:
-            fn()
-        except Exception:
-            ok = 0
-            traceback.print_exc()
-        flag = torch.tensor([ok], device=f"cuda:{device}")
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        if flag.item() != 1:
+        passed = passed_everywhere(fn, device)
+        if not passed:
             failures.append(name)
-        log(f"CHECK {name}: {'ok' if flag.item() == 1 else 'FAILED'}")
+        log(f"CHECK {name}: {'ok' if passed else 'FAILED'}")
         return fn
     return wrap
 
 
 def same_everywhere(value):
-    """Every rank's `value` (a str), gathered: [rank 0's, rank 1's, ...]."""
-    out = [None] * world_size
-    dist.all_gather_object(out, value)
-    return out
+    """Every rank's `value`, gathered: [rank 0's, rank 1's, ...]."""
+    return check_support.same_everywhere(value, world_size)
 
 
 def cta_policy_support():

@@ -1,10 +1,35 @@
-"""destroy_process_group() bounded in time, on every rank of a torchrun job, for the GPU torch checks
-(a teardown hang was reported with ZERO-CTA-policy groups, Megatron-LM PR #5858). Imported by the
-check scripts beside it (their folder is on sys.path when they run)."""
+"""What the GPU torch checks (check_*.py beside it, run on every rank by torchrun) share: one check's
+outcome agreed by every rank, a value gathered from every rank, and destroy_process_group() bounded
+in time (a teardown hang was reported with ZERO-CTA-policy groups, Megatron-LM PR #5858). Imported by
+the check scripts (their folder is on sys.path when they run)."""
 import threading
 import time
+import traceback
 
+import torch
 import torch.distributed as dist
+
+
+def passed_everywhere(fn, device: int) -> bool:
+    """Runs fn() on this rank (an exception is printed and counts as a failure), then a MIN over WORLD
+    of every rank's success: True only where fn passed on every rank, the same answer on each. Every
+    rank joins the all-reduce, whatever fn did on it."""
+    ok = 1
+    try:
+        fn()
+    except Exception:
+        ok = 0
+        traceback.print_exc()
+    flag = torch.tensor([ok], device=f"cuda:{device}")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return flag.item() == 1
+
+
+def same_everywhere(value, world_size: int) -> list:
+    """Every rank's `value` (picklable), gathered: [rank 0's, rank 1's, ...]."""
+    out = [None] * world_size
+    dist.all_gather_object(out, value)
+    return out
 
 
 def destroy_within(rank: int, world_size: int, key: str, timeout_s: float = 120.0) -> tuple[bool, float, int]:

@@ -16,7 +16,6 @@ import ctypes
 import os
 import sys
 import time
-import traceback
 import warnings
 
 import torch
@@ -25,6 +24,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
+from check_support import passed_everywhere  # noqa: E402  (this folder)
 
 MiB = 1 << 20
 rank = world_size = device = 0
@@ -44,18 +44,10 @@ def check(name):
         if failures and os.environ.get("NCCLPOOL_CHECK_KEEP_GOING") != "1":
             log(f"CHECK {name}: skipped (an earlier check failed; NCCLPOOL_CHECK_KEEP_GOING=1 runs it)")
             return fn
-        ok = 1
-        try:
-            fn()
-        except Exception:
-            ok = 0
-            traceback.print_exc()
-        flag = torch.tensor([ok], device=f"cuda:{device}")
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        status = "ok" if flag.item() == 1 else "FAILED"
-        if flag.item() != 1:
+        passed = passed_everywhere(fn, device)
+        if not passed:
             failures.append(name)
-        log(f"CHECK {name}: {status}")
+        log(f"CHECK {name}: {'ok' if passed else 'FAILED'}")
         return fn
     return wrap
 
