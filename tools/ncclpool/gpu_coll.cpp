@@ -57,7 +57,8 @@ void run_coll(const CollOptions& o, Report& report) {
     report.notes.push_back(std::string(kKindNames[kind]) + " skipped: " + reason);
   };
   // Group k carries kind k (none, local, symmetric, ce: made with CTA policy ZERO); 4: the auto pool.
-  if (measures(kCopyEngine) && nccl_info().version < 22800) skip(kCopyEngine, "NCCL " + std::to_string(nccl_info().version) + " has no CTA policy (needs >= 2.28)");
+  const int nccl_version = nccl_info().version;  // nccl_info() also looks for other NCCL copies: once
+  if (measures(kCopyEngine) && nccl_version < 22800) skip(kCopyEngine, "NCCL " + std::to_string(nccl_version) + " has no CTA policy (needs >= 2.28)");
   auto team = make_nccl_team(ranks, o.auto_pool ? 5 : 4, measures(kCopyEngine) ? std::set<int>{kCopyEngine} : std::set<int>{});
   std::string why_no_windows;
   if ((measures(kSymmetric) || measures(kCopyEngine)) && !team->windows(&why_no_windows)) {
@@ -91,7 +92,7 @@ void run_coll(const CollOptions& o, Report& report) {
     std::vector<PeerLink> links;
     describe_gpus(gpu_list, links);
     report.facts.push_back({"gpu", gpu_list.empty() ? "" : gpu_list.front().name});
-    report.facts.push_back({"nccl_version", std::to_string(nccl_info().version)});
+    report.facts.push_back({"nccl_version", std::to_string(nccl_version)});
     report.facts.push_back({"rank_count", std::to_string(ranks)});
   }
 
