@@ -164,8 +164,8 @@ fi
 pdl_summary() {  # json file -> "eager/graph wrong per mode"
   python3 - "$1" <<'PY' 2>&1
 import json, sys
-try:  # the last JSON line: NCCL_DEBUG=WARN makes NCCL print its version line on stdout first
-    j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+try:  # NCCL writes to its own file (NCCL_DEBUG_FILE), so stdout holds the JSON alone
+    j = json.load(open(sys.argv[1]))
 except Exception as e:
     print(f"no result ({e})"); sys.exit()
 rows = j.get("results") or j.get("rows") or []
@@ -180,10 +180,10 @@ run_pdl() {  # label, NCCL library ('' = torch's), [torch]
   for setting in auto on; do
     tag=$(echo "$label-$setting" | tr -c 'A-Za-z0-9.\n-' '-')  # file names without spaces or quotes (they come back from the GPU host)
     if [ -x "$BUILD/tests/ncclpool_pdl_hazard" ]; then
-      NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting timeout "$(within 180)" \
-        "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$tag.json" 2>"$OUT/pdl-$tag.err"
+      NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting NCCL_DEBUG_FILE="$OUT/pdl-$tag.nccl.%p.log" \
+        timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$tag.json" 2>"$OUT/pdl-$tag.err"
       rc=$?
-      cat "$OUT/pdl-$tag.err" >>"$LOG"
+      cat "$OUT/pdl-$tag.err" "$OUT"/pdl-"$tag".nccl.*.log >>"$LOG" 2>/dev/null
       row "pdl hazard (C++, $label), kernels $setting" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag.json")"
     fi
     if [ "${3:-}" = torch ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
@@ -207,8 +207,8 @@ want pdl && run_pdl "torch-nccl" "" torch
 window_span_summary() {  # json file -> "N: span outcome, span ms / N windows ms"
   python3 - "$1" <<'PY' 2>&1
 import json, sys
-try:  # the last JSON line: NCCL_DEBUG=WARN makes NCCL print its version line on stdout first
-    j = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+try:  # NCCL writes to its own file (NCCL_DEBUG_FILE), so stdout holds the JSON alone
+    j = json.load(open(sys.argv[1]))
 except Exception as e:
     print(f"no result ({e})"); sys.exit()
 def row(r):
@@ -230,10 +230,10 @@ run_window_span() {  # label, NCCL library ('' = torch's)
   for n in 1 2; do
     [ "$n" -gt "$gpus" ] && continue
     tag=$(echo "$label-${n}rank" | tr -c 'A-Za-z0-9.\n-' '-')
-    NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCL_DEBUG=${NCCL_DEBUG:-WARN} timeout "$(within 240)" \
-      "$BUILD/tests/ncclpool_window_span" --ranks "$n" --json >"$OUT/window-span-$tag.json" 2>"$OUT/window-span-$tag.err"
+    NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCL_DEBUG=${NCCL_DEBUG:-WARN} NCCL_DEBUG_FILE="$OUT/window-span-$tag.nccl.%p.log" \
+      timeout "$(within 240)" "$BUILD/tests/ncclpool_window_span" --ranks "$n" --json >"$OUT/window-span-$tag.json" 2>"$OUT/window-span-$tag.err"
     rc=$?
-    cat "$OUT/window-span-$tag.err" >>"$LOG"
+    cat "$OUT/window-span-$tag.err" "$OUT"/window-span-"$tag".nccl.*.log >>"$LOG" 2>/dev/null
     row "window span ($label, $n rank(s))" "rc=$rc; $(window_span_summary "$OUT/window-span-$tag.json")"
   done
 }
