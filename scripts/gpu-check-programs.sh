@@ -235,9 +235,11 @@ if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   # two measurements is not lost in launch jitter at small sizes.
   # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none);
   # --rounds 3: every point three times, the kinds in rotated order, medians and each row's spread.
+  parts=" ${TOOLBENCH_PARTS:-alloc scope coll graph tune} "
   for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool --iters 100 --warmup 10 --rounds 3"; do
     set -- $suite
     name=$1
+    [[ "$parts" == *" $name "* ]] || continue
     timeout "$(within 420)" $T bench $suite --json >"$OUT/bench-$name.json" 2>>"$LOG"
     rc=$?
     { echo "=== ncclpool bench $suite (rc=$rc)"; python3 -c '
@@ -251,17 +253,21 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
   done
   # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
+  if [[ "$parts" == *" graph "* ]]; then
   timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --rounds 3 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
   rc=$?
   row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 500)"
+  fi
   # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds,
   # each collective alone and beside the compute load (bench coll --compute).
+  if [[ "$parts" == *" tune "* ]]; then
   NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --keep "$OUT/tune-runs" --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
   rc=$?
   cat "$OUT/tune.txt" >>"$LOG"
   row "ncclpool tune" "rc=$rc; $(grep -m1 'symmetric CTAs:' "$OUT/tune.txt" | cut -c1-120)"
+  fi
   # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
-  if [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
+  if [[ "$parts" == *" coll "* ]] && [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
     timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
     python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
     cat "$OUT/coll-compare.txt" >>"$LOG"

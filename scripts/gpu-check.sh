@@ -10,6 +10,9 @@
 #                                   decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples,
 #                                   asnodes; window, cetrain (~10 min on 2 GPUs) and asnodes only when named;
 #                                   default all)
+#   NCCLPOOL_GPU_CHECK_SANITIZER=0  leaves out the compute-sanitizer pass of the nccl section (budget)
+#   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune)
+#   NCCL_TESTS_TIMEOUT_S=300        bounds each run of the NCCL registry and lockstep suites
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set
 # (their kernels trigger nothing early, so the symmetric path stays tested and measured on NCCL
@@ -131,7 +134,7 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
     NCCLPOOL_TEST_GPUS=$n NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,TUNING,COLL NCCL_DEBUG_FILE="$BUILD/nccl-debug-$n.%h.%p.log" \
-      timeout "$(within 300)" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$OUT/nccl-tests-$n.log" 2>&1
+      timeout "$(within "${NCCL_TESTS_TIMEOUT_S:-300}")" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$OUT/nccl-tests-$n.log" 2>&1
     rc=$?
     cat "$OUT/nccl-tests-$n.log" >>"$LOG"
     summarize_gtest "nccl registry tests, $n GPUs" "$OUT/nccl-tests-$n.log" $rc
@@ -140,7 +143,9 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
     row "  NCCL log: [Symmetric] kernel lines" "$(grep -c '\[Symmetric\]' "$BUILD/nccl-debug-$n.log")"
     grep -iE 'regist|Symmetric' "$BUILD/nccl-debug-$n.log" | head -40 >"$OUT/nccl-evidence-$n.txt"
   done
-  if command -v compute-sanitizer >/dev/null; then
+  if [ "${NCCLPOOL_GPU_CHECK_SANITIZER:-1}" = 0 ]; then
+    row "compute-sanitizer, nccl tests (2 GPUs)" "not run (NCCLPOOL_GPU_CHECK_SANITIZER=0)"
+  elif command -v compute-sanitizer >/dev/null; then
     # NCCL's own run-time probes (peer access already enabled, kernels for other architectures) are
     # CUDA API errors, not ours: API-error reports are off here, so the count is memory errors only.
     # The dead-rank test (a kernel left stuck until ncclCommAbort) is left out: under the sanitizer a
