@@ -373,9 +373,14 @@ fi
 as_nodes() {  # ranks, seconds, log file, program [args]: torchrun --no-python bash scripts/as-nodes.sh ...
   local ranks=$1 seconds=$2 log=$3
   shift 3
+  # The program and its arguments go through a file: torchrun's parser reads options even after the
+  # script's name, so a program argument that abbreviates one of its options (bench's --max:
+  # --max-restarts) would be taken by torchrun or refused as ambiguous (2x H200, 2026-11-27).
+  local command_file="$OUT/asnodes-command-$$.sh"
+  printf '%q ' "$@" >"$command_file"
   NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" NCCLPOOL_AGREEMENT_TIMEOUT_S=60 \
     NCCLPOOL_AS_NODES_RANKS_PER_NODE="${ASNODES_RANKS_PER_NODE:-1}" timeout "$(within "$seconds")" \
-    python3 -m torch.distributed.run --nproc-per-node "$ranks" --no-python bash scripts/as-nodes.sh "$@" >"$log" 2>&1
+    python3 -m torch.distributed.run --nproc-per-node "$ranks" --no-python bash scripts/as-nodes.sh bash "$command_file" >"$log" 2>&1
 }
 as_nodes_rows() {  # log file, label: its RESULT line, then a row per CHECK line (status, then the check)
   local result
