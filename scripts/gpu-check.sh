@@ -177,8 +177,13 @@ except Exception as e:
 rows = j.get("results") or j.get("rows") or []
 def what(r):
     return r.get("unavailable") or r.get("error") or f"{r.get('wrong_all_ranks', r.get('wrong'))}/{r.get('launches_all_ranks', r.get('launches'))}"
-print(f"NCCL {j.get('nccl_version')}, {j.get('gpus', j.get('world'))} GPU(s): " +
-      ", ".join(f"{r['mode']} {'graph' if r['graph'] else 'eager'} {what(r)}" for r in rows))
+def launch(r):
+    return r.get("launch") or ("graph" if r["graph"] else "eager")
+canary = "; canary early: " + ", ".join(f"{c['case']} {c.get('error') or str(c['early']) + '/' + str(c['launches'])}"
+                                       for c in j.get("canary", [])) if j.get("canary") else ""
+mixing = f", NCCL_GRAPH_MIXING_SUPPORT={j['graph_mixing_support']}" if j.get("graph_mixing_support") else ""
+print(f"NCCL {j.get('nccl_version')}, {j.get('gpus', j.get('world'))} GPU(s){mixing}: " +
+      ", ".join(f"{r['mode']} {launch(r)} {what(r)}" for r in rows) + canary)
 PY
 }
 run_pdl() {  # label, NCCL library ('' = torch's), [torch]
@@ -191,6 +196,15 @@ run_pdl() {  # label, NCCL library ('' = torch's), [torch]
       rc=$?
       cat "$OUT/pdl-$tag.err" "$OUT"/pdl-"$tag".nccl.*.log >>"$LOG" 2>/dev/null
       row "pdl hazard (C++, $label), kernels $setting" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag.json")"
+      # With the kernels on, again with NCCL's graph mixing off (what SGLang sets with decode context
+      # parallelism): its captured graph then keeps no event wait between the producer and NCCL's kernel.
+      if [ "$setting" = on ]; then
+        NCCL_GRAPH_MIXING_SUPPORT=0 NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=on NCCL_DEBUG_FILE="$OUT/pdl-$tag-nomix.nccl.%p.log" \
+          timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --modes window --json >"$OUT/pdl-$tag-nomix.json" 2>"$OUT/pdl-$tag-nomix.err"
+        rc=$?
+        cat "$OUT/pdl-$tag-nomix.err" "$OUT"/pdl-"$tag"-nomix.nccl.*.log >>"$LOG" 2>/dev/null
+        row "pdl hazard (C++, $label), kernels on, graph mixing off" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag-nomix.json")"
+      fi
     fi
     if [ "${3:-}" = torch ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
       local n=$(( gpus < 2 ? gpus : 2 ))

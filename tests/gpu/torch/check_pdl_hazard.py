@@ -35,13 +35,18 @@ PTX = os.path.join(os.path.dirname(__file__), "..", "pdl_producer.ptx")
 class Producer:
     """ncclpool_trigger_then_write from pdl_producer.ptx, launched through the driver API on a stream."""
 
-    def __init__(self):
+    def __init__(self, ctas=4, carveout=100):
+        # Few CTAs with the maximum shared-memory carveout: NCCL's CTAs (512 threads, 82,240 B of
+        # dynamic shared memory) start early only on SMs where they fit (pdl_hazard.cpp's comment).
+        self.ctas = ctas
         self.cuda = ctypes.CDLL("libcuda.so.1")
         ptx = open(PTX, "rb").read() + b"\0"
         self.module = ctypes.c_void_p()
         self.function = ctypes.c_void_p()
         self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(ptx)), "cuModuleLoadData")
         self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, b"ncclpool_trigger_then_write"), "cuModuleGetFunction")
+        # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+        self._check(self.cuda.cuFuncSetAttribute(self.function, 9, ctypes.c_int(carveout)), "cuFuncSetAttribute")
 
     @staticmethod
     def _check(result, what):
@@ -54,7 +59,7 @@ class Producer:
         val = ctypes.c_float(value)
         delay = ctypes.c_uint64(delay_ns)
         args = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in (buf, count, val, delay)])
-        self._check(self.cuda.cuLaunchKernel(self.function, 132, 1, 1, 256, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), args, None),
+        self._check(self.cuda.cuLaunchKernel(self.function, self.ctas, 1, 1, 256, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), args, None),
                     "cuLaunchKernel")
 
 
@@ -110,6 +115,7 @@ def main():
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--delay-us", type=int, default=300)
     parser.add_argument("--kib", type=int, default=1024)
+    parser.add_argument("--producer-ctas", type=int, default=4)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -117,7 +123,7 @@ def main():
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=torch.device("cuda", device))
     nccl_allocator.init()
-    producer = Producer()
+    producer = Producer(args.producer_ctas)
     numel = args.kib * 1024 // 4
     group = dist.group.WORLD
 
