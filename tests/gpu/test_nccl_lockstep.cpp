@@ -11,6 +11,7 @@
 // (RankFaults): it reports another GPU model, or refuses one local registration, and passes every
 // other call to the NCCL communicator unchanged.
 
+#include "common/scoped_profile.hpp"
 #include "gpu/nccl_ranks.hpp"
 
 #include <ncclpool/auto_pool.hpp>
@@ -24,11 +25,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <thread>
-#include <unistd.h>
 
 namespace ncclpool {
 namespace {
@@ -187,30 +185,6 @@ TEST_F(NcclLockstep, ALateFoundErrorIsEveryRanksErrorAtDetachAndTheCommunicatorS
   for (int r = 0; r < n_; ++r) EXPECT_TRUE(has(detach[static_cast<std::size_t>(r)], "AgreementError")) << "every rank must fail the detach" << listing(detach);
 }
 
-// Writes a profile to a temporary file and points NCCLPOOL_PROFILE at it while the test runs (set on
-// the test's thread, before the ranks start: no rank reads the environment while it changes).
-class ScopedProfileFile {
- public:
-  explicit ScopedProfileFile(const Profile& profile)
-      : path_((std::filesystem::temp_directory_path() / ("ncclpool-gpu-lockstep-" + std::to_string(::getpid()) + ".json")).string()) {
-    if (const char* old = std::getenv("NCCLPOOL_PROFILE")) old_ = old;
-    std::ofstream(path_) << profile_to_json(profile);
-    ::setenv("NCCLPOOL_PROFILE", path_.c_str(), 1);
-  }
-  ~ScopedProfileFile() {
-    if (old_) ::setenv("NCCLPOOL_PROFILE", old_->c_str(), 1);
-    else ::unsetenv("NCCLPOOL_PROFILE");
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  ScopedProfileFile(const ScopedProfileFile&) = delete;
-  ScopedProfileFile& operator=(const ScopedProfileFile&) = delete;
-
- private:
-  std::string path_;
-  std::optional<std::string> old_;
-};
-
 // Item 2: a profile for this machine routes every size to none/local; on the last rank it does not
 // apply (its communicator reports another GPU model, as a node with other GPUs would), so that rank
 // takes the built-in routes. The routes agreement runs at the attach on every rank and fails on every
@@ -222,18 +196,9 @@ TEST_F(NcclLockstep, AnAutoPoolWhoseProfileAppliesOnOneRankOnlyFailsTheAttachEve
     cuda::check(tool::bench_driver().cuCtxSetCurrent(ctx.get()), "cuCtxSetCurrent");
     key = make_nccl_communicator(comms_.world[0])->machine();
   }
-  Profile profile;
-  profile.gpu = key.gpu;
-  profile.nccl_version = key.nccl_version;
-  profile.ranks = n_;
-  profile.measured = "gpu lockstep test";
-  for (const auto& [from, kind] : {std::pair{std::size_t{0}, RegistrationKind::none}, std::pair{64 * KiB, RegistrationKind::local}}) {
-    ProfileClass c;
-    c.min_bytes = from;
-    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) c.kind.emplace(op, kind);
-    profile.classes.push_back(std::move(c));
-  }
-  const ScopedProfileFile file(profile);
+  const testing_support::ScopedProfile file(
+      testing_support::profile_for(key.gpu, key.nccl_version, n_, {{0, RegistrationKind::none}, {64 * KiB, RegistrationKind::local}}, "gpu lockstep test"),
+      "gpu-lockstep");
   auto attach = slots();
   const auto errors = on_ranks([&](int rank) {
     AutoPoolConfig config;

@@ -27,6 +27,7 @@
 #include <ncclpool/sim.hpp>
 
 #include "common/registry_ranks.hpp"
+#include "common/scoped_profile.hpp"
 
 #include <atomic>
 #include <barrier>
@@ -151,45 +152,13 @@ std::shared_ptr<LoopbackGroup> nccl_group(int size) {
 // ------------------------------------------------------------------------------------------------
 
 // A profile for the simulator's machine key ("ncclpool simulator", NCCL 0, `ranks` ranks): classes of
-// (from bytes, kind), the same kind for every collective.
+// (from bytes, kind name), the same kind for every collective.
 Profile sim_profile(int ranks, const std::vector<std::pair<std::size_t, std::string>>& classes) {
-  Profile p;
-  p.gpu = "ncclpool simulator";
-  p.nccl_version = 0;
-  p.ranks = ranks;
-  p.measured = "lockstep test";
-  for (const auto& [from, kind] : classes) {
-    ProfileClass c;
-    c.min_bytes = from;
-    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) c.kind.emplace(op, *registration_kind_from_string(kind));
-    p.classes.push_back(std::move(c));
-  }
-  return p;
+  std::vector<std::pair<std::size_t, RegistrationKind>> kinds;
+  for (const auto& [from, kind] : classes) kinds.emplace_back(from, *registration_kind_from_string(kind));
+  return testing_support::profile_for("ncclpool simulator", 0, ranks, kinds);
 }
-
-// Writes a profile to a temporary file and points NCCLPOOL_PROFILE at it; restores the variable (and
-// removes the file) when it goes, so no other test sees it.
-class ScopedProfile {
- public:
-  explicit ScopedProfile(const Profile& profile)
-      : path_((std::filesystem::temp_directory_path() / ("ncclpool-lockstep-" + std::to_string(::getpid()) + ".json")).string()) {
-    if (const char* old = std::getenv("NCCLPOOL_PROFILE")) old_ = old;
-    std::ofstream(path_) << profile_to_json(profile);
-    ::setenv("NCCLPOOL_PROFILE", path_.c_str(), 1);
-  }
-  ~ScopedProfile() {
-    if (old_) ::setenv("NCCLPOOL_PROFILE", old_->c_str(), 1);
-    else ::unsetenv("NCCLPOOL_PROFILE");
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  ScopedProfile(const ScopedProfile&) = delete;
-  ScopedProfile& operator=(const ScopedProfile&) = delete;
-
- private:
-  std::string path_;
-  std::optional<std::string> old_;
-};
+using testing_support::ScopedProfile;
 
 // An auto pool whose three parts are deterministic sim pools with 2 MiB chunks; `sources` gets each
 // part's source, by RegistrationKind (for OOM injection).

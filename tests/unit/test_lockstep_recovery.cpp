@@ -36,6 +36,7 @@
 #include <ncclpool/sim.hpp>
 
 #include "common/registry_ranks.hpp"
+#include "common/scoped_profile.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -239,50 +240,16 @@ TEST_P(LockstepRecovery, ALateFoundErrorIsEveryRanksErrorAtDetachAndTheCommunica
 // A profile for the simulator's machine key ("ncclpool simulator", NCCL 0, `ranks` ranks): every
 // collective none below 64 KiB, local from 64 KiB (no windows), as the GPU test writes for its GPU.
 Profile none_then_local_profile(int ranks) {
-  Profile profile;
-  profile.gpu = "ncclpool simulator";
-  profile.nccl_version = 0;
-  profile.ranks = ranks;
-  profile.measured = "sim lockstep recovery test";
-  for (const auto& [from, kind] : {std::pair{std::size_t{0}, RegistrationKind::none}, std::pair{64 * KiB, RegistrationKind::local}}) {
-    ProfileClass c;
-    c.min_bytes = from;
-    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) c.kind.emplace(op, kind);
-    profile.classes.push_back(std::move(c));
-  }
-  return profile;
+  return testing_support::profile_for("ncclpool simulator", 0, ranks, {{0, RegistrationKind::none}, {64 * KiB, RegistrationKind::local}},
+                                      "sim lockstep recovery test");
 }
-
-// Writes a profile to a temporary file and points NCCLPOOL_PROFILE at it while the test runs (set on
-// the test's thread, before the ranks start: no rank reads the environment while it changes).
-class ScopedProfileFile {
- public:
-  explicit ScopedProfileFile(const Profile& profile)
-      : path_((std::filesystem::temp_directory_path() / ("ncclpool-lockstep-recovery-" + std::to_string(::getpid()) + ".json")).string()) {
-    if (const char* old = std::getenv("NCCLPOOL_PROFILE")) old_ = old;
-    std::ofstream(path_) << profile_to_json(profile);
-    ::setenv("NCCLPOOL_PROFILE", path_.c_str(), 1);
-  }
-  ~ScopedProfileFile() {
-    if (old_) ::setenv("NCCLPOOL_PROFILE", old_->c_str(), 1);
-    else ::unsetenv("NCCLPOOL_PROFILE");
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-  ScopedProfileFile(const ScopedProfileFile&) = delete;
-  ScopedProfileFile& operator=(const ScopedProfileFile&) = delete;
-
- private:
-  std::string path_;
-  std::optional<std::string> old_;
-};
 
 // The profile routes every size to none/local; on the last rank it does not apply (its communicator
 // reports another GPU model, as a node with other GPUs would), so that rank takes the built-in routes
 // (windows from 1 MiB). The routes agreement runs at the attach on every rank and fails on every
 // rank; nothing is attached anywhere, and the all-reduce after it pairs.
 TEST_P(LockstepRecovery, AnAutoPoolWhoseProfileAppliesOnOneRankOnlyFailsTheAttachEverywhere) {
-  const ScopedProfileFile file(none_then_local_profile(n_));
+  const testing_support::ScopedProfile file(none_then_local_profile(n_), "lockstep-recovery");
   group_->set_machine_gpu(n_ - 1, "another GPU model");
   auto attach = slots(), sources = slots();
   const auto errors = on_ranks([&](int rank) {
