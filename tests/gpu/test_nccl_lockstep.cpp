@@ -2,9 +2,10 @@
 // one rank alone fails (a late-found mismatch, a profile that applies on one rank only, one part's
 // commit, a local registration, an out-of-memory), and every rank must end in an error at the same
 // collective step, with no NCCL call left unmatched: the group's next all-reduce is right, and the
-// teardown after it (a collective detach where windows exist) finishes. The simulator's versions of
-// these cases are Lockstep.* in tests/unit/test_lockstep_fuzz.cpp; here the agreements, windows and
-// deregistrations are NCCL's own.
+// teardown after it (a collective detach where windows exist) finishes. The simulator runs these
+// cases step for step in tests/unit/test_lockstep_recovery.cpp (and the holes they guard in Lockstep.*,
+// tests/unit/test_lockstep_fuzz.cpp); here the agreements, windows and deregistrations are NCCL's own.
+// Ran on 2x H200, NCCL 2.28.9, 2026-11-27: all pass (docs/registry.md, "Failures, rank by rank").
 //
 // Ranks are threads of one process (NcclRanks), so a failure that only a process of its own could
 // have (a profile file, a refused ncclCommRegister) comes from a communicator wrapper on that rank
