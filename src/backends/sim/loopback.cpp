@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -65,9 +66,9 @@ class LoopbackState {
       slot.deadline = std::chrono::steady_clock::now() + timeout_;
     }
     slot.posts[static_cast<std::size_t>(rank)] = Post{op, argument, record, fail_here};
-    // The all-gather's argument is always the record size: leave it out, so logs read as NCCL calls.
-    call_logs_[static_cast<std::size_t>(rank)].push_back(op == kAllGather ? std::string(op_name(op))
-                                                                         : std::string(op_name(op)) + "(" + std::to_string(argument) + ")");
+    // Kept as (op, argument), no string: this runs inside the timed window of `bench scope --sim`,
+    // where a string per call (a heap allocation, and the log's reallocations) doubled one row.
+    call_logs_[static_cast<std::size_t>(rank)].push_back(LoggedCall{op, argument});
     ++slot.arrived;
     ++collective_calls_;
     cv_.notify_all();
@@ -151,7 +152,12 @@ class LoopbackState {
   }
   std::vector<std::string> call_log(int rank) {
     std::lock_guard lock(mutex_);
-    return call_logs_[static_cast<std::size_t>(rank)];
+    std::vector<std::string> out;
+    out.reserve(call_logs_[static_cast<std::size_t>(rank)].size());
+    // The all-gather's argument is always the record size: left out, so logs read as NCCL calls.
+    for (const LoggedCall& c : call_logs_[static_cast<std::size_t>(rank)])
+      out.push_back(c.op == kAllGather ? std::string(op_name(c.op)) : std::string(op_name(c.op)) + "(" + std::to_string(c.argument) + ")");
+    return out;
   }
   void set_machine_gpu(int rank, const std::string& gpu) {
     std::lock_guard lock(mutex_);
@@ -278,7 +284,11 @@ class LoopbackState {
   std::vector<std::map<int, std::uint64_t>> injected_;
   std::vector<std::map<int, std::uint64_t>> counters_;
   std::vector<int> symmetric_kernels_;  // per rank: what prepare_symmetric_kernels reports
-  std::vector<std::vector<std::string>> call_logs_;  // per rank: its collective calls, in order
+  struct LoggedCall {
+    int op;
+    std::uint64_t argument;
+  };
+  std::vector<std::deque<LoggedCall>> call_logs_;  // per rank: its collective calls, in order (a deque: growing it moves nothing)
   std::vector<std::string> machine_gpus_;             // per rank: the GPU name machine() reports
   std::vector<bool> windows_supported_;               // per rank: what supports_windows() answers
   std::vector<std::optional<std::uint64_t>> nodes_;   // per rank: what node() answers (unset: this process's host)
