@@ -8,6 +8,9 @@
   scripts/bench-report.py plot TIMELINE.csv OUT.png    replay: live and reserved memory over the events
   scripts/bench-report.py compare COLL.json REF.json   coll's kinds vs a reference measurement of plain memory
                                                        (bench/coll_reference_torch.py, or nccl-tests below), sizes >= 1 MiB
+  scripts/bench-report.py scope-ab DIR                 bench scope runs of two builds, alternated in one lease:
+                                                       DIR/base-run*.json against DIR/new-run*.json, ncclpool
+                                                       strategy, median [min-max] per (S, G) and the paired ratio
   scripts/bench-report.py from-nccl-tests [--kind K] OUT.txt...
                                                        nccl-tests' text output (all_gather_perf, ...) as a
                                                        reference JSON on stdout (out-of-place columns); K =
@@ -203,9 +206,46 @@ def from_nccl_tests(paths, kind="none"):
     return {"ranks": ranks, "nccl": nccl, "torch": None, "source": f"nccl-tests ({kind})", "kind": kind, "rows": rows}
 
 
+def scope_ab(directory):
+    """Rows of (S, G, column, base median [min-max], new median [min-max], paired new/base median) for
+    host_per_use_us and commit_host_us of the ncclpool strategy; rounds pair by run number."""
+    import glob
+    import os
+    import re
+    import statistics
+
+    runs = {}
+    for path in glob.glob(os.path.join(directory, "*-run*.json")):
+        m = re.match(r"(base|new)-run(\d+)\.json$", os.path.basename(path))
+        if not m:
+            continue
+        for r in load(path)["tables"][0]["rows"]:
+            if r["strategy"] == "ncclpool":
+                runs.setdefault((r["segments"], r["groups"]), {}).setdefault(m.group(1), {})[int(m.group(2))] = r
+    out = []
+    for (segments, groups), by in sorted(runs.items()):
+        base, new = by.get("base", {}), by.get("new", {})
+        paired = sorted(set(base) & set(new))
+        for column in ("host_per_use_us", "commit_host_us"):
+            def spread(side):
+                values = [side[k][column] for k in sorted(side)]
+                return f"{statistics.median(values):.3f} [{min(values):.3f}-{max(values):.3f}]" if values else "-"
+            ratios = [new[k][column] / base[k][column] for k in paired if base[k][column] > 0]
+            out.append((segments, groups, column, spread(base), spread(new), statistics.median(ratios) if ratios else float("nan"), len(paired)))
+    return out
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "summary":
         print(summary(load(argv[1])))
+    elif len(argv) >= 2 and argv[0] == "scope-ab":
+        rows = scope_ab(argv[1])
+        if not rows:
+            print(f"scope-ab: no base-run*.json / new-run*.json in {argv[1]}")
+            return
+        print(f"{'S':>3} {'G':>2} {'column':<16} {'base: median [min-max]':>26} {'new: median [min-max]':>26} {'new/base':>9} rounds")
+        for segments, groups, column, b, n, ratio, rounds in rows:
+            print(f"{segments:>3} {groups:>2} {column:<16} {b:>26} {n:>26} {ratio:>9.3f} {rounds}")
     elif len(argv) >= 3 and argv[0] == "compare":
         compare(load(argv[1]), load(argv[2]))
     elif len(argv) >= 2 and argv[0] == "from-nccl-tests":

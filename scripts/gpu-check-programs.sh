@@ -252,6 +252,28 @@ for t in j["tables"]:
 for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
     row "ncclpool bench $name" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-$name.json" 2>&1 | head -c 300)"
   done
+  # scopeab (only when named): bench scope of two builds alternated on this lease, so that a change of
+  # the per-use cost is measured side by side (NCCLPOOL_AB_BUILD: the other build, made with
+  # `scripts/gpu-check.sh --build` in another checkout and carried, e.g. build/gpu-base; it is "base",
+  # this one "new"). TOOLBENCH_AB_ROUNDS rounds (default 3), the order flipped each round.
+  if [[ "$parts" == *" scopeab "* ]]; then
+    if [ -x "${NCCLPOOL_AB_BUILD:-}/tools/ncclpool" ]; then
+      mkdir -p "$OUT/scope-ab"
+      for (( round = 1; round <= ${TOOLBENCH_AB_ROUNDS:-3}; round++ )); do
+        order="base new"; (( round % 2 == 0 )) && order="new base"
+        for side in $order; do
+          dir=$PWD/$BUILD; [ "$side" = base ] && dir=$(cd "$NCCLPOOL_AB_BUILD" && pwd)
+          LD_LIBRARY_PATH="$dir/runtime:$dir/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(within 240)" \
+            "$dir/tools/ncclpool" bench scope --segments 1,8,64 --groups 1,2,4 --json >"$OUT/scope-ab/$side-run$round.json" 2>>"$LOG"
+        done
+      done
+      python3 scripts/bench-report.py scope-ab "$OUT/scope-ab" >"$OUT/scope-ab.txt" 2>&1
+      cat "$OUT/scope-ab.txt" >>"$LOG"
+      row "bench scope A/B (new/base host us/use, S=64)" "$(awk '$1 == 64 && $3 == "host_per_use_us" {printf "G=%s %s  ", $2, $(NF-1)}' "$OUT/scope-ab.txt")"
+    else
+      row "bench scope A/B" "not run: NCCLPOOL_AB_BUILD='${NCCLPOOL_AB_BUILD:-}' has no tools/ncclpool"
+    fi
+  fi
   # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
   if [[ "$parts" == *" graph "* ]]; then
   timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --rounds 3 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"

@@ -11,7 +11,8 @@
 #                                   asnodes; window, cetrain (~10 min on 2 GPUs) and asnodes only when named;
 #                                   default all)
 #   NCCLPOOL_GPU_CHECK_SANITIZER=0  leaves out the compute-sanitizer pass of the nccl section (budget)
-#   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune)
+#   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune; also
+#                                   scopeab: bench scope of NCCLPOOL_AB_BUILD and this build alternated)
 #   NCCL_TESTS_TIMEOUT_S=300        bounds each run of the NCCL registry and lockstep suites
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set

@@ -41,3 +41,24 @@ def test_wrong_results_are_refused(tmp_path):
     path.write_text(SAMPLE.replace("0.05      0    10.40", "0.05      3    10.40").replace("all_gather_perf", "all_reduce_perf"))
     with pytest.raises(SystemExit, match="3 wrong results"):
         bench_report.from_nccl_tests([str(path)])
+
+
+def _scope_run(path, host, commit):
+    rows = [{"segments": 8, "groups": 2, "strategy": "ncclpool", "host_per_use_us": host, "commit_host_us": commit},
+            {"segments": 8, "groups": 2, "strategy": "megatron", "host_per_use_us": 999.0, "commit_host_us": 0.0}]
+    path.write_text('{"suite": "scope", "tables": [{"title": "t", "rows": ' + str(rows).replace("'", '"') + "}], \"notes\": []}")
+
+
+def test_scope_ab_pairs_rounds_by_number_and_reads_only_ncclpool_rows(tmp_path):
+    _scope_run(tmp_path / "base-run1.json", 1.0, 10.0)
+    _scope_run(tmp_path / "new-run1.json", 2.0, 10.0)
+    _scope_run(tmp_path / "base-run2.json", 3.0, 20.0)
+    _scope_run(tmp_path / "new-run2.json", 3.0, 10.0)
+    _scope_run(tmp_path / "new-run3.json", 9.0, 9.0)  # no base round 3: not paired
+    (tmp_path / "notes.json").write_text("{}")         # not a run: ignored
+    rows = {(s, g, c): (b, n, ratio, k) for s, g, c, b, n, ratio, k in bench_report.scope_ab(str(tmp_path))}
+    b, n, ratio, k = rows[(8, 2, "host_per_use_us")]
+    assert b == "2.000 [1.000-3.000]" and n == "3.000 [2.000-9.000]"
+    assert k == 2 and ratio == pytest.approx(1.5)  # median of 2.0 and 1.0
+    assert rows[(8, 2, "commit_host_us")][2] == pytest.approx(0.75)  # median of 1.0 and 0.5
+    assert len(rows) == 2  # the megatron row is not read
