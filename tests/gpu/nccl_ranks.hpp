@@ -127,6 +127,4 @@ inline float all_reduce_one(ncclComm_t comm, float value) {
   return out;
 }
 
-inline bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 }  // namespace ncclpool

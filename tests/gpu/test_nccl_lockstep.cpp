@@ -12,6 +12,7 @@
 // (RankFaults): it reports another GPU model, or refuses one local registration, and passes every
 // other call to the NCCL communicator unchanged.
 
+#include "common/lockstep_support.hpp"
 #include "common/scoped_profile.hpp"
 #include "gpu/nccl_ranks.hpp"
 
@@ -33,23 +34,6 @@ namespace ncclpool {
 namespace {
 
 constexpr std::size_t KiB = 1u << 10;
-
-// What a rank caught: "" when nothing, else the error's type and text.
-template <class Body>
-std::string caught(Body&& body) {
-  try {
-    body();
-  } catch (const AgreementError& e) {
-    return std::string("AgreementError: ") + e.what();
-  } catch (const RegistrationError& e) {
-    return std::string("RegistrationError: ") + e.what();
-  } catch (const OutOfMemory& e) {
-    return std::string("OutOfMemory: ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("exception: ") + e.what();
-  }
-  return "";
-}
 
 // A rank's own trouble on top of its NCCL communicator: another GPU model in machine() (so that a
 // profile applies on the other ranks only), or the next `refuse_local` local registrations refused as
@@ -99,32 +83,12 @@ class NcclLockstep : public NcclRanks {
     if (sum != static_cast<float>(n_ * (n_ + 1) / 2))
       throw std::runtime_error("the all-reduce after the failure gave " + std::to_string(sum) + ", want " + std::to_string(n_ * (n_ + 1) / 2));
   }
-  // Every rank's error, in one message.
-  static std::string listing(const std::vector<std::string>& per_rank) {
-    std::string out;
-    for (std::size_t r = 0; r < per_rank.size(); ++r) out += "\n  rank " + std::to_string(r) + ": '" + per_rank[r].substr(0, 400) + "'";
-    return out;
-  }
   std::vector<std::string> slots() const { return std::vector<std::string>(static_cast<std::size_t>(n_)); }
 };
 
-std::shared_ptr<Pool> deterministic_pool(std::shared_ptr<SegmentSource> source, const std::string& name, std::size_t chunk) {
-  PoolConfig config;
-  config.name = name;
-  config.deterministic = true;
-  config.growth_chunk = chunk;
-  return std::make_shared<Pool>(std::move(source), config);
-}
-
-// An auto pool over ncclMemAlloc (every part) with fixed routes: local below 1 MiB, symmetric from
-// 1 MiB (the local part 2 MiB chunks, the symmetric part 32 MiB).
+// The routes-over-two-parts pool of the cases, every part over ncclMemAlloc on this rank's GPU.
 std::unique_ptr<AutoPool> local_then_symmetric_pool(int device) {
-  auto make_part = [device](RegistrationKind part) {
-    return deterministic_pool(make_nccl_source(device), "auto/" + std::string(to_string(part)),
-                              part == RegistrationKind::symmetric ? 32 * MiB : 2 * MiB);
-  };
-  return std::make_unique<AutoPool>("auto", make_part, SizeRoutes({{0, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}}),
-                                    "set by the test", RegistryOptions{CheckLevel::off});
+  return ncclpool::local_then_symmetric_pool([device] { return make_nccl_source(device); });
 }
 
 // Item 1 (issue 27), then a commit: commit #1 has a window pending on rank 0 only, so rank 0 fails at

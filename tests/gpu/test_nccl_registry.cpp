@@ -3,6 +3,7 @@
 // per rank shared by all three. Collectives run on pool memory and must give the right results.
 // NCCLPOOL_TEST_GPUS picks how many GPUs (default: up to 4).
 
+#include "common/lockstep_support.hpp"
 #include "gpu/nccl_ranks.hpp"
 
 #include <ncclpool/cuda.hpp>

@@ -26,6 +26,7 @@
 #include <ncclpool/auto_pool.hpp>
 #include <ncclpool/sim.hpp>
 
+#include "common/lockstep_support.hpp"
 #include "common/registry_ranks.hpp"
 #include "common/scoped_profile.hpp"
 
@@ -52,15 +53,6 @@ constexpr std::size_t KiB = 1u << 10;
 constexpr auto kTimeout = std::chrono::milliseconds(300);  // short: a missing rank costs 300 ms, not 60 s
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// "AgreementError: ..." etc.: what a rank got, with its type, so that messages say which error.
-std::string describe_error(const std::exception& e) {
-  if (dynamic_cast<const AgreementError*>(&e)) return std::string("AgreementError: ") + e.what();
-  if (dynamic_cast<const RegistrationError*>(&e)) return std::string("RegistrationError: ") + e.what();
-  if (dynamic_cast<const OutOfMemory*>(&e)) return std::string("OutOfMemory: ") + e.what();
-  if (dynamic_cast<const Error*>(&e)) return std::string("Error: ") + e.what();
-  return std::string("exception: ") + e.what();
-}
 
 std::string shorten(const std::string& text, std::size_t most = 400) {
   return text.size() <= most ? text : text.substr(0, most) + "...";

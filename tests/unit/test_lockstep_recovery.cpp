@@ -35,20 +35,18 @@
 #include <ncclpool/registry.hpp>
 #include <ncclpool/sim.hpp>
 
+#include "common/lockstep_support.hpp"
 #include "common/registry_ranks.hpp"
 #include "common/scoped_profile.hpp"
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
-#include <unistd.h>
 #include <vector>
 
 namespace ncclpool {
@@ -58,32 +56,6 @@ constexpr std::size_t KiB = 1u << 10;
 // Long enough that a rank waiting for a slow peer on a loaded 2-core machine is not taken for a rank
 // that never comes; a rank that really never comes (a skipped step) breaks the group after it.
 constexpr auto kTimeout = std::chrono::seconds(5);
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// What a rank caught: "" when nothing, else the error's type and text (as the GPU test's caught()).
-template <class Body>
-std::string caught(Body&& body) {
-  try {
-    body();
-  } catch (const AgreementError& e) {
-    return std::string("AgreementError: ") + e.what();
-  } catch (const RegistrationError& e) {
-    return std::string("RegistrationError: ") + e.what();
-  } catch (const OutOfMemory& e) {
-    return std::string("OutOfMemory: ") + e.what();
-  } catch (const std::exception& e) {
-    return std::string("exception: ") + e.what();
-  }
-  return "";
-}
-
-// Every rank's error, in one message.
-std::string listing(const std::vector<std::string>& per_rank) {
-  std::string out;
-  for (std::size_t r = 0; r < per_rank.size(); ++r) out += "\n  rank " + std::to_string(r) + ": '" + per_rank[r].substr(0, 400) + "'";
-  return out;
-}
 
 // (ranks, hold completions)
 using Setting = std::tuple<int, bool>;
@@ -138,22 +110,9 @@ std::shared_ptr<SimSource> sim_source(int device) {
   return std::make_shared<SimSource>(config);
 }
 
-std::shared_ptr<Pool> deterministic_pool(std::shared_ptr<SegmentSource> source, const std::string& name, std::size_t chunk) {
-  PoolConfig config;
-  config.name = name;
-  config.deterministic = true;
-  config.growth_chunk = chunk;
-  return std::make_shared<Pool>(std::move(source), config);
-}
-
-// An auto pool over sim sources (every part) with fixed routes: local below 1 MiB, symmetric from
-// 1 MiB (the local part 2 MiB chunks, the symmetric part 32 MiB), as the GPU test's.
+// The routes-over-two-parts pool of the cases (as the GPU test's), every part over sim sources.
 std::unique_ptr<AutoPool> local_then_symmetric_pool(int device) {
-  auto make_part = [device](RegistrationKind part) {
-    return deterministic_pool(sim_source(device), "auto/" + std::string(to_string(part)), part == RegistrationKind::symmetric ? 32 * MiB : 2 * MiB);
-  };
-  return std::make_unique<AutoPool>("auto", make_part, SizeRoutes({{0, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}}),
-                                    "set by the test", RegistryOptions{CheckLevel::off});
+  return ncclpool::local_then_symmetric_pool([device] { return sim_source(device); });
 }
 
 // ------------------------------------------------------------------------------------------------
