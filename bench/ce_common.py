@@ -22,7 +22,12 @@ TEARDOWN_HUNG_RC = 75  # the process's exit status when destroy_process_group di
 # [Symmetric]: N Bytes -> Kernel ...", "AllGather: N Bytes -> Algo RING proto SIMPLE ..." (2.28-2.30).
 NCCL_PATH_LINE = re.compile(r"\b([A-Z][A-Za-z]+)(?: \[(Copy Engine|Symmetric)\])?: (\d+) Bytes -> ")
 PATH_NAMES = {"Copy Engine": "copy_engine", "Symmetric": "symmetric", None: "kernel"}
-NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"}
+# INIT too: "Init CE" (once per rank whose copy-engine path started) is the one sign of the copy
+# engines that every NCCL version logs; 2.28.9 writes no TUNING line for a copy-engine all-gather.
+NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,TUNING"}
+# Collectives of at most this many bytes are counted apart ("small"): ncclpool's agreement votes
+# (all-gathers of 128-520 bytes) and torch's own small exchanges, which are not the workload's.
+SMALL_BYTES = 1024
 
 
 def zero_cta_options(dist):
@@ -135,8 +140,10 @@ def count_nccl_paths(lines):
             continue
         m = NCCL_PATH_LINE.search(line)
         if m:
-            per = counts.setdefault(m.group(1), {"copy_engine": 0, "symmetric": 0, "kernel": 0})
-            per[PATH_NAMES[m.group(2)]] += 1
+            per = counts.setdefault(m.group(1), {"copy_engine": 0, "symmetric": 0, "kernel": 0, "small": 0})
+            per["small" if int(m.group(3)) <= SMALL_BYTES else PATH_NAMES[m.group(2)]] += 1
+        elif "Init CE" in line:
+            counts["Init CE"] = counts.get("Init CE", 0) + 1
     return counts
 
 
@@ -150,11 +157,15 @@ def count_nccl_path_files(pattern):
 
 
 def format_paths(counts, collective="AllGather"):
-    """'copy engine 60, symmetric 0, kernel 2' for one collective ('none logged' when absent)."""
+    """'copy engine 60, symmetric 0, kernel 2 (+3 of <= 1024 B); Init CE 2' for one collective
+    ('none logged' when absent; the Init CE lines of the logs, where any)."""
     c = counts.get(collective)
-    if not c:
-        return "none logged"
-    return f"copy engine {c['copy_engine']}, symmetric {c['symmetric']}, kernel {c['kernel']}"
+    init = f"; Init CE {counts['Init CE']}" if counts.get("Init CE") else ""
+    if not c or not any(c[k] for k in ("copy_engine", "symmetric", "kernel")):
+        small = f" ({c['small']} of <= {SMALL_BYTES} B)" if c and c.get("small") else ""
+        return f"none logged{small}{init}"
+    small = f" (+{c['small']} of <= {SMALL_BYTES} B)" if c.get("small") else ""
+    return f"copy engine {c['copy_engine']}, symmetric {c['symmetric']}, kernel {c['kernel']}{small}{init}"
 
 
 def main(argv):
@@ -165,7 +176,8 @@ def main(argv):
         with open(path, errors="replace") as f:
             lines.extend(f)
     counts = count_nccl_paths(lines)
-    print("; ".join(f"{name}: {format_paths(counts, name)}" for name in sorted(counts)) or "no collective lines (was NCCL_DEBUG_SUBSYS=TUNING set?)")
+    names = sorted(name for name in counts if name != "Init CE")
+    print("; ".join(f"{name}: {format_paths(counts, name)}" for name in names) or "no collective lines (was NCCL_DEBUG_SUBSYS=TUNING set?)")
     print(json.dumps(counts))
 
 

@@ -25,6 +25,13 @@ runs the above once per round and CTA count (NCCL reads it once per process), th
 in every round, and prints plain against symmetric at each count and the best of them. A count is
 ``nccl`` (NCCL's own choice: NCCLPOOL_SYM_CTAS=nccl; ``default`` is the same), ``ncclpool``
 (ncclpool's default: neither variable set) or a number (NCCL_SYM_CTAS).
+
+    python3 bench/decode_bench.py --guard auto,on [--nproc 2] [--rounds 3] [--json FILE] ...
+
+does the same per setting of NCCLPOOL_SYMMETRIC_KERNELS (the NCCL-version guard, python.md "NCCL
+versions"): what the guard's default costs where it turns the symmetric kernels off (the symmetric
+pool's windows then run NCCL's ring kernels, the auto pool registers locally): per setting the
+symmetric and the auto pool, median (min-max) over rounds, and plain over each.
 """
 import argparse
 import faulthandler
@@ -93,52 +100,75 @@ def time_graph(graph, replays, per_graph):
     return start.elapsed_time(end) * 1e3 / (replays * per_graph)  # us per all-reduce
 
 
-def drive_ctas(args):
-    """One torchrun per (round, CTA count), counts interleaved in every round; a table over them."""
-    counts = args.sym_ctas.split(",")
+def variant_env(kind, value):
+    """The environment of one driver run: the CTA count (--sym-ctas) or the guard setting (--guard)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NCCL_SYM_CTAS", "NCCLPOOL_SYM_CTAS")}
+    if kind == "guard":  # the NCCL-version guard: NCCLPOOL_SYMMETRIC_KERNELS (python.md, "NCCL versions")
+        env["NCCLPOOL_SYMMETRIC_KERNELS"] = value
+        env.update({k: os.environ[k] for k in ("NCCL_SYM_CTAS", "NCCLPOOL_SYM_CTAS") if k in os.environ})
+    elif value in ("nccl", "default"):
+        env["NCCLPOOL_SYM_CTAS"] = "nccl"
+    elif value != "ncclpool":
+        env["NCCL_SYM_CTAS"] = value
+    return env
+
+
+def drive_variants(args, kind, values):
+    """One torchrun per (round, value), values interleaved in every round; a table over them. kind
+    "ctas": the symmetric kernels' CTA count; "guard": NCCLPOOL_SYMMETRIC_KERNELS (what the guard's
+    default costs: windows without the symmetric flag, auto pools on local registration)."""
     samples, failures = [], []
+    what = "NCCL_SYM_CTAS" if kind == "ctas" else "NCCLPOOL_SYMMETRIC_KERNELS"
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):
-            for count in counts:
-                env = {k: v for k, v in os.environ.items() if k not in ("NCCL_SYM_CTAS", "NCCLPOOL_SYM_CTAS")}
-                if count in ("nccl", "default"):
-                    env["NCCLPOOL_SYM_CTAS"] = "nccl"
-                elif count != "ncclpool":
-                    env["NCCL_SYM_CTAS"] = count
-                out = os.path.join(tmp, f"{rnd}-{count}.json")
+            for value in values:
+                out = os.path.join(tmp, f"{rnd}-{value}.json")
                 cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.nproc), os.path.abspath(__file__),
                        "--sizes", args.sizes, "--rounds", "1", "--per-graph", str(args.per_graph), "--replays", str(args.replays),
                        "--json", out]
-                print(f"decode_bench: round {rnd + 1}/{args.rounds}, NCCL_SYM_CTAS={count}", file=sys.stderr, flush=True)
+                print(f"decode_bench: round {rnd + 1}/{args.rounds}, {what}={value}", file=sys.stderr, flush=True)
                 try:
-                    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+                    run = subprocess.run(cmd, env=variant_env(kind, value), capture_output=True, text=True, timeout=600)
                 except subprocess.TimeoutExpired:
-                    failures.append(f"round {rnd + 1} ctas {count}: no result within 600 s")
+                    failures.append(f"round {rnd + 1} {what}={value}: no result within 600 s")
                     continue
                 if run.returncode != 0 or not os.path.exists(out):
-                    failures.append(f"round {rnd + 1} ctas {count}: rc={run.returncode}")
+                    failures.append(f"round {rnd + 1} {what}={value}: rc={run.returncode}")
                     print(run.stdout[-3000:] + run.stderr[-3000:], file=sys.stderr)
                     continue
                 with open(out) as f:
                     for sample in json.load(f)["samples"]:
-                        samples.append(dict(sample, round=rnd, ctas=count))
+                        samples.append(dict(sample, round=rnd, **{kind: value}))
     sizes = sorted({s["size"] for s in samples})
-    med = lambda mode, size, count=None: statistics.median(  # noqa: E731
-        [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (count is None or s["ctas"] == count)] or [math.nan])
-    print(f"decode all-reduce in a CUDA graph, {args.nproc} GPUs, symmetric kernels' CTA count (NCCL_SYM_CTAS), "
+    med = lambda mode, size, value=None: statistics.median(  # noqa: E731
+        [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (value is None or s[kind] == value)] or [math.nan])
+    spread = lambda mode, size, value: "{:.2f}-{:.2f}".format(*(  # noqa: E731
+        lambda us: (min(us), max(us)) if us else (math.nan, math.nan))(
+        [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and s[kind] == value]))
+    print(f"decode all-reduce in a CUDA graph, {args.nproc} GPUs, {what} in {values}, "
           f"{args.rounds} rounds interleaved (us per all-reduce, medians; plain over every run)")
-    print(f"{'size':>8} {'plain':>9} " + " ".join(f"{'symm ' + c:>12}" for c in counts) + f" {'best':>20} {'plain/best':>11}")
-    for size in sizes:
-        symm = {c: med("symmetric", size, c) for c in counts}
-        best = min(counts, key=lambda c: symm[c])
-        plain = med("plain", size)
-        print(f"{size >> 10:>6}Ki {plain:9.2f} " + " ".join(f"{symm[c]:12.2f}" for c in counts) +
-              f" {symm[best]:9.2f} ({best:>8}) {plain / symm[best]:10.2f}x")
+    if kind == "ctas":
+        print(f"{'size':>8} {'plain':>9} " + " ".join(f"{'symm ' + c:>12}" for c in values) + f" {'best':>20} {'plain/best':>11}")
+        for size in sizes:
+            symm = {c: med("symmetric", size, c) for c in values}
+            best = min(values, key=lambda c: symm[c])
+            plain = med("plain", size)
+            print(f"{size >> 10:>6}Ki {plain:9.2f} " + " ".join(f"{symm[c]:12.2f}" for c in values) +
+                  f" {symm[best]:9.2f} ({best:>8}) {plain / symm[best]:10.2f}x")
+    else:  # per setting: the symmetric and the auto pool, median (min-max), and plain over them
+        cols = [(m, v) for v in values for m in ("symmetric", "auto")]
+        print(f"{'size':>8} {'plain':>9} " + " ".join(f"{m[:4] + ' ' + v:>22}" for m, v in cols) + "  "
+              + " ".join(f"{'plain/' + m[:4] + ' ' + v:>16}" for m, v in cols))
+        for size in sizes:
+            plain = med("plain", size)
+            print(f"{size >> 10:>6}Ki {plain:9.2f} " + " ".join(f"{med(m, size, v):8.2f} ({spread(m, size, v):>11})" for m, v in cols)
+                  + "  " + " ".join(f"{plain / med(m, size, v):15.2f}x" for m, v in cols))
     if failures:
         print("FAILED runs: " + "; ".join(failures))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(nproc=args.nproc, per_graph=args.per_graph, replays=args.replays, sym_ctas=counts, samples=samples), f, indent=1)
+            json.dump(dict(nproc=args.nproc, per_graph=args.per_graph, replays=args.replays, variant=kind, values=values,
+                           samples=samples), f, indent=1)
     sys.exit(1 if failures else 0)
 
 
@@ -150,10 +180,18 @@ def main():
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--json", default="")
     ap.add_argument("--sym-ctas", default="", help="driver: CTA counts to compare, e.g. nccl,ncclpool,16 (nccl: NCCL's own; ncclpool: ncclpool's default)")
+    ap.add_argument("--guard", default="", help="driver: NCCLPOOL_SYMMETRIC_KERNELS settings to compare, e.g. auto,on")
     ap.add_argument("--nproc", type=int, default=2, help="driver: processes (GPUs) per run")
     args = ap.parse_args()
+    if args.sym_ctas and args.guard:
+        ap.error("--sym-ctas and --guard are two drivers: give one")
     if args.sym_ctas:
-        return drive_ctas(args)
+        return drive_variants(args, "ctas", args.sym_ctas.split(","))
+    if args.guard:
+        bad = [v for v in args.guard.split(",") if v not in ("auto", "on", "off")]
+        if bad:
+            ap.error(f"--guard takes auto, on and off, not {bad}")
+        return drive_variants(args, "guard", args.guard.split(","))
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)

@@ -54,7 +54,8 @@ def parse_size(text):
 
 def build_step(torch, api, group, size, layers, rank, world):
     """Returns (graph, input, output): a decode step of `layers` (output allocated in the allocator's
-    context, then all-reduced in place), run once eagerly (warm-up: windows appear) and captured."""
+    context, then all-reduced in place), run once eagerly (warm-up: windows appear) and captured, both on
+one side stream as SGLang's graph runner does (common.graph_capture)."""
     x_in = torch.empty(size // 2, dtype=torch.bfloat16, device="cuda")
     scale = 1.0 / world  # each layer: y = x / n, then the sum over ranks: the value stays (exact in bf16)
 
@@ -68,14 +69,15 @@ def build_step(torch, api, group, size, layers, rank, world):
         return h
 
     x_in.fill_(rank + 1)
-    step()
-    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()
     if api:
         api.set_graph_pool_id(pool)
-    with torch.cuda.graph(graph, pool=pool):
-        out = step()
+    with common.graph_capture() as stream:  # SGLang's pattern: warm-up and capture on one side stream
+        step()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
+            out = step()
     torch.cuda.synchronize()
     return graph, x_in, out
 

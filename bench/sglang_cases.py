@@ -18,6 +18,7 @@ Each rank writes DIR/NAME.rankN.json: its outcome in words, the errors it raised
 message), whether results were right, or, after --timeout seconds without an end, "hang" with where
 its threads were."""
 import argparse
+import contextlib
 import os
 import sys
 
@@ -41,11 +42,13 @@ def growth(torch, api, group, rank, world, events):
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()
     api.set_graph_pool_id(pool)
-    with torch.cuda.graph(graph, pool=pool):
-        with api.use_symmetric_memory(group):
-            y = torch.empty(MiB // 2, dtype=torch.bfloat16, device="cuda")
-        common.all_reduce(group, y)
-    torch.cuda.synchronize()
+    with common.graph_capture() as stream:  # SGLang's graph runner: a warm-up on the capture's stream, then the capture
+        for warm_up in (True, False):
+            with torch.cuda.graph(graph, pool=pool, stream=stream) if not warm_up else contextlib.nullcontext():
+                with api.use_symmetric_memory(group):
+                    y = torch.empty(MiB // 2, dtype=torch.bfloat16, device="cuda")
+                common.all_reduce(group, y)
+            torch.cuda.synchronize()
     kept = []
     for use in range(8):
         y = None
@@ -65,26 +68,29 @@ def growth(torch, api, group, rank, world, events):
 
 
 def offsets(torch, api, group, rank, world, events):
-    with api.use_symmetric_memory(group):  # warm-up: a 64 MiB segment (windowed) that torch splits later
-        warm = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
-    common.all_reduce(group, torch.ones(1024, device="cuda"))
-    del warm
-    torch.cuda.synchronize()
     count = 4 * MiB // 2
     x_in = torch.full((count,), float(rank + 1), dtype=torch.bfloat16, device="cuda")
     graph = torch.cuda.CUDAGraph()
     pool = torch.cuda.graph_pool_handle()
     api.set_graph_pool_id(pool)
-    try:
-        with torch.cuda.graph(graph, pool=pool):
-            with api.use_symmetric_memory(group):
-                pad = torch.empty(count, dtype=torch.bfloat16, device="cuda") if rank == 1 else None
-                y = x_in * 1.0
-            api.debug_check_symmetric_mempool(group, {"input": y}, "all_reduce")  # what GroupCoordinator.all_reduce does
-            common.all_reduce(group, y)
-    except Exception as e:  # noqa: BLE001 (the outcome)
-        record(events, "capture", e)
-        return f"error during the capture: {events[-1]['type']}: {events[-1]['message'][:240]}"
+    # SGLang's graph runner: warm-up and capture on one side stream (common.graph_capture), so that the
+    # capture reuses the warm-up's segment (windowed) instead of growing the pool while capturing.
+    with common.graph_capture() as stream:
+        with api.use_symmetric_memory(group):  # warm-up: a 64 MiB segment (windowed) that torch splits later
+            warm = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+        common.all_reduce(group, torch.ones(1024, device="cuda"))
+        del warm
+        torch.cuda.synchronize()
+        try:
+            with torch.cuda.graph(graph, pool=pool, stream=stream):
+                with api.use_symmetric_memory(group):
+                    pad = torch.empty(count, dtype=torch.bfloat16, device="cuda") if rank == 1 else None
+                    y = x_in * 1.0
+                api.debug_check_symmetric_mempool(group, {"input": y}, "all_reduce")  # what GroupCoordinator.all_reduce does
+                common.all_reduce(group, y)
+        except Exception as e:  # noqa: BLE001 (the outcome)
+            record(events, "capture", e)
+            return f"error during the capture: {events[-1]['type']}: {events[-1]['message'][:240]}"
     try:
         api.prealloc_symmetric_memory_pool(is_draft_worker=False, enable_symm_mem=True, device="cuda",
                                            forward_stream=torch.cuda.current_stream())  # SGLang's finalize point

@@ -7,6 +7,7 @@ SGLang's allocator JIT-builds a small C++ library at its first use (torch's load
 with -lnccl). The GPU host has no linker name libnccl.so beside torch's libnccl.so.2, and maybe no
 ninja: jit_toolchain() makes a symlink in a temporary folder (LIBRARY_PATH, LD_LIBRARY_PATH) and puts
 .whl/sglang/bin/ninja on PATH when ninja is missing."""
+import contextlib
 import json
 import os
 import shutil
@@ -122,6 +123,22 @@ def load_allocator(which: str):
     if which == "ncclpool":
         return importlib.import_module("ncclpool.sglang")
     raise SystemExit(f"unknown allocator {which!r}")
+
+
+@contextlib.contextmanager
+def graph_capture():
+    """What SGLang's graph_capture() (GroupCoordinator, used by its CUDA graph runner) does: a side
+    stream, after the current one, made current; the runner warms up on it and captures on it
+    (torch.cuda.graph(..., stream=)). Warm-up and capture must share a stream: torch's caching
+    allocator keeps freed blocks per stream, so a capture on another stream than its warm-up finds
+    none of the warm-up's blocks and grows the pool inside the capture, which SGLang's allocator
+    (ncclMemAlloc and ncclCommWindowRegister at the context's exit) cannot do while capturing."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        yield stream
+    torch.cuda.current_stream().wait_stream(stream)
 
 
 def all_reduce(group, tensor) -> None:

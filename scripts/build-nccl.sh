@@ -24,6 +24,19 @@ cuda_home=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$nvcc")")")}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tar -xzf "$src" -C "$work"
+# A CUDA toolkit with NCCL's headers in it (nccl.h, nccl_device/: a build machine of this project has
+# them) would shadow the tree's own: NCCL's host sources reach nccl_device/... through
+# -I$CUDA_HOME/include. Build against a view of the toolkit without them.
+if compgen -G "$cuda_home/include/nccl*" >/dev/null; then
+  view="$work/cuda-without-nccl"
+  mkdir -p "$view/include"
+  for entry in "$cuda_home"/*; do [ "$(basename "$entry")" = include ] || ln -s "$entry" "$view/"; done
+  for entry in "$cuda_home"/include/*; do
+    case "$(basename "$entry")" in nccl*) ;; *) ln -s "$entry" "$view/include/" ;; esac
+  done
+  echo "build-nccl: $cuda_home/include has NCCL headers: building against $view (the same toolkit without them)"
+  cuda_home=$view
+fi
 tree=$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -1)
 start=$(date +%s)
 if ! make -C "$tree" -j "$(nproc)" src.build CUDA_HOME="$cuda_home" BUILDDIR="$work/build" \

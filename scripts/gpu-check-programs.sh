@@ -63,6 +63,14 @@ if want decode; then
       tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-ctas.txt")" "(decode CTA sweep rc=$rc)")
       row "decode: plain/best symmetric per size" "rc=$rc; $(awk '/Ki / {printf "%s %s, ", $1, $NF}' "$OUT/decode-ctas.txt")"
     fi
+    if [ -n "${DECODE_GUARD:-}" ]; then  # what the NCCL-version guard's default costs: one run per setting and round
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py --guard "$DECODE_GUARD" \
+        --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-guard.json" >"$OUT/decode-guard.txt" 2>&1
+      rc=$?
+      cat "$OUT/decode-guard.txt" >>"$LOG"
+      tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-guard.txt")" "(decode guard rc=$rc)")
+      row "decode: plain/(symm,auto pool) per guard ($DECODE_GUARD)" "rc=$rc; $(awk '/Ki / {s=$1; for (i=2; i<=NF; i++) if ($i ~ /x$/) s=s " " $i; printf "%s, ", s}' "$OUT/decode-guard.txt")"
+    fi
   else
     row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
   fi

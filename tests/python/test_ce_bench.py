@@ -113,14 +113,27 @@ host:1:2 [0] NCCL INFO Init CE, rank 0 baseUCSymReadyPtr 0x1
 
 def test_nccl_paths_are_counted_per_collective(bench, tmp_path):
     counts = bench.ce.count_nccl_paths(NCCL_LOG.splitlines())
-    assert counts["AllGather"] == {"copy_engine": 2, "symmetric": 0, "kernel": 1}
-    assert counts["ReduceScatter"] == {"copy_engine": 0, "symmetric": 1, "kernel": 0}
-    assert counts["AllReduce"]["kernel"] == 1 and len(counts) == 3
-    assert bench.ce.format_paths(counts) == "copy engine 2, symmetric 0, kernel 1"
+    assert counts["AllGather"] == {"copy_engine": 2, "symmetric": 0, "kernel": 1, "small": 0}
+    assert counts["ReduceScatter"] == {"copy_engine": 0, "symmetric": 1, "kernel": 0, "small": 0}
+    assert counts["AllReduce"] == {"copy_engine": 0, "symmetric": 0, "kernel": 0, "small": 1}  # 4 bytes: not the workload's
+    assert counts["Init CE"] == 1 and len(counts) == 4
+    assert bench.ce.format_paths(counts) == "copy engine 2, symmetric 0, kernel 1; Init CE 1"
     assert bench.ce.format_paths({}) == "none logged"
+    assert "INIT" in bench.ce.NCCL_LOG_ENV["NCCL_DEBUG_SUBSYS"].split(",")
     (tmp_path / "run.nccl.host.1.log").write_text(NCCL_LOG)
     (tmp_path / "run.nccl.host.2.log").write_text(NCCL_LOG.splitlines()[0] + "\n")
     assert bench.ce.count_nccl_path_files(str(tmp_path / "run.nccl.*.log"))["AllGather"]["copy_engine"] == 3
+
+
+def test_small_collectives_are_counted_apart(bench):
+    # What the first 2-GPU run logged for ncclpool-ce: only ncclpool's agreement all-gathers (128 and
+    # 520 bytes) had TUNING lines, and they were counted as the workload's "kernel" all-gathers.
+    log = ["h:1:2 [0] NCCL INFO AllGather: 128 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}"] * 32 + \
+          ["h:1:2 [0] NCCL INFO AllGather: 520 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}"]
+    counts = bench.ce.count_nccl_paths(log)
+    assert bench.ce.format_paths(counts) == "none logged (33 of <= 1024 B)"
+    log.append("h:1:2 [0] NCCL INFO AllGather [Symmetric]: 134246400 Bytes -> Kernel AllGather_ST nchannels 32 nthreads 512 nWorks 1")
+    assert bench.ce.format_paths(bench.ce.count_nccl_paths(log)) == "copy engine 0, symmetric 1, kernel 0 (+33 of <= 1024 B)"
 
 
 def test_configurations_and_flags_beside_them(bench):

@@ -1,0 +1,1 @@
+python3 bench/coll_reference_torch.py --pool none\,auto --min 64K --max 64M --factor 4 --out /tmp/gc-a/asnodes-coll.json 
