@@ -55,7 +55,7 @@ def parse_size(text):
 def build_step(torch, api, group, size, layers, rank, world):
     """Returns (graph, input, output): a decode step of `layers` (output allocated in the allocator's
     context, then all-reduced in place), run once eagerly (warm-up: windows appear) and captured, both on
-one side stream as SGLang's graph runner does (common.graph_capture)."""
+    one side stream as SGLang's graph runner does (common.graph_capture)."""
     x_in = torch.empty(size // 2, dtype=torch.bfloat16, device="cuda")
     scale = 1.0 / world  # each layer: y = x / n, then the sum over ranks: the value stays (exact in bf16)
 
