@@ -140,11 +140,15 @@ def drive_variants(args, kind, values):
                     for sample in json.load(f)["samples"]:
                         samples.append(dict(sample, round=rnd, **{kind: value}))
     sizes = sorted({s["size"] for s in samples})
-    med = lambda mode, size, value=None: statistics.median(  # noqa: E731
-        [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (value is None or s[kind] == value)] or [math.nan])
-    spread = lambda mode, size, value: "{:.2f}-{:.2f}".format(*(  # noqa: E731
-        lambda us: (min(us), max(us)) if us else (math.nan, math.nan))(
-        [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and s[kind] == value]))
+    def times(mode, size, value=None):  # us of one mode and size, over every value when None
+        return [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (value is None or s[kind] == value)]
+
+    def med(mode, size, value=None):
+        return statistics.median(times(mode, size, value) or [math.nan])
+
+    def spread(mode, size, value):
+        us = times(mode, size, value) or [math.nan]
+        return f"{min(us):.2f}-{max(us):.2f}"
     print(f"decode all-reduce in a CUDA graph, {args.nproc} GPUs, {what} in {values}, "
           f"{args.rounds} rounds interleaved (us per all-reduce, medians; plain over every run)")
     if kind == "ctas":
