@@ -170,9 +170,11 @@ def main():
     elif args.ag_group:
         ag_group = dist.new_group(list(range(world)))
     torch.manual_seed(args.seed)  # the same parameters on every rank and in every configuration
-    model = torch.nn.Sequential(*[Block(args.dim) for _ in range(args.layers)]).to(device)
+    # Built on the GPU, as in bench/fsdp2_bench.py: a CPU initialisation costs seconds per large block.
+    with device:
+        model = torch.nn.Sequential(*[Block(args.dim) for _ in range(args.layers)])
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    generator = torch.Generator(device="cuda").manual_seed(args.seed + rank)
+    generator = torch.Generator(device="cuda").manual_seed(args.seed + 1 + rank)  # not the model's seed
     x = torch.randn(args.batch, args.seq, args.dim, device=device, generator=generator)
     y = torch.randn(args.batch, args.seq, args.dim, device=device, generator=generator)
     torch.cuda.synchronize()

@@ -2,8 +2,11 @@
 
     torchrun --nproc-per-node 4 bench/torch_bench.py [--segments 64] [--segment-mib 32] [--uses 500]
 
-1. first registration of S x M MiB tensors with 2 groups, symmetric: ncclpool (1 GiB chunks) vs
-   torch's ProcessGroupNCCL.register_mem_pool(pool, symm=True) on a pool holding the same tensors;
+1. first registration of S x M MiB tensors with 2 groups, symmetric, --first-rounds times in rotated
+   order: ncclpool's default growth (a segment per torch segment) and min_segment 1 GiB against
+   torch's own ProcessGroupNCCL.register_mem_pool(pool, symm=True) (its ncclMemAlloc pool: allocation
+   and registration, and registration alone as before) and a plain MemPool (allocation only, the
+   control): time, windows per group and device memory (cudaMemGetInfo before and after);
 2. one context use with no new segment, S segments, G = 2 and 3 groups, symmetric: ncclpool vs the
    Megatron pattern (deregister the pool from every group, register it again);
 3. all-gather with a 32 MiB output (4 ranks: 8 MiB in) from plain caching-allocator memory, from
@@ -13,6 +16,7 @@ Rank 0 prints a table and one JSON line per figure ('BENCH {...}').
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -42,12 +46,41 @@ def backend_of(group):
     return group._get_backend(torch.device("cuda", torch.cuda.current_device()))
 
 
-def torch_symmetric_pool(groups, segments, nbytes):
-    """A pool from torch's own NCCL allocator (ncclMemAlloc), with `segments` tensors of `nbytes`."""
-    pool = torch.cuda.MemPool(backend_of(dist.group.WORLD).mem_allocator)
-    with torch.cuda.use_mem_pool(pool):
-        tensors = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(segments)]
-    return pool, tensors
+FIRST_MODES = ("ncclpool default", "ncclpool min_segment 1 GiB", "torch register_mem_pool", "plain MemPool")
+
+
+def first_registration(mode, rnd, groups, segments, nbytes):
+    """Allocates `segments` tensors of `nbytes` the way `mode` says and registers them with `groups`
+    (symmetric): ({ms, windows_per_group, device_mib[, register_ms]}, (pool, tensors))."""
+    sync()
+    free_before = torch.cuda.mem_get_info()[0]
+    extra = {}
+    t0 = time.perf_counter()
+    if mode.startswith("ncclpool"):
+        pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name=f"first-{rnd}-{mode.replace(' ', '-')}",
+                                                   min_segment=(1 << 30) if "min_segment" in mode else 0)
+        with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
+            tensors = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(segments)]
+    else:
+        torch_nccl = mode.startswith("torch")
+        pool = torch.cuda.MemPool(backend_of(dist.group.WORLD).mem_allocator) if torch_nccl else torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            tensors = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(segments)]
+        if torch_nccl:
+            sync()
+            t_register = time.perf_counter()
+            for g in groups:
+                backend_of(g).register_mem_pool(pool, symm=True)
+            sync()
+            extra["register_ms"] = (time.perf_counter() - t_register) * 1e3
+    sync()
+    ms = (time.perf_counter() - t0) * 1e3
+    if mode.startswith("ncclpool"):
+        windows = [c["registered_segments"] for c in nccl_allocator.stats(pool)["communicators"]]
+    else:
+        windows = [len(pool.snapshot()) if mode.startswith("torch") else 0] * len(groups)
+    device_mib = (free_before - torch.cuda.mem_get_info()[0]) / MiB
+    return dict(ms=ms, windows_per_group=windows, device_mib=device_mib, **extra), (pool, tensors)
 
 
 def time_allgather(out, inp, group, iters=200, warmup=20):
@@ -72,6 +105,7 @@ def main():
     ap.add_argument("--segment-mib", type=int, default=32)
     ap.add_argument("--uses", type=int, default=500)
     ap.add_argument("--megatron-uses", type=int, default=3)
+    ap.add_argument("--first-rounds", type=int, default=3)
     args = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = int(os.environ.get("LOCAL_RANK", rank))
@@ -86,25 +120,16 @@ def main():
         dist.all_reduce(torch.zeros(1, device="cuda"), group=g)
     sync()
 
-    # 1. First registration, 2 groups, symmetric.
-    pool = nccl_allocator.create_nccl_mem_pool(symmetric=True, name="bench")
-    t0 = time.perf_counter()
-    with nccl_allocator.MultiGroupMemPoolAllocator(pool, [g_world, g_second]):
-        tensors = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(S)]
-    sync()
-    first_np = (time.perf_counter() - t0) * 1e3
-    npool = nccl_allocator.ncclpool_pool(pool)
-    chunks = npool.stats()["segment_count"]
-    report("first registration, ncclpool", first_np, "ms", segments=S, segment_mib=args.segment_mib, groups=2, chunks=chunks)
-
-    tpool, ttensors = torch_symmetric_pool([g_world, g_second], S, nbytes)
-    sync()
-    t0 = time.perf_counter()
-    for g in (g_world, g_second):
-        backend_of(g).register_mem_pool(tpool, symm=True)
-    sync()
-    first_torch = (time.perf_counter() - t0) * 1e3
-    report("first registration, torch register_mem_pool", first_torch, "ms", segments=S, segment_mib=args.segment_mib, groups=2)
+    # 1. First registration, 2 groups, symmetric: every approach once per round, rotated order.
+    kept = {}  # (mode, round) -> (pool, tensors): alive to the end, as a program's buffers would be
+    for rnd in range(args.first_rounds):
+        order = FIRST_MODES[rnd % len(FIRST_MODES):] + FIRST_MODES[:rnd % len(FIRST_MODES)]
+        for mode in order:
+            figures, kept[mode, rnd] = first_registration(mode, rnd, [g_world, g_second], S, nbytes)
+            report(f"first registration, {mode}", figures.pop("ms"), "ms", round=rnd + 1, segments=S,
+                   segment_mib=args.segment_mib, groups=2, **figures)
+    pool, tensors = kept["ncclpool default", 0]
+    tpool, ttensors = kept["torch register_mem_pool", 0]
 
     # 2. Per use, nothing new: ncclpool (G = 2, 3) vs the Megatron pattern (G = 2).
     for groups in ([g_world, g_second], [g_world, g_second, g_third]):
@@ -160,9 +185,15 @@ def main():
     if rank == 0:
         by = {r["name"]: r["value"] for r in results}
         print(f"\nncclpool.torch benchmark, {world} GPUs, S={S} x {args.segment_mib} MiB, symmetric")
-        print(f"  first registration, 2 groups: ncclpool {by['first registration, ncclpool']:.1f} ms ({chunks} chunks) vs "
-              f"torch register_mem_pool {by['first registration, torch register_mem_pool']:.1f} ms "
-              f"= {by['first registration, torch register_mem_pool'] / by['first registration, ncclpool']:.1f}x")
+        print(f"  first registration, 2 groups, {args.first_rounds} rounds (ms: median, min-max; windows per group; device MiB):")
+        for mode in FIRST_MODES:
+            rows = [r for r in results if r["name"] == f"first registration, {mode}"]
+            ms = sorted(r["value"] for r in rows)
+            line = (f"    {mode:28s} {statistics.median(ms):8.1f} ({ms[0]:.1f}-{ms[-1]:.1f})  windows {rows[0]['windows_per_group']}"
+                    f"  {statistics.median(r['device_mib'] for r in rows):8.0f} MiB")
+            if "register_ms" in rows[0]:
+                line += f"  (registration alone {statistics.median(r['register_ms'] for r in rows):.1f} ms)"
+            print(line)
         mega_us = by["per use, Megatron pattern, G=2"] * 1e3
         print(f"  per use, G=2: ncclpool {by['per use, ncclpool, G=2']:.1f} us vs Megatron pattern "
               f"{by['per use, Megatron pattern, G=2']:.0f} ms = {mega_us / by['per use, ncclpool, G=2']:,.0f}x; "
@@ -172,8 +203,10 @@ def main():
               f"{by['all-gather 32 MiB out, torch symmetric pool']:.1f} us, ncclpool symmetric "
               f"{by['all-gather 32 MiB out, ncclpool symmetric pool']:.1f} us")
     del tensors, ttensors, t_in, t_out, n_in_t, n_out_t
-    for g in (g_world, g_second):
-        backend_of(g).deregister_mem_pool(tpool)
+    for (mode, _), (p, _) in kept.items():
+        if mode.startswith("torch"):
+            for g in (g_world, g_second):
+                backend_of(g).deregister_mem_pool(p)
     dist.destroy_process_group()
 
 
