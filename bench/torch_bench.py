@@ -77,8 +77,11 @@ def first_registration(mode, rnd, groups, segments, nbytes):
     ms = (time.perf_counter() - t0) * 1e3
     if mode.startswith("ncclpool"):
         windows = [c["registered_segments"] for c in nccl_allocator.stats(pool)["communicators"]]
+    elif mode.startswith("torch"):  # register_mem_pool makes a window per segment of the pool
+        segments_held = len(pool.snapshot()) if hasattr(pool, "snapshot") else None
+        windows = [segments_held] * len(groups)
     else:
-        windows = [len(pool.snapshot()) if mode.startswith("torch") else 0] * len(groups)
+        windows = [0] * len(groups)
     device_mib = (free_before - torch.cuda.mem_get_info()[0]) / MiB
     return dict(ms=ms, windows_per_group=windows, device_mib=device_mib, **extra), (pool, tensors)
 

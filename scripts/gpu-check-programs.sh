@@ -180,7 +180,7 @@ if want cetrain; then
       row "cetrain: Megatron-FSDP ag group, steady ms" "rc=$rc; $(cetrain_megatron_summary "$OUT/cetrain-megatron/megatron-fsdp.jsonl" | cut -c1-300)"
       row "  losses" "$(grep -m1 '^losses:' "$OUT/cetrain-megatron.txt" | sed 's/.*bitwise/bitwise/')"
       rm -f "$OUT"/cetrain-megatron-nccl.*.log
-      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python:$fsdp_path${PYTHONPATH:+:$PYTHONPATH}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING \
+      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python:$fsdp_path${PYTHONPATH:+:$PYTHONPATH}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
         NCCL_DEBUG_FILE="$OUT/cetrain-megatron-nccl.%h.%p.log" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2 \
         bench/megatron_fsdp_bench.py --allocator ncclpool --symmetric 1 --ag-group --ag-cta-policy zero --steps 3 >"$OUT/cetrain-megatron-paths.log" 2>&1
       rc=$?
