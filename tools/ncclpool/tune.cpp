@@ -37,7 +37,8 @@ constexpr const char* kHelp =
     "within 1% of the best, and, per op and size, the cheapest kind to hold unless a costlier one is >= 2%\n"
     "faster alone (medians over rounds; counts are judged where every setting's runs spread by <= 5%).\n"
     "It also measures all-gather on the copy engines (bench coll kind ce) and records copy_engine_all_gather when\n"
-    "its steps with compute beside are >= 1% shorter than the chosen kind's from 1 MiB (--no-copy-engine skips it).\n"
+    "its steps with compute beside are >= 1% shorter than the chosen kind's from 1 MiB, in place where the runs have\n"
+    "it (as FSDP2 and Megatron-FSDP all-gather; --no-copy-engine skips it).\n"
     "--no-compute measures alone only (faster). --keep DIR saves each run's JSON. Writes\n"
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
     "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
@@ -171,17 +172,23 @@ bool has_copy_engine(const std::map<std::size_t, Kinds>& sizes) {
 // ZERO) pays off only where it frees SMs for compute that runs beside it; alone it may well be slower.
 // So it is judged on the steps with compute beside: over the all-gather sizes from 1 MiB (below, a
 // step hardly notices the collective), the geometric mean of ce's step over the step of the kind the
-// profile chose there; yes when ce's is >= 1% shorter. No compute runs, one rank (NCCL copies locally)
-// or no ce runs: no, and the note says why.
-bool decide_copy_engine(const Samples& steps, const Profile& profile, const std::string& best_ctas, Report& report) {
+// profile chose there; yes when ce's is >= 1% shorter. In place where the runs have it: the helpers
+// that use the answer (FSDP2's, Megatron-FSDP's) all-gather in place, the shard a slice of the
+// output, and there the copy engines fare better (2x H200: 0.93 of the symmetric kernels' steps in
+// place, 1.12 out of place; docs/benchmarks/coll.md). No compute runs, one rank (NCCL copies
+// locally) or no ce runs: no, and the note says why.
+bool decide_copy_engine(const Samples& steps, const Samples& steps_in_place, const Profile& profile, const std::string& best_ctas,
+                        Report& report) {
   constexpr std::size_t kFromBytes = std::size_t{1} << 20;
   auto no = [&report](const std::string& why) {
     report.notes.push_back("copy-engine all-gather: not chosen (" + why + ")");
     return false;
   };
   if (profile.ranks < 2) return no("one rank: NCCL copies locally, no copy-engine collective ran");
-  const auto all_gather = steps.find("all_gather");
-  if (all_gather == steps.end()) return no("no all-gather runs with compute beside (--no-compute)");
+  const bool in_place = steps_in_place.count("all_gather") != 0;
+  const Samples& judged = in_place ? steps_in_place : steps;
+  const auto all_gather = judged.find("all_gather");
+  if (all_gather == judged.end()) return no("no all-gather runs with compute beside (--no-compute)");
   double log_sum = 0;
   int points = 0;
   for (const auto& [bytes, kinds] : all_gather->second) {
@@ -200,7 +207,8 @@ bool decide_copy_engine(const Samples& steps, const Profile& profile, const std:
   if (points == 0) return no("no ce runs with compute beside from 1 MiB (bench coll --kinds ...,ce; NCCL >= 2.28)");
   const double ratio = std::exp(log_sum / points);
   char text[160];
-  std::snprintf(text, sizeof text, "step with compute beside %.3f of the chosen kind's (geometric mean over %d all-gather sizes from 1 MiB)", ratio, points);
+  std::snprintf(text, sizeof text, "step with compute beside %.3f of the chosen kind's (geometric mean over %d %s all-gather sizes from 1 MiB)", ratio,
+                points, in_place ? "in-place" : "out-of-place");
   if (ratio > 0.99) return no(std::string(text) + ", not >= 1% shorter");
   report.notes.push_back(std::string("copy-engine all-gather: chosen, ") + text);
   return true;
@@ -215,6 +223,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   const MachineFacts machine = machine_of(runs.front().doc, given);
   Samples samples;  // times in us
   Samples steps;    // with the compute load beside (bench coll --compute): step time / compute alone
+  Samples steps_in_place;  // the same of the in-place rows (the copy-engine decision's)
   std::vector<std::string> ctas_values;
   for (const CollRun& run : runs) {
     const MachineFacts m = machine_of(run.doc, given);
@@ -233,16 +242,19 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
       for (const Json& row : rows->array) {
         const Json* placement = row.find("placement");
         const Json* bytes = row.find("bytes");
-        if (placement == nullptr || bytes == nullptr || placement->string != "out") continue;
+        if (placement == nullptr || bytes == nullptr || (placement->string != "out" && placement->string != "in")) continue;
         if (const Json* wrong = row.find("wrong"); wrong != nullptr && wrong->number != 0)
           throw InvalidArgument("tune: a run has wrong results at " + op + " " + std::to_string(bytes->integer) + " bytes: not used");
         const auto size = static_cast<std::size_t>(bytes->integer);
+        const bool out_of_place = placement->string == "out";
+        if (!out_of_place && op != "all_gather") continue;  // in place: only for the copy-engine decision
         for (const char* kind : {"none", "local", "symmetric", "ce"}) {
           // ce's all-gather runs on the copy engines, whatever the CTA count: its runs pool over the settings.
           const std::string name = kind == std::string("symmetric") ? "symmetric@" + run.ctas : kind;
-          if (const Json* us = row.find(std::string(kind) + "_us"); us != nullptr && us->type == Json::Type::number) samples[op][size][name].push_back(us->number);
+          if (const Json* us = row.find(std::string(kind) + "_us"); out_of_place && us != nullptr && us->type == Json::Type::number)
+            samples[op][size][name].push_back(us->number);
           if (const Json* step = row.find(std::string(kind) + "_step"); step != nullptr && step->type == Json::Type::number && step->number > 0)
-            steps[op][size][name].push_back(step->number);
+            (out_of_place ? steps : steps_in_place)[op][size][name].push_back(step->number);
         }
       }
     }
@@ -366,7 +378,7 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
     report.tables.push_back(std::move(t));
   }
   for (auto& [bytes, c] : classes) profile.classes.push_back(std::move(c));
-  profile.copy_engine_all_gather = decide_copy_engine(steps, profile, best, report);
+  profile.copy_engine_all_gather = decide_copy_engine(steps, steps_in_place, profile, best, report);
   report.facts.push_back({"machine", machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " + std::to_string(machine.ranks) + " ranks"});
   report.facts.push_back({"runs", std::to_string(runs.size()) + " bench coll runs, CTA settings " + std::to_string(ctas_values.size())});
   report.notes.push_back("kind per op and size: the cheapest to hold (none < local < symmetric) unless a costlier one's median is >= 2% faster");
