@@ -8,7 +8,8 @@
    and registration, and registration alone as before) and a plain MemPool (allocation only, the
    control): time, windows per group and device memory (cudaMemGetInfo before and after);
 2. one context use with no new segment, S segments, G = 2 and 3 groups, symmetric: ncclpool vs the
-   Megatron pattern (deregister the pool from every group, register it again);
+   Megatron pattern (deregister the pool from every group, register it again) and a plain MemPool's
+   torch.cuda.use_mem_pool (the control: torch's own share of a use);
 3. all-gather with a 32 MiB output (4 ranks: 8 MiB in) from plain caching-allocator memory, from
    torch's symmetric-registered pool and from an ncclpool symmetric pool (CUDA-event timing).
 Rank 0 prints a table and one JSON line per figure ('BENCH {...}').
@@ -134,7 +135,20 @@ def main():
     pool, tensors = kept["ncclpool default", 0]
     tpool, ttensors = kept["torch register_mem_pool", 0]
 
-    # 2. Per use, nothing new: ncclpool (G = 2, 3) vs the Megatron pattern (G = 2).
+    # 2. Per use, nothing new: ncclpool (G = 2, 3) vs the Megatron pattern (G = 2), and the control: the
+    #    same use of a plain MemPool (torch.cuda.use_mem_pool, no registration), what torch itself costs.
+    plain_pool = kept["plain MemPool", 0][0]
+    for _ in range(20):
+        with torch.cuda.use_mem_pool(plain_pool):
+            x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+            del x
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(args.uses):
+        with torch.cuda.use_mem_pool(plain_pool):
+            x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+            del x
+    report("per use, plain use_mem_pool (control)", (time.perf_counter() - t0) / args.uses * 1e6, "us", segments=S)
     for groups in ([g_world, g_second], [g_world, g_second, g_third]):
         for _ in range(20):  # attaches the third group once; warms caches (not timed)
             with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
@@ -201,7 +215,8 @@ def main():
         print(f"  per use, G=2: ncclpool {by['per use, ncclpool, G=2']:.1f} us vs Megatron pattern "
               f"{by['per use, Megatron pattern, G=2']:.0f} ms = {mega_us / by['per use, ncclpool, G=2']:,.0f}x; "
               f"G=3: ncclpool {by['per use, ncclpool, G=3']:.1f} us (back to back; host cost in bursts: "
-              f"G=2 {by['per use (host), ncclpool, G=2']:.1f} us, G=3 {by['per use (host), ncclpool, G=3']:.1f} us)")
+              f"G=2 {by['per use (host), ncclpool, G=2']:.1f} us, G=3 {by['per use (host), ncclpool, G=3']:.1f} us; "
+              f"plain use_mem_pool {by['per use, plain use_mem_pool (control)']:.1f} us)")
         print(f"  all-gather 32 MiB out: plain {by['all-gather 32 MiB out, plain memory']:.1f} us, torch symmetric "
               f"{by['all-gather 32 MiB out, torch symmetric pool']:.1f} us, ncclpool symmetric "
               f"{by['all-gather 32 MiB out, ncclpool symmetric pool']:.1f} us")
