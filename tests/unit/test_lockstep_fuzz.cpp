@@ -52,8 +52,6 @@ namespace {
 constexpr std::size_t KiB = 1u << 10;
 constexpr auto kTimeout = std::chrono::milliseconds(300);  // short: a missing rank costs 300 ms, not 60 s
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 std::string shorten(const std::string& text, std::size_t most = 400) {
   return text.size() <= most ? text : text.substr(0, most) + "...";
 }
@@ -198,7 +196,7 @@ TEST(Lockstep, LateErrorJoinsNextCommit) {
       },
       [&](int r) { rank_of(r).registry->commit(); },  // commit #2: equal records, rank 1 knows of #1
   });
-  EXPECT_TRUE(contains(steps[2].errors[0], "AgreementError")) << steps[2].errors[0];
+  EXPECT_TRUE(has(steps[2].errors[0], "AgreementError")) << steps[2].errors[0];
   EXPECT_EQ(steps[2].errors[1], "") << "rank 1 had nothing pending: it only enqueues at commit #1";
   for (int r = 0; r < 2; ++r)
     EXPECT_NE(steps[4].errors[static_cast<std::size_t>(r)], "") << "rank " << r << " must fail commit #2 (rank 1 votes no there)";
@@ -233,7 +231,7 @@ TEST(Lockstep, RoutesAgreementEveryAttach) {
       [&](int r) { comms[static_cast<std::size_t>(r)]->user_collective(7); },
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(contains(steps[0].errors[static_cast<std::size_t>(r)], "AgreementError"))
+    EXPECT_TRUE(has(steps[0].errors[static_cast<std::size_t>(r)], "AgreementError"))
         << "rank " << r << " must fail the attach (ranks route differently): " << steps[0].errors[static_cast<std::size_t>(r)];
     EXPECT_FALSE(pools[static_cast<std::size_t>(r)]->attached(*comms[static_cast<std::size_t>(r)])) << "rank " << r << ": all or nothing";
   }
@@ -329,7 +327,7 @@ TEST(Lockstep, OomRecoveryPlacementAgreed) {
 TEST(Lockstep, OomRecoveryLayoutCheckSeesSwappedBuffers) {
   const OomSwap run = run_oom_swap(CheckLevel::layout);
   for (int r = 0; r < 2; ++r)
-    EXPECT_TRUE(contains(run.commit_errors[static_cast<std::size_t>(r)], "AgreementError"))
+    EXPECT_TRUE(has(run.commit_errors[static_cast<std::size_t>(r)], "AgreementError"))
         << "rank " << r << ": the layout check passed with e and f swapped: rank 0: " << run.places[0] << "; rank 1: " << run.places[1];
   EXPECT_EQ(run.log_difference, "");
 }
@@ -362,7 +360,7 @@ TEST(Lockstep, RoutedCommitRunsEveryPart) {
       [&](int r) { comms[static_cast<std::size_t>(r)]->user_collective(7); },
       [&](int r) { pool(r).commit(); },  // rank 1's next agreement point: it hears of the mismatch
   });
-  EXPECT_TRUE(contains(steps[2].errors[0], "AgreementError")) << steps[2].errors[0];
+  EXPECT_TRUE(has(steps[2].errors[0], "AgreementError")) << steps[2].errors[0];
   for (std::size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k].log_difference, "") << "after step " << k;
   EXPECT_EQ(steps[3].errors[0], "") << "the application collective must pair with its partner";
   EXPECT_EQ(steps[3].errors[1], "") << "the application collective must pair with its partner";
@@ -967,7 +965,7 @@ class FuzzRun {
       for (int r = 0; r < n_; ++r) {
         if (r == p_.fault_rank) continue;
         bool agreement_error = false;
-        for (std::size_t k = p_.fault_step; k < p_.ops.size(); ++k) agreement_error = agreement_error || contains(errors_[k][static_cast<std::size_t>(r)], "AgreementError");
+        for (std::size_t k = p_.fault_step; k < p_.ops.size(); ++k) agreement_error = agreement_error || has(errors_[k][static_cast<std::size_t>(r)], "AgreementError");
         const bool called_after = group_->call_log(r).size() > group_->call_log(p_.fault_rank).size();
         if (called_after && !agreement_error) violation(p_.fault_step, "rank " + std::to_string(r) + " made collective calls after rank " + std::to_string(p_.fault_rank) + " stopped, and never got an AgreementError");
       }
@@ -1109,7 +1107,7 @@ TEST(LockstepAttack, AutoAttachUndoStopsAtALocalDeregistrationFailure) {
       [&](int r) { pool(r).attach(comm(r), RegistrationKind::local); },  // the retry, no fault left
   });
   for (int r = 0; r < 2; ++r) EXPECT_NE(steps[0].errors[static_cast<std::size_t>(r)], "") << "rank " << r << " must fail the attach";
-  EXPECT_FALSE(contains(steps[0].errors[0], "InvalidArgument")) << "rank 0's error is the undo's forget, not its cause: " << steps[0].errors[0];
+  EXPECT_FALSE(has(steps[0].errors[0], "InvalidArgument")) << "rank 0's error is the undo's forget, not its cause: " << steps[0].errors[0];
   EXPECT_EQ(steps[0].log_difference, "");
   EXPECT_EQ(steps[1].log_difference, "");
   for (int r = 0; r < 2; ++r)
@@ -1205,7 +1203,7 @@ TEST(LockstepAttack, RegistryRefusesNoneKind) {
       [&](int r) { comms[static_cast<std::size_t>(r)]->user_collective(7); },
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(contains(steps[0].errors[static_cast<std::size_t>(r)], "attached as local or symmetric")) << steps[0].errors[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(has(steps[0].errors[static_cast<std::size_t>(r)], "attached as local or symmetric")) << steps[0].errors[static_cast<std::size_t>(r)];
     EXPECT_EQ(ranks[static_cast<std::size_t>(r)].registry->attached(), 0u);
   }
   for (std::size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k].log_difference, "") << "after step " << k;
@@ -1245,8 +1243,8 @@ TEST(LockstepAttack, AutoAttachWithAnotherKindOnOneRank) {
     });
     const std::string what = std::string("rank 0 ") + (kind[0] ? to_string(*kind[0]) : "no kind") + ", rank 1 " + (kind[1] ? to_string(*kind[1]) : "no kind");
     for (int r = 0; r < 2; ++r) {
-      EXPECT_TRUE(contains(steps[0].errors[static_cast<std::size_t>(r)], "AgreementError") &&
-                  contains(steps[0].errors[static_cast<std::size_t>(r)], "attach it with another kind"))
+      EXPECT_TRUE(has(steps[0].errors[static_cast<std::size_t>(r)], "AgreementError") &&
+                  has(steps[0].errors[static_cast<std::size_t>(r)], "attach it with another kind"))
           << what << ": rank " << r << " got: " << steps[0].errors[static_cast<std::size_t>(r)];
       EXPECT_FALSE(pool(r).attached(*comm(r))) << what;
       EXPECT_EQ(steps[1].errors[static_cast<std::size_t>(r)], "") << what << ": the application collective must pair";
