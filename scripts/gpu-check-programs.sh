@@ -199,7 +199,10 @@ if want wheel; then
   if [ -n "$wheel" ] && [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
     site=$(mktemp -d) && work=$(mktemp -d)
     python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel" >>"$LOG" 2>&1
-    cp tests/gpu/torch/check_torch_layer.py "$work/"
+    # The check with every helper its folder has (it imports check_support and toy_fsdp; a copy of it
+    # alone failed on 2x H200, 2026-11-27), without the repository's python/ beside it: the ncclpool
+    # imported is the wheel's.
+    cp tests/gpu/torch/*.py "$work/"
     (cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2       check_torch_layer.py) >"$OUT/wheel.log" 2>&1
     rc=$?
     lib=$(cd "$work" && env -u NCCLPOOL_LIBRARY PYTHONPATH="$site" python3 -c 'import ncclpool._capi as c; print(c.library_path())' 2>&1)
@@ -235,7 +238,7 @@ if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
 fi
 
 # 8. The tool's GPU benches: allocation latency, scope cost, collectives per registration kind, and
-#    `ncclpool tune` (the profile it writes lands in $OUT/profile.json, not in the host's cache).
+#    `ncclpool tune` (the profile it writes lands in $OUT/profile-tune.json, not in the host's cache).
 #    JSON for plots lands in $OUT/bench-*.json (scripts/bench-report.py plots them).
 if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   T="$BUILD/tools/ncclpool"
@@ -289,13 +292,20 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 500)"
   fi
   # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds,
-  # each collective alone and beside the compute load (bench coll --compute).
-  if [[ "$parts" == *" tune "* ]]; then
-  NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --keep "$OUT/tune-runs" --out "$OUT/profile.json" >"$OUT/tune.txt" 2>>"$LOG"
-  rc=$?
-  cat "$OUT/tune.txt" >>"$LOG"
-  row "ncclpool tune" "rc=$rc; $(grep -m1 'symmetric CTAs:' "$OUT/tune.txt" | cut -c1-120)"
-  fi
+  # each collective alone and beside the compute load (bench coll --compute). tunece (only when
+  # named): the same with --copy-engine (the copy-engine all-gather judged too; its runs hung on 2x
+  # H200 with NCCL 2.28.9 before bench coll limited ce to all-gather, docs/tool.md). --run-timeout:
+  # a hung run ends tune with an error naming it (in the log), well inside the section's limit.
+  for part in tune tunece; do
+    [[ "$parts" == *" $part "* ]] || continue
+    extra=(); [ "$part" = tunece ] && extra=(--copy-engine)
+    NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --run-timeout 90 ${extra[@]+"${extra[@]}"} --keep "$OUT/$part-runs" \
+      --out "$OUT/profile-$part.json" >"$OUT/$part.txt" 2>"$OUT/$part.err"
+    rc=$?
+    cat "$OUT/$part.err" "$OUT/$part.txt" >>"$LOG"
+    row "ncclpool $part" "rc=$rc; $(grep -m1 'symmetric CTAs:' "$OUT/$part.txt" | cut -c1-100) $(grep -m1 'copy-engine all-gather:' "$OUT/$part.txt" | cut -c1-100)"
+    [ "$rc" = 0 ] || row "  $part: why" "$(grep 'ncclpool: ' "$OUT/$part.err" | tail -1 | cut -c1-200)$(tail -1 "$OUT/$part.err" | grep -o 'tune: round .*' | sed 's/^/; last: /')"
+  done
   # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
   if [[ "$parts" == *" coll "* ]] && [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
     timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1

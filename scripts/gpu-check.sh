@@ -11,7 +11,8 @@
 #                                   asnodes; window, cetrain (~10 min on 2 GPUs) and asnodes only when named;
 #                                   default all)
 #   NCCLPOOL_GPU_CHECK_SANITIZER=0  leaves out the compute-sanitizer pass of the nccl section (budget)
-#   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune; also
+#   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune; also tunece:
+#                                   tune --copy-engine;
 #                                   scopeab: bench scope of NCCLPOOL_AB_BUILD and this build alternated)
 #   NCCL_TESTS_TIMEOUT_S=300        bounds each run of the NCCL registry and lockstep suites
 #
@@ -318,7 +319,7 @@ fi
 want bench && for src in sim cuda vmm; do
   NCCLPOOL_BENCH_SOURCE=$src "$BUILD/bench/ncclpool_bench_pool" --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
-    --benchmark_out="$BUILD/bench-$src.json" --benchmark_out_format=json >"$BUILD/bench-$src.txt" 2>&1
+    --benchmark_out="$OUT/bench-pool-$src.json" --benchmark_out_format=json >"$BUILD/bench-$src.txt" 2>&1
   rc=$?
   cat "$BUILD/bench-$src.txt" >>"$LOG"
   for b in "BM_AllocFreeSameStream/4096" "BM_AllocFreeWithLiveBlocks/20000" "BM_CrossStreamReuse"; do

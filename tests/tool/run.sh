@@ -118,6 +118,8 @@ runs="$data/../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c"
 expect_rc 0 "$tool" tune --help
 expect_rc 2 "$tool" tune --ctas 99;            grep -q "neither 'nccl' nor a count" "$tmp/err" || fail "bad ctas"
 expect_rc 2 "$tool" tune --eager --graph;      grep -q "exclude each other" "$tmp/err" || fail "tune --eager --graph"
+expect_rc 2 "$tool" tune --copy-engine --no-copy-engine; grep -q "exclude each other" "$tmp/err" || fail "tune --copy-engine --no-copy-engine"
+expect_rc 2 "$tool" tune --from "nccl=$runs/coll-nccl-1.json" --run-timeout 5; grep -q "is for measuring" "$tmp/err" || fail "tune --from --run-timeout"
 expect_rc 2 "$tool" tune --from "$runs/coll-nccl-1.json"; grep -q "is not CTAS=FILE" "$tmp/err" || fail "bad --from"
 expect_rc 2 "$tool" tune --from "fast=$runs/coll-nccl-1.json"; grep -q "'fast' is neither 'nccl' nor a count" "$tmp/err" || fail "bad --from label"
 printf '{' >"$tmp/broken.json"

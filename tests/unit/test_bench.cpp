@@ -15,11 +15,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unistd.h>
 
 using namespace ncclpool::tool;
 
@@ -384,4 +388,74 @@ TEST(Tune, WithoutSymmetricTimesTheProfileKeepsNcclsCountAndHoldsNoWindows) {
   for (const auto& c : p.classes)
     for (const auto& [op, kind] : c.kind) EXPECT_NE(kind, ncclpool::RegistrationKind::symmetric) << op << " " << c.min_bytes;
   EXPECT_NE(report.text().find("symmetric was not measured"), std::string::npos) << report.text();
+}
+
+namespace {
+// Stand-ins for the ncclpool binary tune runs as its bench coll child: shell scripts, in a folder of
+// the build tree (a /tmp mounted noexec could not run them), removed after each test.
+class TuneChild : public ::testing::Test {
+ protected:
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string fake_tool(const std::string& name, const std::string& body) {
+    std::filesystem::create_directories(dir_);
+    const std::filesystem::path path = dir_ / name;
+    std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return path.string();
+  }
+
+ private:
+  std::filesystem::path dir_ = std::filesystem::path(NCCLPOOL_TEST_SCRATCH) / ("tune_child_" + std::to_string(::getpid()));
+};
+
+// Sets an environment variable for one scope and puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const ncclpool::BackendError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_F(TuneChild, GetsItsCtaSettingAndArguments) {
+  const ScopedEnv nccl("NCCL_SYM_CTAS", "8");  // the child must not see it: the setting is NCCLPOOL_SYM_CTAS
+  const std::string out = run_bench_coll_child(
+      fake_tool("echoes", "echo \"args=$* ctas=$NCCLPOOL_SYM_CTAS nccl=${NCCL_SYM_CTAS:-unset}\""), "16", {"--min", "16K", "--compute"}, 30);
+  EXPECT_EQ(out, "args=bench coll --json --min 16K --compute ctas=16 nccl=unset\n");
+}
+
+TEST_F(TuneChild, ThatHangsEndsTuneWithAnErrorNamingTheRun) {
+  // As on 2x H200 (NCCL 2.28.9), where a run with the copy-engine kind never finished and tune
+  // waited for it until the caller's timeout: now the run is ended at --run-timeout, by TERM...
+  std::string what = error_of([&] { (void)run_bench_coll_child(fake_tool("hangs", "exec sleep 60"), "32", {}, 1); });
+  EXPECT_NE(what.find("symmetric CTAs 32 did not finish within 1 s (--run-timeout)"), std::string::npos) << what;
+  // ... or by KILL when it ignores TERM.
+  what = error_of([&] { (void)run_bench_coll_child(fake_tool("deaf", "trap '' TERM\nwhile :; do sleep 0.1; done"), "nccl", {}, 1, 1); });
+  EXPECT_NE(what.find("symmetric CTAs nccl did not finish within 1 s (--run-timeout)"), std::string::npos) << what;
+}
+
+TEST_F(TuneChild, ThatFailsOrIsKilledEarlyIsNotTakenForAHang) {
+  std::string what = error_of([&] { (void)run_bench_coll_child(fake_tool("fails", "exit 3"), "nccl", {}, 30); });
+  EXPECT_NE(what.find("failed (exit 3,"), std::string::npos) << what;
+  // Killed by something else long before the limit (the OOM killer, say): its signal, not a hang.
+  what = error_of([&] { (void)run_bench_coll_child(fake_tool("killed", "kill -KILL $$"), "16", {}, 30); });
+  EXPECT_EQ(what.find("did not finish"), std::string::npos) << what;
+  EXPECT_NE(what.find("signal 9"), std::string::npos) << what;
 }

@@ -32,8 +32,9 @@ constexpr const char* kHelp =
     "stream, as a training step overlaps them, and reports the collective's time meanwhile and how much longer the\n"
     "two take than the compute alone (what its CTAs cost the compute). Kind ce (not measured unless named) puts the\n"
     "buffers in windows of a communicator made with NCCL's CTA policy ZERO: NCCL >= 2.28 moves all-gather with the\n"
-    "copy engines there (no SMs; needs 2+ ranks in one node and symmetric kernels on: NCCLPOOL_SYMMETRIC_KERNELS),\n"
-    "other ops run its kernels. Needs GPUs; without, it says why and exits 1.\n";
+    "copy engines there (no SMs; needs 2+ ranks in one node and symmetric kernels on: NCCLPOOL_SYMMETRIC_KERNELS);\n"
+    "it is measured for all-gather only (NCCL's copy engines carry no reduction). Needs GPUs; without, it says why\n"
+    "and exits 1.\n";
 
 std::vector<std::string> split_names(const std::string& option, const std::string& text, const std::vector<std::string>& allowed) {
   std::vector<std::string> out;

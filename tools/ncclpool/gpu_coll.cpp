@@ -57,6 +57,8 @@ void run_coll(const CollOptions& o, Report& report) {
     report.notes.push_back(std::string(kKindNames[kind]) + " skipped: " + reason);
   };
   // Group k carries kind k (none, local, symmetric, ce: made with CTA policy ZERO); 4: the auto pool.
+  if (measures(kCopyEngine) && std::none_of(o.ops.begin(), o.ops.end(), [](const std::string& op) { return kind_carries(kCopyEngine, op); }))
+    skip(kCopyEngine, "measured for all-gather only, and --ops has none");  // no ZERO-policy communicator and windows for nothing
   const int nccl_version = nccl_info().version;  // nccl_info() also looks for other NCCL copies: once
   if (measures(kCopyEngine) && nccl_version < 22800) skip(kCopyEngine, "NCCL " + std::to_string(nccl_version) + " has no CTA policy (needs >= 2.28)");
   auto team = make_nccl_team(ranks, o.auto_pool ? 5 : 4, measures(kCopyEngine) ? std::set<int>{kCopyEngine} : std::set<int>{});
@@ -74,6 +76,8 @@ void run_coll(const CollOptions& o, Report& report) {
                              "), so windows carry no symmetric flag and NCCL cannot use its copy engines: ce measures ring kernels on windows. "
                              "NCCLPOOL_SYMMETRIC_KERNELS=on to measure the copy engines");
     if (ranks == 1) report.notes.push_back("ce: one rank, so NCCL copies locally and no copy engine collective runs");
+    if (std::any_of(o.ops.begin(), o.ops.end(), [](const std::string& op) { return !kind_carries(kCopyEngine, op); }))
+      report.notes.push_back("ce: all-gather only (NCCL's copy engines carry no reduction)");
   }
   if (kinds.empty()) throw Unsupported("no registration kind left to measure");
   sweep.sizes = size_sweep(o);
@@ -103,7 +107,12 @@ void run_coll(const CollOptions& o, Report& report) {
   std::vector<std::string> columns;
   for (int k : kinds) columns.push_back(kKindNames[k]);
   if (o.auto_pool) columns.push_back("pool");
-  Progress progress("bench coll", static_cast<std::size_t>(o.rounds) * o.ops.size() * sizes.size() * (columns.size() + (o.auto_kind ? 1 : 0)));
+  std::size_t steps_per_round = 0;
+  for (const auto& op : o.ops)
+    for (const auto& column : columns)
+      steps_per_round += sizes.size() * (column == "pool" || kind_carries(kind_index(column), op) ? 1 : 0);
+  if (o.auto_kind) steps_per_round += o.ops.size() * sizes.size();
+  Progress progress("bench coll", static_cast<std::size_t>(o.rounds) * steps_per_round);
   std::map<std::string, int>& auto_choice = sweep.auto_choice;
   std::map<std::string, std::string>& pool_part = sweep.pool_part;
   std::string& pool_routes = sweep.pool_routes;
@@ -124,6 +133,7 @@ void run_coll(const CollOptions& o, Report& report) {
         for (const auto [count, size] : points_for(op, sizes, ranks)) {
           for (std::size_t i = 0; i < columns.size(); ++i) {
             const std::string& column = columns[(i + static_cast<std::size_t>(round)) % columns.size()];
+            if (column != "pool" && !kind_carries(kind_index(column), op)) continue;  // the same on every rank: o and op alone
             if (rank == 0) progress.step(round_label + op + " " + format_bytes(size) + " " + (column == "pool" ? "auto pool" : column));
             if (column == "pool") {
               const std::string part = runner.measure_auto_pool(op, count, size, shared.at(key_of(op, size, "pool", false), ranks, round),

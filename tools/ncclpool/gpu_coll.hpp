@@ -26,9 +26,16 @@
 namespace ncclpool::tool::coll {
 
 // A kind is also the group (communicator) it runs on. ce: windows on a communicator made with NCCL's
-// CTA policy ZERO (copy-engine collectives where NCCL has them: all-gather; other ops run its kernels).
+// CTA policy ZERO (copy-engine collectives where NCCL has them: all-gather).
 inline constexpr int kNone = 0, kLocal = 1, kSymmetric = 2, kCopyEngine = 3, kAutoPoolGroup = 4;  // group 4: the auto pool's communicator
 inline const char* const kKindNames[] = {"none", "local", "symmetric", "ce"};
+
+// Whether `kind` is measured for `op`. ce only for all-gather: NCCL's copy engines carry no reduction,
+// so reduce-scatter and all-reduce there ran its symmetric kernels on a second communicator over the
+// same windows, which told nothing about the copy engines, and bench coll runs that had them hung 3
+// times of 4 on 2x H200 with NCCL 2.28.9, stuck in those reductions (docs/benchmarks/coll.md).
+inline bool kind_carries(int kind, const std::string& op) { return kind != kCopyEngine || op == "all_gather"; }
+
 inline constexpr double kAutoMargin = 0.02;  // --auto takes a costlier kind only when it is >= 2% faster
 
 inline double mean_of(const std::vector<double>& values) {

@@ -33,7 +33,22 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
   std::string worst_pool_at, worst_pool_vs_none_at, worst_pool_small_at;
   std::vector<double> spread_small, spread_large;  // per row, the largest spread of its columns
   int wrong_total = 0;
+  // The kinds (and so the columns) an op has: ce only where it carries the op.
+  auto kinds_of = [&kinds](const std::string& op) {
+    std::vector<int> carried;
+    for (int k : kinds)
+      if (kind_carries(k, op)) carried.push_back(k);
+    return carried;
+  };
+  auto measured_of = [&](const std::string& op) {
+    std::vector<std::string> names;
+    for (const auto& name : measured)
+      if (name == "auto" || name == "pool" || kind_carries(kind_index(name), op)) names.push_back(name);
+    return names;
+  };
   for (const auto& op : o.ops) {
+    const std::vector<int> op_kinds = kinds_of(op);
+    const std::vector<std::string> op_measured = measured_of(op);
     Table t;
     t.title = op + " (" + std::to_string(ranks) + " ranks): time us, busbw GB/s" + (o.rounds > 1 ? ", medians of " + std::to_string(o.rounds) + " rounds" : "");
     t.headers = {"size", "count", "place"};
@@ -50,7 +65,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
         t.keys.push_back(key + "_step");
       }
     };
-    for (int k : kinds) add_kind_columns(kKindNames[k], kKindNames[k]);
+    for (int k : op_kinds) add_kind_columns(kKindNames[k], kKindNames[k]);
     if (o.auto_kind) {
       t.headers.push_back("auto kind");
       t.keys.push_back("auto_kind");
@@ -78,7 +93,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
         return shared.get(key_of(op, size, kind, false)).median + shared.get(key_of(op, size, kind, true)).median;
       };
       double best_class = 0;  // over the registration kinds (ce is another communicator, which auto and the pool never pick)
-      for (int k : kinds)
+      for (int k : op_kinds)
         if (k != kCopyEngine) best_class = best_class == 0 ? class_time(kKindNames[k]) : std::min(best_class, class_time(kKindNames[k]));
       const double auto_ratio = o.auto_kind && best_class > 0 ? class_time("auto") / best_class : 0;
       if (auto_ratio > worst_auto) {
@@ -110,7 +125,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
           row_spread = std::max(row_spread, time.spread);
           wrong_total += shared.wrong(key);
         };
-        for (int k : kinds) add(kKindNames[k]);
+        for (int k : op_kinds) add(kKindNames[k]);
         if (o.auto_kind) {
           row.push_back(text_cell(kKindNames[auto_choice[op + "/" + std::to_string(size)]]));
           add("auto");
@@ -127,7 +142,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
           (size >= 64 * 1024 ? spread_large : spread_small).push_back(row_spread);
         }
         int wrong = 0;
-        for (const auto& name : measured) wrong += shared.wrong(key_of(op, size, name, in_place));
+        for (const auto& name : op_measured) wrong += shared.wrong(key_of(op, size, name, in_place));
         row.push_back(integer_cell(wrong));
         t.add(std::move(row));
       }
@@ -141,7 +156,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
   summary.headers = {"op", "kind", "avg busbw", "peak busbw", "at size"};
   summary.keys = {"op", "kind", "avg_busbw", "peak_busbw", "peak_bytes"};
   for (const auto& op : o.ops) {
-    for (const auto& name : measured) {
+    for (const auto& name : measured_of(op)) {
       double sum = 0, peak = 0;
       std::size_t peak_size = 0;
       int samples = 0;

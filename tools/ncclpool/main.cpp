@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     }
     if (command == "tune") {
       usage = kTuneUsage;
-      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep"}, {"help", "graph", "eager", "no-compute", "no-copy-engine"}));
+      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep", "run-timeout"}, {"help", "graph", "eager", "no-compute", "copy-engine", "no-copy-engine"}));
     }
     if (command == "bench") {
       usage = kBenchUsage;

@@ -25,8 +25,8 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: ncclpool tune [--rounds 3] [--ctas nccl,16,32] [--min 16K] [--max 1G] [--factor 4] [--iters 30]\n"
-    "                     [--warmup 5] [--ranks N] [--replays 5 | --eager] [--no-compute] [--no-copy-engine] [--keep DIR]\n"
-    "                     [--out PATH] [--json]\n"
+    "                     [--warmup 5] [--ranks N] [--replays 5 | --eager] [--no-compute] [--copy-engine] [--keep DIR]\n"
+    "                     [--run-timeout 900] [--out PATH] [--json]\n"
     "       ncclpool tune --from CTAS=FILE[,CTAS=FILE...] [--gpu NAME --nccl-version V --ranks N] [--out PATH]\n"
     "\n"
     "Measures this machine's profile: `bench coll` (none, local and symmetric registration; all-gather,\n"
@@ -36,10 +36,13 @@ constexpr const char* kHelp =
     "the CTA count with the fastest symmetric kernels alone among those whose steps with compute beside are\n"
     "within 1% of the best, and, per op and size, the cheapest kind to hold unless a costlier one is >= 2%\n"
     "faster alone (medians over rounds; counts are judged where every setting's runs spread by <= 5%).\n"
-    "It also measures all-gather on the copy engines (bench coll kind ce) and records copy_engine_all_gather when\n"
-    "its steps with compute beside are >= 1% shorter than the chosen kind's from 1 MiB, in place where the runs have\n"
-    "it (as FSDP2 and Megatron-FSDP all-gather; --no-copy-engine skips it).\n"
-    "--no-compute measures alone only (faster). --keep DIR saves each run's JSON. Writes\n"
+    "--copy-engine also measures all-gather on the copy engines (bench coll kind ce) and records\n"
+    "copy_engine_all_gather when its steps with compute beside are >= 1% shorter than the chosen kind's from\n"
+    "1 MiB, in place where the runs have it (as FSDP2 and Megatron-FSDP all-gather). Off by default (so is\n"
+    "--no-copy-engine, still accepted): tune runs with it hung on 2x H200 with NCCL 2.28.9, and the copy engines\n"
+    "did not win enough in training there to turn on (docs/tool.md, \"tune\").\n"
+    "--run-timeout S ends tune with an error naming the run when one bench coll run takes longer than S seconds\n"
+    "(a hang; default 900). --no-compute measures alone only (faster). --keep DIR saves each run's JSON. Writes\n"
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
     "the library reads it (the symmetric kernels' CTA count of a process on this GPU model, NCCL version\n"
     "and rank count). --from builds it from `bench coll --json` files instead (no GPU needed). Progress\n"
@@ -144,20 +147,6 @@ std::string utc_now() {
   return buf;
 }
 
-// Runs `bench coll --json` in a child with the CTA setting and returns its output.
-std::string run_child(const std::string& self, const std::string& ctas, const std::vector<std::string>& coll_args) {
-  std::string cmd = "env -u NCCL_SYM_CTAS NCCLPOOL_SYM_CTAS=" + ctas + " '" + self + "' bench coll --json";
-  for (const auto& a : coll_args) cmd += " " + a;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) throw BackendError("tune: could not start `" + cmd + "`");
-  std::string out;
-  char buf[65536];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  const int status = pclose(pipe);
-  if (status != 0) throw BackendError("tune: `" + cmd + "` failed (status " + std::to_string(status) + "); its error is above");
-  return out;
-}
-
 }  // namespace
 
 namespace {
@@ -204,7 +193,7 @@ bool decide_copy_engine(const Samples& steps, const Samples& steps_in_place, con
     log_sum += std::log(median(ce->second) / median(other->second));
     ++points;
   }
-  if (points == 0) return no("no ce runs with compute beside from 1 MiB (bench coll --kinds ...,ce; NCCL >= 2.28)");
+  if (points == 0) return no("no ce runs with compute beside from 1 MiB: not measured (tune --copy-engine; for --from, bench coll --kinds ...,ce; NCCL >= 2.28)");
   const double ratio = std::exp(log_sum / points);
   char text[160];
   std::snprintf(text, sizeof text, "step with compute beside %.3f of the chosen kind's (geometric mean over %d %s all-gather sizes from 1 MiB)", ratio,
@@ -403,6 +392,8 @@ int cmd_tune(const Args& a) {
   given.nccl_version = static_cast<int>(a.get_int("nccl-version", 0, 0, 1 << 30));
   given.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
   if (a.has("from")) {
+    for (const char* measuring : {"copy-engine", "no-copy-engine", "run-timeout"})
+      if (a.has(measuring)) throw UsageError(std::string("--") + measuring + " is for measuring; --from reads runs made before");
     std::stringstream list(a.get("from", ""));
     for (std::string item; std::getline(list, item, ',');) {
       const auto eq = item.find('=');
@@ -420,6 +411,7 @@ int cmd_tune(const Args& a) {
     }
   } else {
     if (a.has("eager") && a.has("graph")) throw UsageError("--eager and --graph exclude each other");
+    if (a.has("copy-engine") && a.has("no-copy-engine")) throw UsageError("--copy-engine and --no-copy-engine exclude each other");
     std::vector<std::string> ctas;
     std::stringstream list(a.get("ctas", "nccl,16,32"));
     for (std::string c; std::getline(list, c, ',');) ctas.push_back(ctas_label(c, "ctas"));
@@ -434,8 +426,10 @@ int cmd_tune(const Args& a) {
     // are only evidence when resolved. --graph is accepted for the scripts written before.
     if (!a.has("eager")) coll_args.insert(coll_args.end(), {"--graph", "--replays", std::to_string(a.get_int("replays", 5, 1, 100000))});
     if (!a.has("no-compute")) coll_args.push_back("--compute");
-    // ce: the copy-engine all-gather the profile may choose (judged with compute beside).
-    if (!a.has("no-copy-engine")) coll_args.insert(coll_args.end(), {"--kinds", "none,local,symmetric,ce"});
+    // ce: the copy-engine all-gather the profile may choose (judged with compute beside); asked for
+    // only (--copy-engine), see kHelp. --no-copy-engine, the earlier opt-out, is the default now.
+    if (a.has("copy-engine")) coll_args.insert(coll_args.end(), {"--kinds", "none,local,symmetric,ce"});
+    const long long run_timeout_s = a.get_int("run-timeout", 900, 1, 7 * 24 * 3600);
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) throw BackendError("tune: cannot find this program (/proc/self/exe): " + ec.message());
@@ -445,7 +439,7 @@ int cmd_tune(const Args& a) {
       for (const auto& c : ctas) {
         std::fprintf(stderr, "tune: round %d/%d, symmetric CTAs %s (%d of %zu runs, %.0f s so far)\n", r, rounds, c.c_str(), ++done,
                      static_cast<std::size_t>(rounds) * ctas.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        const std::string json = run_child(self, c, coll_args);
+        const std::string json = run_bench_coll_child(self, c, coll_args, run_timeout_s);
         if (a.has("keep")) {  // each run's raw JSON, for the record (docs/benchmarks/data/)
           const std::filesystem::path dir = a.get("keep", "");
           std::filesystem::create_directories(dir);

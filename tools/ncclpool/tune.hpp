@@ -35,4 +35,14 @@ struct MachineFacts {
 /// @throws InvalidArgument when runs disagree on the machine or lack what is needed.
 Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report);
 
+/// Runs `SELF bench coll --json ARGS` as a child with the symmetric CTA setting `ctas` (NCCL_SYM_CTAS
+/// unset, NCCLPOOL_SYM_CTAS=ctas) and returns its stdout. A child still running after `timeout_s`
+/// seconds is ended (coreutils' timeout in the foreground: TERM, KILL `kill_after_s` later); it stays
+/// in the caller's process group, so a signal that ends the caller ends it too. ARGS go to the shell
+/// as they are: pass only options tune made.
+/// @throws BackendError naming the setting and the limit when the child was ended at the limit, with
+///         the signal when it was killed, or with its exit code when it failed.
+std::string run_bench_coll_child(const std::string& self, const std::string& ctas, const std::vector<std::string>& coll_args, long long timeout_s,
+                                 long long kill_after_s = 10);
+
 }  // namespace ncclpool::tool

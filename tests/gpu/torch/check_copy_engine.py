@@ -9,7 +9,8 @@ stays off on every rank with one reason, and a later copy_engine=True on that gr
 InvalidState everywhere (the first call decides); copy_engine_group(copy_engine=True) makes a group
 whose communicator has the ZERO CTA policy; all-gathers on pool windows of that group (out-of-place and
 in-place, on a side stream, with async_op=True, and on the default stream through the layer's
-helper) equal the same all-gather on plain memory on WORLD; FSDP2 (a few MLP blocks, fully_shard)
+helper) equal the same all-gather on plain memory on WORLD; one captured in a CUDA graph replays
+equal to it three times (a watchdog ends the job with a FAILED line after 90 s if it hangs); FSDP2 (a few MLP blocks, fully_shard)
 with fsdp.enable(..., copy_engine=True) trains 3 steps with losses bitwise equal to plain FSDP2;
 destroy_process_group finishes within a timeout on every rank.
 
@@ -27,6 +28,7 @@ any failure.
 import argparse
 import os
 import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -160,6 +162,7 @@ def main_checks():
         assert attachment is not None and attachment.kind == "symmetric", attachment
         for t in (inp, *outs.values()):
             assert attachment.comm.handle_of(t.data_ptr()), "a pool tensor is not a window of the copy-engine group"
+        state.update(pool=pool, inp=inp, golden=golden)
         inp.copy_(plain_in)
         mine = slice(n * rank, n * (rank + 1))
         for name in ("in place, side stream", "in place, async_op"):
@@ -179,6 +182,36 @@ def main_checks():
         wrong = [name for name, out in outs.items() if not torch.equal(out, golden)]
         log(f"      {len(outs)} all-gathers of {n * 4 // MiB} MiB per rank: {'all equal' if not wrong else 'WRONG: ' + ', '.join(wrong)}")
         assert not wrong, wrong
+
+    graph_check = ("an all-gather on windows of the copy-engine group captured in a CUDA graph replays "
+                   "equal to plain, in time")
+
+    @check(graph_check)
+    def _():
+        # A decode server captures its collectives: NCCL's copy-engine all-gather has a capture path of
+        # its own (flags reset inside the graph). If it hangs, nothing after it can run: the watchdog
+        # ends the job with a FAILED line instead of leaving it to the caller's timeout.
+        zero, inp, golden = state["zero"], state["inp"], state["golden"]
+        with nccl_allocator.nccl_mem(state["pool"], group=zero):
+            out = torch.empty_like(golden)
+        watchdog = threading.Timer(90.0, hung, args=(graph_check,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:  # an error is this check's failure, not a hang: the watchdog goes either way
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                dist.all_gather_into_tensor(out, inp, group=zero)
+            replays_right = 0
+            for _ in range(3):
+                out.zero_()
+                graph.replay()
+                torch.cuda.synchronize()
+                replays_right += int(torch.equal(out, golden))
+        finally:
+            watchdog.cancel()
+        log(f"      {replays_right}/3 replays equal to plain")
+        assert replays_right == 3, replays_right
+        del graph
 
     @check("FSDP2 with fsdp.enable(copy_engine=True) trains 3 steps with losses bitwise equal to plain FSDP2")
     def _():
@@ -209,6 +242,16 @@ def main_checks():
         notes.append("one GPU: copy engines not reached (NCCL copies locally for one rank), plumbing checked")
     else:
         notes.append("copy engines: see the NCCL log's 'Init CE' lines")
+
+
+def hung(name):
+    """The watchdog's end: the GPU work is stuck, so no later check (nor the teardown) could run."""
+    print(f"rank {rank}: {name}: still running after the watchdog's time", flush=True)
+    log(f"CHECK {name}: FAILED (hung: the watchdog ended the job)")
+    if rank == 0:
+        print(f"RESULT FAILED: {name} hung ({world_size} GPU(s))", flush=True)
+    sys.stdout.flush()
+    os._exit(3)
 
 
 def off_rank_checks(off):
