@@ -3,6 +3,8 @@
 // collective per size class, and NCCLPOOL_PROFILE pointed at it for a scope. Shared by the lockstep
 // suites on the simulator (tests/unit) and on real NCCL (tests/gpu).
 
+#include "scoped_env.hpp"
+
 #include <ncclpool/profile.hpp>
 #include <ncclpool/registration.hpp>
 
@@ -44,13 +46,11 @@ class ScopedProfile {
  public:
   explicit ScopedProfile(const Profile& profile, const std::string& tag = "lockstep")
       : path_((std::filesystem::temp_directory_path() / ("ncclpool-" + tag + "-" + std::to_string(::getpid()) + ".json")).string()) {
-    if (const char* old = std::getenv("NCCLPOOL_PROFILE")) old_ = old;
     std::ofstream(path_) << profile_to_json(profile);
-    ::setenv("NCCLPOOL_PROFILE", path_.c_str(), 1);
+    env_.emplace("NCCLPOOL_PROFILE", path_);  // once the file is there
   }
   ~ScopedProfile() {
-    if (old_) ::setenv("NCCLPOOL_PROFILE", old_->c_str(), 1);
-    else ::unsetenv("NCCLPOOL_PROFILE");
+    env_.reset();
     std::error_code ignored;
     std::filesystem::remove(path_, ignored);
   }
@@ -59,7 +59,7 @@ class ScopedProfile {
 
  private:
   std::string path_;
-  std::optional<std::string> old_;
+  std::optional<ScopedEnv> env_;
 };
 
 }  // namespace ncclpool::testing_support

@@ -7,6 +7,8 @@
 #include "report.hpp"
 #include "tune.hpp"
 
+#include "common/scoped_env.hpp"
+
 #include <ncclpool/errors.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
@@ -15,11 +17,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -408,22 +408,6 @@ class TuneChild : public ::testing::Test {
   std::filesystem::path dir_ = std::filesystem::path(NCCLPOOL_TEST_SCRATCH) / ("tune_child_" + std::to_string(::getpid()));
 };
 
-// Sets an environment variable for one scope and puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() { old_ ? (void)::setenv(name_, old_->c_str(), 1) : (void)::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 std::string error_of(const std::function<void()>& call) {
   try {
     call();
@@ -435,7 +419,7 @@ std::string error_of(const std::function<void()>& call) {
 }  // namespace
 
 TEST_F(TuneChild, GetsItsCtaSettingAndArguments) {
-  const ScopedEnv nccl("NCCL_SYM_CTAS", "8");  // the child must not see it: the setting is NCCLPOOL_SYM_CTAS
+  const ncclpool::testing_support::ScopedEnv nccl("NCCL_SYM_CTAS", "8");  // the child must not see it: the setting is NCCLPOOL_SYM_CTAS
   const std::string out = run_bench_coll_child(
       fake_tool("echoes", "echo \"args=$* ctas=$NCCLPOOL_SYM_CTAS nccl=${NCCL_SYM_CTAS:-unset}\""), "16", {"--min", "16K", "--compute"}, 30);
   EXPECT_EQ(out, "args=bench coll --json --min 16K --compute ctas=16 nccl=unset\n");
