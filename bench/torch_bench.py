@@ -87,6 +87,24 @@ def first_registration(mode, rnd, groups, segments, nbytes):
     return dict(ms=ms, windows_per_group=windows, device_mib=device_mib, **extra), (pool, tensors)
 
 
+def use_once(context):
+    """One use of a pool: a 1 MiB tensor made and dropped inside `context()`."""
+    with context():
+        x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        del x
+
+
+def per_use_us(context, uses, warmup=20):
+    """Microseconds per use_once(context), back to back, after `warmup` uses (not timed)."""
+    for _ in range(warmup):
+        use_once(context)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(uses):
+        use_once(context)
+    return (time.perf_counter() - t0) / uses * 1e6
+
+
 def time_allgather(out, inp, group, iters=200, warmup=20):
     for _ in range(warmup):
         dist.all_gather_into_tensor(out, inp, group=group)
@@ -138,30 +156,11 @@ def main():
     # 2. Per use, nothing new: ncclpool (G = 2, 3) vs the Megatron pattern (G = 2), and the control: the
     #    same use of a plain MemPool (torch.cuda.use_mem_pool, no registration), what torch itself costs.
     plain_pool = kept["plain MemPool", 0][0]
-    for _ in range(20):
-        with torch.cuda.use_mem_pool(plain_pool):
-            x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-            del x
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(args.uses):
-        with torch.cuda.use_mem_pool(plain_pool):
-            x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-            del x
-    report("per use, plain use_mem_pool (control)", (time.perf_counter() - t0) / args.uses * 1e6, "us", segments=S)
+    report("per use, plain use_mem_pool (control)", per_use_us(lambda: torch.cuda.use_mem_pool(plain_pool), args.uses), "us", segments=S)
     for groups in ([g_world, g_second], [g_world, g_second, g_third]):
-        for _ in range(20):  # attaches the third group once; warms caches (not timed)
-            with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
-                x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-                del x
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(args.uses):
-            with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
-                x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-                del x
-        per_use_us = (time.perf_counter() - t0) / args.uses * 1e6
-        report(f"per use, ncclpool, G={len(groups)}", per_use_us, "us", segments=S, groups=len(groups))
+        # The warm-up attaches the third group once and warms caches.
+        context = lambda: nccl_allocator.MultiGroupMemPoolAllocator(pool, groups)  # noqa: E731
+        report(f"per use, ncclpool, G={len(groups)}", per_use_us(context, args.uses), "us", segments=S, groups=len(groups))
         # Host cost: bursts of 4 uses with the device caught up in between (not timed). Back to back,
         # uses are paced by the device (one agreement all-gather per symmetric group and use).
         host, timed = 0.0, 0
@@ -169,9 +168,7 @@ def main():
             sync()
             t0 = time.perf_counter()
             for _ in range(4):
-                with nccl_allocator.MultiGroupMemPoolAllocator(pool, groups):
-                    x = torch.empty(MiB, dtype=torch.uint8, device="cuda")
-                    del x
+                use_once(context)
             host += time.perf_counter() - t0
             timed += 4
         report(f"per use (host), ncclpool, G={len(groups)}", host / timed * 1e6, "us", segments=S, groups=len(groups))
