@@ -293,13 +293,35 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   fi
   # tune: this machine's profile (kinds per op and size, symmetric CTA count), 3 alternating rounds,
   # each collective alone and beside the compute load (bench coll --compute). tunece (only when
-  # named): the same with --copy-engine (the copy-engine all-gather judged too; its runs hung on 2x
-  # H200 with NCCL 2.28.9 before bench coll limited ce to all-gather, docs/tool.md). --run-timeout:
-  # a hung run ends tune with an error naming it (in the log), well inside the section's limit.
+  # named): the same with --copy-engine (the copy-engine all-gather judged too). --run-timeout: a
+  # hung run ends tune with an error naming it (in the log), well inside the section's limit.
+  # With the symmetric kernels forced on (this script's default), NCCL 2.28.x hung beside the compute
+  # load (2x H200, 2.28.3 and 2.28.9: 5 runs in 10; 2.30.7: none in 21; 2.29-2.30.6 have the same
+  # hazard, not run; docs/tool.md "tune"). Where the loaded NCCL has the hazard and the kernels are
+  # on, tune runs on a carried NCCL >= 2.30.7 (the newest .whl/nccl-src-VER.tar.gz, built as in
+  # ncclversions), else with the guard's default (symmetric kernels off: NCCL's CTA choice only).
+  tune_env=()
+  if [[ "$parts" == *" tune "* || "$parts" == *" tunece "* ]] &&
+     [ "$($T info --json 2>/dev/null | python3 -c 'import json,sys; k=json.load(sys.stdin)["registration"]["symmetric_kernels"]; print(k["enabled"] and k["hazard"])' 2>/dev/null)" = True ]; then
+    tarball=$(printf '%s\n' .whl/nccl-src-*.tar.gz | sort -V | tail -1)
+    ver=$(basename "$tarball" .tar.gz); ver=${ver#nccl-src-}
+    lib=""
+    if [ -f "$tarball" ] && [ "$(printf '%s\n' 2.30.7 "${ver%-*}" | sort -V | head -1)" = 2.30.7 ]; then
+      timeout "$(within 420)" scripts/build-nccl.sh "$tarball" "$BUILD/nccl-$ver" >>"$LOG" 2>&1
+      [ -f "$BUILD/nccl-$ver/lib/libnccl.so.2" ] && lib="$PWD/$BUILD/nccl-$ver/lib/libnccl.so.2"
+    fi
+    if [ -n "$lib" ]; then
+      tune_env=(NCCLPOOL_NCCL_LIBRARY="$lib")
+      row "tune: NCCL" "$ver (carried, built here): the loaded NCCL's symmetric kernels hung beside compute (docs/tool.md)"
+    else
+      tune_env=(NCCLPOOL_SYMMETRIC_KERNELS=auto)
+      row "tune: NCCL" "the loaded one, symmetric kernels left to the guard (off): no NCCL >= 2.30.7 carried or built (.whl/nccl-src-VER.tar.gz)"
+    fi
+  fi
   for part in tune tunece; do
     [[ "$parts" == *" $part "* ]] || continue
     extra=(); [ "$part" = tunece ] && extra=(--copy-engine)
-    NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --run-timeout 90 ${extra[@]+"${extra[@]}"} --keep "$OUT/$part-runs" \
+    env ${tune_env[@]+"${tune_env[@]}"} NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --run-timeout 90 ${extra[@]+"${extra[@]}"} --keep "$OUT/$part-runs" \
       --out "$OUT/profile-$part.json" >"$OUT/$part.txt" 2>"$OUT/$part.err"
     rc=$?
     cat "$OUT/$part.err" "$OUT/$part.txt" >>"$LOG"

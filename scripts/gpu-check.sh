@@ -128,7 +128,13 @@ fi
 # 3. Registration with real NCCL (the NCCL torch ships), on 2 and on all (up to 4) GPUs, with
 #    NCCL's own log kept as evidence that it used the registrations.
 NCCL_DIR=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
-[ -n "$NCCL_DIR" ] && [ -f "$NCCL_DIR/libnccl.so.2" ] && export NCCLPOOL_NCCL_LIBRARY="$NCCL_DIR/libnccl.so.2"
+# Every section uses torch's NCCL (one NCCL per process beside torch); another NCCL runs only in
+# ncclversions and the tune parts. A caller's NCCLPOOL_NCCL_LIBRARY is replaced: say so.
+if [ -n "$NCCL_DIR" ] && [ -f "$NCCL_DIR/libnccl.so.2" ]; then
+  [ -n "${NCCLPOOL_NCCL_LIBRARY:-}" ] && [ "$NCCLPOOL_NCCL_LIBRARY" != "$NCCL_DIR/libnccl.so.2" ] &&
+    echo "gpu-check: NCCLPOOL_NCCL_LIBRARY=$NCCLPOOL_NCCL_LIBRARY replaced by torch's $NCCL_DIR/libnccl.so.2 (other NCCLs: .whl/nccl-src-VER.tar.gz, section ncclversions)" | tee -a "$LOG" >&2
+  export NCCLPOOL_NCCL_LIBRARY="$NCCL_DIR/libnccl.so.2"
+fi
 echo "=== NCCL library: ${NCCLPOOL_NCCL_LIBRARY:-default search path}" >>"$LOG"
 if ! want nccl; then
   :
@@ -418,8 +424,9 @@ if [ ${#tables[@]} -gt 0 ]; then
   printf '%s\n' "${tables[@]}"
 fi
 # NCCLPOOL_GPU_CHECK_TAR=FILE: every log and JSON under $OUT in one archive (a device call that
-# returns a few files brings the whole run back), the summary included.
+# returns a few files brings the whole run back), the summary included; not nccl-tests' binaries
+# (~100 MB: an archive that size does not come back from a device call).
 if [ -n "${NCCLPOOL_GPU_CHECK_TAR:-}" ]; then
   { echo "=== ncclpool gpu-check summary"; printf '%s\n' "${rows[@]}"; printf '%s\n' "${tables[@]}"; } >"$OUT/summary.txt"
-  tar czf "$NCCLPOOL_GPU_CHECK_TAR" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "gpu-check: logs in $NCCLPOOL_GPU_CHECK_TAR"
+  tar czf "$NCCLPOOL_GPU_CHECK_TAR" --exclude=nccl-tests/build --exclude=nccl-tests/nccl-home -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "gpu-check: logs in $NCCLPOOL_GPU_CHECK_TAR"
 fi

@@ -9,7 +9,7 @@
 # NVCC_GENCODE says otherwise. Then, one thread per GPU (-t N -g 1, like bench coll's rank threads),
 # for all_gather / reduce_scatter / all_reduce, 1 KiB .. 1 GiB, -n 100 -w 10, without registration
 # (-R 0), local (-R 1) and symmetric (-R 2); and `ncclpool bench coll` with the same sizes and
-# iterations. OUT (default build/nccl-tests) receives the logs, nccl-tests-{none,local,symmetric}.json
+# iterations, both with NCCL's own symmetric CTA count. OUT (default build/nccl-tests) receives the logs, nccl-tests-{none,local,symmetric}.json
 # (reference format of scripts/bench-report.py) and compare-*.txt. NVLS stays off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +17,9 @@ src=${1:?usage: scripts/nccl-tests.sh NCCL_TESTS_SRC [OUT]}
 out=${2:-build/nccl-tests}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# NCCL's own symmetric CTA count on both sides (nccl-tests and bench coll, below): a caller's
+# NCCL_SYM_CTAS would reach one program only.
+unset NCCL_SYM_CTAS
 [ -f "$src/src/Makefile" ] || { echo "nccl-tests.sh: $src is not an nccl-tests checkout (no src/Makefile)" >&2; exit 2; }
 nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])') ||
   { echo "nccl-tests.sh: torch's NCCL (python3 -c 'import nvidia.nccl') not found" >&2; exit 2; }
@@ -52,7 +55,9 @@ done
 tool=${NCCLPOOL_TOOL:-build/gpu/tools/ncclpool}
 if [ -x "$tool" ]; then
   echo "nccl-tests.sh: $tool bench coll (same sizes and iterations)"
-  "$tool" bench coll --min 1K --max 1G --iters 100 --warmup 10 --json >"$out/bench-coll.json"
+  # NCCL's own symmetric CTA count, as nccl-tests runs with (ncclpool's default is 32 on sm_90:
+  # beside nccl-tests' -R 2 it would compare two CTA counts, not two programs).
+  NCCLPOOL_SYM_CTAS=nccl "$tool" bench coll --min 1K --max 1G --iters 100 --warmup 10 --json >"$out/bench-coll.json"
   for kind in none local symmetric; do
     python3 scripts/bench-report.py compare "$out/bench-coll.json" "$out/nccl-tests-$kind.json" >"$out/compare-$kind.txt"
     echo "== bench coll vs nccl-tests -R ($kind)"; tail -1 "$out/compare-$kind.txt"

@@ -34,6 +34,10 @@ struct Profile {
   int nccl_version = 0;      ///< ncclGetVersion, e.g. 22809 (0: the simulator)
   int ranks = 0;             ///< ranks of the communicators measured
   int symmetric_ctas = 0;    ///< the CTA count that measured fastest; 0 = NCCL's own choice
+  /// False where the runs had the symmetric kernels off (the NCCL-version guard): no count was
+  /// measured, symmetric_ctas means nothing and the library keeps its own default. JSON
+  /// "symmetric_ctas_measured"; absent in profiles written before it: true.
+  bool symmetric_ctas_measured = true;
   /// All-gather on a communicator made with NCCL's CTA policy ZERO (copy-engine collectives on
   /// windows, no SMs) measured faster with compute beside than the kernels (CopyEngineVote in nccl.hpp).
   /// JSON "copy_engine_all_gather"; absent in profiles written before it: false.

@@ -64,6 +64,10 @@ Profile parse_profile(std::string_view text, const std::string& name) {
   p.symmetric_ctas = int_member(doc, "symmetric_ctas", where, 0);
   if (p.symmetric_ctas > 64) throw InvalidArgument(where + ": \"symmetric_ctas\" above 64, NCCL's largest symmetric launch");
   if (const Json* m = doc.find("measured"); m != nullptr && m->type == Json::Type::string) p.measured = m->string;
+  if (const Json* m = doc.find("symmetric_ctas_measured"); m != nullptr) {
+    if (m->type != Json::Type::boolean) throw InvalidArgument(where + ": \"symmetric_ctas_measured\" must be true or false");
+    p.symmetric_ctas_measured = m->boolean;
+  }
   if (const Json* ce = doc.find("copy_engine_all_gather"); ce != nullptr) {
     if (ce->type != Json::Type::boolean) throw InvalidArgument(where + ": \"copy_engine_all_gather\" must be true or false");
     p.copy_engine_all_gather = ce->boolean;
@@ -91,6 +95,7 @@ std::string profile_to_json(const Profile& p) {
   std::ostringstream o;
   o << "{\n \"ncclpool_profile\": " << Profile::kFormat << ",\n \"gpu\": " << json_quote(p.gpu) << ",\n \"nccl_version\": " << p.nccl_version
     << ",\n \"ranks\": " << p.ranks << ",\n \"symmetric_ctas\": " << p.symmetric_ctas
+    << ",\n \"symmetric_ctas_measured\": " << (p.symmetric_ctas_measured ? "true" : "false")
     << ",\n \"copy_engine_all_gather\": " << (p.copy_engine_all_gather ? "true" : "false") << ",\n \"measured\": " << json_quote(p.measured)
     << ",\n \"classes\": [";
   for (std::size_t i = 0; i < p.classes.size(); ++i) {

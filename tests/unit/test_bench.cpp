@@ -390,6 +390,92 @@ TEST(Tune, WithoutSymmetricTimesTheProfileKeepsNcclsCountAndHoldsNoWindows) {
   EXPECT_NE(report.text().find("symmetric was not measured"), std::string::npos) << report.text();
 }
 
+// Runs whose windows had no symmetric flag (bench coll's fact "symmetric_kernels": "off", the
+// NCCL-version guard's default on NCCL 2.28-2.30.6): NCCL ran ring kernels, so no CTA count and no
+// copy engines were measured, and the profile says so instead of recording NCCL's count.
+TEST(Tune, RunsWithTheSymmetricKernelsOffRecordNoCtaCountAndNoCopyEngines) {
+  // Two `tune --copy-engine` runs of 2x H200 (NCCL 2.28.9, kernels forced on), with compute beside
+  // and ce: as recorded they choose 16 CTAs and the copy engines (0.914)...
+  const std::filesystem::path dir =
+      std::filesystem::path(NCCLPOOL_TEST_DATA) / "../../docs/benchmarks/data/2026-11-27-gpu-check-2xh200-s5/call1-wheel-toolbench/tunece-runs";
+  std::vector<CollRun> runs;
+  for (const char* ctas : {"nccl", "16"}) {
+    std::ifstream in(dir / ("coll-ctas-" + std::string(ctas) + "-round-1.json"));
+    std::ostringstream text;
+    text << in.rdbuf();
+    runs.push_back({ctas, parse_json(text.str())});
+  }
+  Report report;
+  ncclpool::Profile p = build_profile(runs, {}, report);
+  EXPECT_TRUE(p.symmetric_ctas_measured);
+  EXPECT_EQ(p.symmetric_ctas, 16);
+  EXPECT_TRUE(p.copy_engine_all_gather);
+  // ... and the same runs said to have had the kernels off choose neither.
+  for (CollRun& run : runs) {
+    Json off;
+    off.type = Json::Type::string;
+    off.string = "off";
+    run.doc.object["facts"].object["symmetric_kernels"] = off;
+  }
+  runs.front().doc.object["facts"].object["symmetric_kernels"].string = "on";  // one run off is enough
+  Report off_report;
+  p = build_profile(runs, {}, off_report);
+  EXPECT_FALSE(p.symmetric_ctas_measured);
+  EXPECT_EQ(p.symmetric_ctas, 0);
+  EXPECT_FALSE(p.copy_engine_all_gather);
+  const std::string text = off_report.text();
+  EXPECT_NE(text.find("symmetric CTAs: not measured"), std::string::npos) << text;
+  EXPECT_EQ(text.find("symmetric CTAs: 16"), std::string::npos) << text;
+  EXPECT_NE(text.find("copy-engine all-gather: not chosen (the runs had the symmetric kernels off"), std::string::npos) << text;
+  EXPECT_FALSE(ncclpool::parse_profile(ncclpool::profile_to_json(p), "t").symmetric_ctas_measured);
+}
+
+// Which runs tune makes under the NCCL-version guard's decision (docs/tool.md, "tune").
+TEST(TunePlan, WithSymmetricKernelsOffOnlyNcclsOwnCountIsMeasured) {
+  ncclpool::SymmetricKernels off;
+  off.enabled = false;
+  off.hazard = true;
+  off.why = "off: the guard";
+  const std::vector<std::string> all = {"nccl", "16", "32"};
+  TunePlan plan = plan_tune_runs(off, all, /*ctas_given=*/false, /*compute=*/true);
+  EXPECT_EQ(plan.ctas, std::vector<std::string>{"nccl"});  // a count NCCL never uses would be chosen from noise
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("(off: the guard)"), std::string::npos) << plan.notes[0];
+  EXPECT_NE(plan.notes[0].find("NCCL's choice only"), std::string::npos) << plan.notes[0];
+  EXPECT_EQ(plan.hang_hint, "");
+  plan = plan_tune_runs(off, {"16", "32"}, /*ctas_given=*/true, true);  // asked for: run, and say they change nothing
+  EXPECT_EQ(plan.ctas, (std::vector<std::string>{"16", "32"}));
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("change nothing there"), std::string::npos) << plan.notes[0];
+  EXPECT_TRUE(plan_tune_runs(off, {"nccl"}, true, true).notes.empty());
+  // The copy engines need windows with the symmetric flag: asked for, dropped with a note.
+  plan = plan_tune_runs(off, all, false, true, /*copy_engine=*/true);
+  EXPECT_FALSE(plan.copy_engine);
+  ASSERT_EQ(plan.notes.size(), 2u);
+  EXPECT_NE(plan.notes[0].find("--copy-engine: not measured"), std::string::npos) << plan.notes[0];
+}
+
+TEST(TunePlan, ForcedOnWithTheHazardWarnsOfHangsBesideTheComputeLoad) {
+  ncclpool::SymmetricKernels on;
+  on.hazard = true;
+  const std::vector<std::string> all = {"nccl", "16", "32"};
+  TunePlan plan = plan_tune_runs(on, all, false, /*compute=*/true);
+  EXPECT_EQ(plan.ctas, all);
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("hung on 2x H200 with NCCL 2.28.3 and 2.28.9"), std::string::npos) << plan.notes[0];
+  EXPECT_NE(plan.hang_hint.find("known to hang"), std::string::npos) << plan.hang_hint;
+  plan = plan_tune_runs(on, all, false, /*compute=*/false, /*copy_engine=*/true);  // alone, no run hung
+  EXPECT_EQ(plan.ctas, all);
+  EXPECT_TRUE(plan.copy_engine);
+  EXPECT_TRUE(plan.notes.empty());
+  EXPECT_EQ(plan.hang_hint, "");
+  on.hazard = false;  // NCCL >= 2.30.7
+  plan = plan_tune_runs(on, all, false, true);
+  EXPECT_EQ(plan.ctas, all);
+  EXPECT_TRUE(plan.notes.empty());
+  EXPECT_EQ(plan.hang_hint, "");
+}
+
 namespace {
 // Stand-ins for the ncclpool binary tune runs as its bench coll child: shell scripts, in a folder of
 // the build tree (a /tmp mounted noexec could not run them), removed after each test.
@@ -426,13 +512,15 @@ TEST_F(TuneChild, GetsItsCtaSettingAndArguments) {
 }
 
 TEST_F(TuneChild, ThatHangsEndsTuneWithAnErrorNamingTheRun) {
-  // As on 2x H200 (NCCL 2.28.9), where a run with the copy-engine kind never finished and tune
-  // waited for it until the caller's timeout: now the run is ended at --run-timeout, by TERM...
+  // As on 2x H200 (NCCL 2.28.9, symmetric kernels forced on), where runs beside the compute load
+  // never finished and tune waited until the caller's timeout: now the run is ended at
+  // --run-timeout, by TERM...
   std::string what = error_of([&] { (void)run_bench_coll_child(fake_tool("hangs", "exec sleep 60"), "32", {}, 1); });
   EXPECT_NE(what.find("symmetric CTAs 32 did not finish within 1 s (--run-timeout)"), std::string::npos) << what;
-  // ... or by KILL when it ignores TERM.
-  what = error_of([&] { (void)run_bench_coll_child(fake_tool("deaf", "trap '' TERM\nwhile :; do sleep 0.1; done"), "nccl", {}, 1, 1); });
+  // ... or by KILL when it ignores TERM; with the known cause, where tune has one, in the error.
+  what = error_of([&] { (void)run_bench_coll_child(fake_tool("deaf", "trap '' TERM\nwhile :; do sleep 0.1; done"), "nccl", {}, 1, 1, "; the cause"); });
   EXPECT_NE(what.find("symmetric CTAs nccl did not finish within 1 s (--run-timeout)"), std::string::npos) << what;
+  EXPECT_NE(what.find("longer limit; the cause. `"), std::string::npos) << what;
 }
 
 TEST_F(TuneChild, ThatFailsOrIsKilledEarlyIsNotTakenForAHang) {

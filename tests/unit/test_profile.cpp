@@ -155,22 +155,48 @@ TEST(Profile, TheSymmetricCtaDecisionTakesAMatchingProfileAndNamesAForeignOne) {
   EXPECT_TRUE(contains(c.source, "not used: measured for 2 ranks")) << c.source;
 }
 
-TEST(Profile, CopyEngineFieldIsOptionalAndMustBeABoolean) {
-  std::string text = profile_to_json(h200());
-  const std::string field = "\"copy_engine_all_gather\": false,";
-  const auto at = text.find(field);
+// An optional boolean field: absent (a profile written before it) it reads as `absent`; anything but
+// true or false is refused, naming it.
+template <class Field>
+void expect_optional_boolean(const std::string& text, const std::string& name, bool absent, Field field) {
+  const auto at = text.find("\"" + name + "\": ");
   ASSERT_NE(at, std::string::npos) << text;
-  std::string without = text;
-  without.erase(at, field.size());  // a profile written before the field
-  EXPECT_FALSE(parse_profile(without, "old").copy_engine_all_gather);
+  const auto length = text.find(',', at) + 1 - at;
+  std::string old = text;
+  old.erase(at, length);
+  EXPECT_EQ(field(parse_profile(old, "old")), absent) << name;
   std::string wrong = text;
-  wrong.replace(at, field.size(), "\"copy_engine_all_gather\": 1,");
+  wrong.replace(at, length, "\"" + name + "\": 1,");
   try {
     (void)parse_profile(wrong, "wrong");
-    ADD_FAILURE() << "a number was taken for copy_engine_all_gather";
+    ADD_FAILURE() << "a number was taken for " << name;
   } catch (const InvalidArgument& e) {
-    EXPECT_TRUE(contains(e.what(), "\"copy_engine_all_gather\" must be true or false")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "\"" + name + "\" must be true or false")) << e.what();
   }
+}
+
+TEST(Profile, CopyEngineFieldIsOptionalAndMustBeABoolean) {
+  expect_optional_boolean(profile_to_json(h200()), "copy_engine_all_gather", false, [](const Profile& p) { return p.copy_engine_all_gather; });
+}
+
+// A profile measured with the symmetric kernels off (the NCCL-version guard) holds no CTA count: the
+// library keeps its built-in default (32 on Hopper) instead of reading 0 as "NCCL's own choice",
+// which measured 1.3-1.4x slower there. Profiles written before the field measured one.
+TEST(Profile, ACountMeasuredWithTheKernelsOffIsNotTaken) {
+  Profile p = h200();
+  p.symmetric_ctas = 0;
+  p.symmetric_ctas_measured = false;
+  const std::string text = profile_to_json(p);
+  EXPECT_FALSE(parse_profile(text, "off").symmetric_ctas_measured);
+  ProfileFile file(text);
+  const ProfileLookup hit = find_profile("NVIDIA H200", 22809, 2);
+  ASSERT_TRUE(hit.profile.has_value()) << hit.why_not;  // it applies (its routes do), its count does not
+  const SymmetricCtas c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &hit);
+  EXPECT_EQ(c.ctas, 32);
+  EXPECT_TRUE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "measured no count (its runs had the symmetric kernels off)")) << c.source;
+  EXPECT_TRUE(contains(c.source, file.path.string())) << c.source;
+  expect_optional_boolean(text, "symmetric_ctas_measured", true, [](const Profile& q) { return q.symmetric_ctas_measured; });
 }
 
 // The copy-engine vote (CopyEngineVote in nccl.hpp): off switch first, then NCCL's version, then the

@@ -32,8 +32,8 @@ inline const char* const kKindNames[] = {"none", "local", "symmetric", "ce"};
 
 // Whether `kind` is measured for `op`. ce only for all-gather: NCCL's copy engines carry no reduction,
 // so reduce-scatter and all-reduce there ran its symmetric kernels on a second communicator over the
-// same windows, which told nothing about the copy engines, and bench coll runs that had them hung 3
-// times of 4 on 2x H200 with NCCL 2.28.9, stuck in those reductions (docs/benchmarks/coll.md).
+// same windows, which told nothing about the copy engines. (Runs with them hung on 2x H200 with NCCL
+// 2.28.9; so did runs without ce: docs/tool.md, "tune".)
 inline bool kind_carries(int kind, const std::string& op) { return kind != kCopyEngine || op == "all_gather"; }
 
 inline constexpr double kAutoMargin = 0.02;  // --auto takes a costlier kind only when it is >= 2% faster

@@ -235,6 +235,9 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
   const SymmetricCtas ctas = symmetric_ctas();  // decided at this run's first symmetric attach
   report.facts.push_back({"symmetric_ctas", ctas.decided ? std::to_string(ctas.ctas) : "-"});
   report.facts.push_back({"symmetric_ctas_source", ctas.source});
+  // Whether windows carried the symmetric flag (the NCCL-version guard): without it no CTA count
+  // applied, and `ncclpool tune` records none.
+  report.facts.push_back({"symmetric_kernels", symmetric_kernels_on(0).enabled ? "on" : "off"});
   if (ranks == 1) report.notes.push_back("1 rank: bus bandwidth is 0 by definition (factor (n-1)/n); times are still meaningful");
   report.notes.push_back(wrong_total == 0 ? "check: every sampled result was right" : "check: " + std::to_string(wrong_total) + " sampled results were WRONG");
   if (wrong_total != 0) throw BackendError("bench coll: " + std::to_string(wrong_total) + " wrong results\n" + report.text());

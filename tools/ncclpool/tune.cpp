@@ -39,8 +39,11 @@ constexpr const char* kHelp =
     "--copy-engine also measures all-gather on the copy engines (bench coll kind ce) and records\n"
     "copy_engine_all_gather when its steps with compute beside are >= 1% shorter than the chosen kind's from\n"
     "1 MiB, in place where the runs have it (as FSDP2 and Megatron-FSDP all-gather). Off by default (so is\n"
-    "--no-copy-engine, still accepted): tune runs with it hung on 2x H200 with NCCL 2.28.9, and the copy engines\n"
-    "did not win enough in training there to turn on (docs/tool.md, \"tune\").\n"
+    "--no-copy-engine, still accepted): the copy engines did not win enough in training on 2x H200 to turn on.\n"
+    "Where this process's symmetric kernels are off (the NCCL-version guard, NCCLPOOL_SYMMETRIC_KERNELS), only\n"
+    "NCCL's own CTA count runs unless --ctas is given (no count changes NCCL's ring kernels; the profile records\n"
+    "none) and no copy engines. Forced on with NCCL 2.28.0-2.30.6 on sm_90+, runs beside the compute load hung\n"
+    "on 2x H200 with NCCL 2.28.x (docs/tool.md, \"tune\"): tune says so first.\n"
     "--run-timeout S ends tune with an error naming the run when one bench coll run takes longer than S seconds\n"
     "(a hang; default 900). --no-compute measures alone only (faster). --keep DIR saves each run's JSON. Writes\n"
     "the profile as JSON to --out, else $NCCLPOOL_PROFILE, else ~/.cache/ncclpool/profile.json, where\n"
@@ -214,7 +217,9 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   Samples steps;    // with the compute load beside (bench coll --compute): step time / compute alone
   Samples steps_in_place;  // the same of the in-place rows (the copy-engine decision's)
   std::vector<std::string> ctas_values;
+  bool kernels_off = false;  // a run's windows had no symmetric flag (bench coll's fact; older runs: on)
   for (const CollRun& run : runs) {
+    kernels_off = kernels_off || fact(run.doc, "symmetric_kernels") == "off";
     const MachineFacts m = machine_of(run.doc, given);
     if (m.gpu != machine.gpu || m.nccl_version != machine.nccl_version || m.ranks != machine.ranks)
       throw InvalidArgument("tune: the runs are from different machines (" + machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " +
@@ -285,7 +290,10 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   }
   if (symmetric_measured && std::find(eligible.begin(), eligible.end(), "nccl") != eligible.end() && alone.geomean.at("nccl") <= 1.01 * alone.geomean.at(best))
     best = "nccl";
-  if (symmetric_measured)
+  if (kernels_off)  // NCCL ran ring kernels on the windows: no count was measured, the library keeps its default
+    report.notes.push_back("symmetric CTAs: not measured (the runs had the symmetric kernels off, the NCCL-version guard); the profile "
+                           "leaves the library's default");
+  else if (symmetric_measured)
     report.notes.push_back("symmetric CTAs: " + best + " (alone, geometric mean of symmetric times relative to it: " + describe_scores(alone, ctas_values, best) +
                            step_note + ")");
 
@@ -293,7 +301,8 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   profile.gpu = machine.gpu;
   profile.nccl_version = machine.nccl_version;
   profile.ranks = machine.ranks;
-  profile.symmetric_ctas = best == "nccl" ? 0 : std::stoi(best);
+  profile.symmetric_ctas = best == "nccl" || kernels_off ? 0 : std::stoi(best);
+  profile.symmetric_ctas_measured = !kernels_off;
   profile.measured = utc_now();
   std::map<std::size_t, ProfileClass> classes;
   std::vector<double> noise_small, noise_large;  // spread of the chosen kind, below and from 256 KiB
@@ -367,7 +376,11 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
     report.tables.push_back(std::move(t));
   }
   for (auto& [bytes, c] : classes) profile.classes.push_back(std::move(c));
-  profile.copy_engine_all_gather = decide_copy_engine(steps, steps_in_place, profile, best, report);
+  if (kernels_off)
+    report.notes.push_back("copy-engine all-gather: not chosen (the runs had the symmetric kernels off: NCCL uses its copy engines only on "
+                           "windows with the symmetric flag, so ce measured ring kernels)");
+  else
+    profile.copy_engine_all_gather = decide_copy_engine(steps, steps_in_place, profile, best, report);
   report.facts.push_back({"machine", machine.gpu + ", NCCL " + std::to_string(machine.nccl_version) + ", " + std::to_string(machine.ranks) + " ranks"});
   report.facts.push_back({"runs", std::to_string(runs.size()) + " bench coll runs, CTA settings " + std::to_string(ctas_values.size())});
   report.notes.push_back("kind per op and size: the cheapest to hold (none < local < symmetric) unless a costlier one's median is >= 2% faster");
@@ -387,6 +400,7 @@ int cmd_tune(const Args& a) {
     return 0;
   }
   std::vector<CollRun> runs;
+  std::vector<std::string> plan_notes;  // what the runs measure and risk here (plan_tune_runs)
   MachineFacts given;
   given.gpu = a.get("gpu", "");
   given.nccl_version = static_cast<int>(a.get_int("nccl-version", 0, 0, 1 << 30));
@@ -428,7 +442,11 @@ int cmd_tune(const Args& a) {
     if (!a.has("no-compute")) coll_args.push_back("--compute");
     // ce: the copy-engine all-gather the profile may choose (judged with compute beside); asked for
     // only (--copy-engine), see kHelp. --no-copy-engine, the earlier opt-out, is the default now.
-    if (a.has("copy-engine")) coll_args.insert(coll_args.end(), {"--kinds", "none,local,symmetric,ce"});
+    // The children decide their symmetric kernels as this process would (same NCCL, environment, GPU).
+    const TunePlan plan = plan_tune_runs(symmetric_kernels_on(0), ctas, a.has("ctas"), !a.has("no-compute"), a.has("copy-engine"));
+    for (const auto& note : plan.notes) std::fprintf(stderr, "tune: %s\n", note.c_str());
+    plan_notes = plan.notes;
+    if (plan.copy_engine) coll_args.insert(coll_args.end(), {"--kinds", "none,local,symmetric,ce"});
     const long long run_timeout_s = a.get_int("run-timeout", 900, 1, 7 * 24 * 3600);
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -436,10 +454,10 @@ int cmd_tune(const Args& a) {
     int done = 0;
     const auto start = std::chrono::steady_clock::now();
     for (int r = 1; r <= rounds; ++r)
-      for (const auto& c : ctas) {
+      for (const auto& c : plan.ctas) {
         std::fprintf(stderr, "tune: round %d/%d, symmetric CTAs %s (%d of %zu runs, %.0f s so far)\n", r, rounds, c.c_str(), ++done,
-                     static_cast<std::size_t>(rounds) * ctas.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        const std::string json = run_bench_coll_child(self, c, coll_args, run_timeout_s);
+                     static_cast<std::size_t>(rounds) * plan.ctas.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        const std::string json = run_bench_coll_child(self, c, coll_args, run_timeout_s, 10, plan.hang_hint);
         if (a.has("keep")) {  // each run's raw JSON, for the record (docs/benchmarks/data/)
           const std::filesystem::path dir = a.get("keep", "");
           std::filesystem::create_directories(dir);
@@ -453,6 +471,7 @@ int cmd_tune(const Args& a) {
   }
   Report report;
   report.suite = "tune";
+  report.notes = plan_notes;
   const Profile profile = build_profile(runs, given, report);
   const std::string path = a.get("out", profile_path());
   if (path.empty()) throw UsageError("no place for the profile: give --out (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME are unset)");

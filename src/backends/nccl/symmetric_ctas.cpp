@@ -60,7 +60,7 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
     out.source = "NCCLPOOL_SYM_CTAS=" + v;
     return out;
   }
-  if (profile != nullptr && profile->profile) {
+  if (profile != nullptr && profile->profile && profile->profile->symmetric_ctas_measured) {
     const Profile& p = *profile->profile;
     out.ctas = p.symmetric_ctas;
     out.set_by_ncclpool = p.symmetric_ctas > 0;
@@ -69,15 +69,17 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
     return out;
   }
   // A profile that exists but does not apply is named; a missing one is the normal case.
-  const std::string rejected = profile != nullptr && !profile->why_not.empty() && profile->why_not.rfind("no profile", 0) != 0 ? "; " + profile->why_not : "";
+  std::string about_profile = profile != nullptr && !profile->why_not.empty() && profile->why_not.rfind("no profile", 0) != 0 ? "; " + profile->why_not : "";
+  if (profile != nullptr && profile->profile)  // measured with the symmetric kernels off: no count to take
+    about_profile = "; the profile " + profile->path + " measured no count (its runs had the symmetric kernels off)";
   const std::string gpu = "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
   if (const int n = measured_default(cc_major); n > 0) {
     out.ctas = n;
     out.set_by_ncclpool = true;
-    out.source = "ncclpool's default for " + gpu + " (measured on H200; NCCLPOOL_SYM_CTAS=nccl keeps NCCL's choice)" + rejected;
+    out.source = "ncclpool's default for " + gpu + " (measured on H200; NCCLPOOL_SYM_CTAS=nccl keeps NCCL's choice)" + about_profile;
     return out;
   }
-  out.source = "NCCL's own choice: ncclpool has no measured count for " + gpu + rejected;
+  out.source = "NCCL's own choice: ncclpool has no measured count for " + gpu + about_profile;
   return out;
 }
 
