@@ -110,7 +110,7 @@ void run_coll(const CollOptions& o, Report& report) {
   std::size_t steps_per_round = 0;
   for (const auto& op : o.ops)
     for (const auto& column : columns)
-      steps_per_round += sizes.size() * (column == "pool" || kind_carries(kind_index(column), op) ? 1 : 0);
+      steps_per_round += sizes.size() * (column_carries(column, op) ? 1 : 0);
   if (o.auto_kind) steps_per_round += o.ops.size() * sizes.size();
   Progress progress("bench coll", static_cast<std::size_t>(o.rounds) * steps_per_round);
   std::map<std::string, int>& auto_choice = sweep.auto_choice;
@@ -133,7 +133,7 @@ void run_coll(const CollOptions& o, Report& report) {
         for (const auto [count, size] : points_for(op, sizes, ranks)) {
           for (std::size_t i = 0; i < columns.size(); ++i) {
             const std::string& column = columns[(i + static_cast<std::size_t>(round)) % columns.size()];
-            if (column != "pool" && !kind_carries(kind_index(column), op)) continue;  // the same on every rank: o and op alone
+            if (!column_carries(column, op)) continue;  // the same on every rank: o and op alone
             if (rank == 0) progress.step(round_label + op + " " + format_bytes(size) + " " + (column == "pool" ? "auto pool" : column));
             if (column == "pool") {
               const std::string part = runner.measure_auto_pool(op, count, size, shared.at(key_of(op, size, "pool", false), ranks, round),

@@ -170,6 +170,12 @@ class RankRunner {
 
 int kind_index(const std::string& name);
 
+// Whether a measured column (a kind's name, or "pool" / "auto", which every op has) is measured for
+// `op`: kind_carries by name. The same on every rank (the column and op alone).
+inline bool column_carries(const std::string& column, const std::string& op) {
+  return column == "pool" || column == "auto" || kind_carries(kind_index(column), op);
+}
+
 // What one sweep measured, read by the report once every rank is done.
 struct Sweep {
   int ranks = 0;

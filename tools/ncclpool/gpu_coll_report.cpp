@@ -43,7 +43,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
   auto measured_of = [&](const std::string& op) {
     std::vector<std::string> names;
     for (const auto& name : measured)
-      if (name == "auto" || name == "pool" || kind_carries(kind_index(name), op)) names.push_back(name);
+      if (column_carries(name, op)) names.push_back(name);
     return names;
   };
   for (const auto& op : o.ops) {

@@ -440,12 +440,12 @@ int cmd_tune(const Args& a) {
     // are only evidence when resolved. --graph is accepted for the scripts written before.
     if (!a.has("eager")) coll_args.insert(coll_args.end(), {"--graph", "--replays", std::to_string(a.get_int("replays", 5, 1, 100000))});
     if (!a.has("no-compute")) coll_args.push_back("--compute");
-    // ce: the copy-engine all-gather the profile may choose (judged with compute beside); asked for
-    // only (--copy-engine), see kHelp. --no-copy-engine, the earlier opt-out, is the default now.
     // The children decide their symmetric kernels as this process would (same NCCL, environment, GPU).
     const TunePlan plan = plan_tune_runs(symmetric_kernels_on(0), ctas, a.has("ctas"), !a.has("no-compute"), a.has("copy-engine"));
     for (const auto& note : plan.notes) std::fprintf(stderr, "tune: %s\n", note.c_str());
     plan_notes = plan.notes;
+    // ce: the copy-engine all-gather the profile may choose (judged with compute beside); asked for
+    // only (--copy-engine), see kHelp. --no-copy-engine, the earlier opt-out, is the default now.
     if (plan.copy_engine) coll_args.insert(coll_args.end(), {"--kinds", "none,local,symmetric,ce"});
     const long long run_timeout_s = a.get_int("run-timeout", 900, 1, 7 * 24 * 3600);
     std::error_code ec;
