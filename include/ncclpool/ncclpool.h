@@ -291,6 +291,9 @@ typedef struct {
 NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_stats(ncclpool_comm_t comm, ncclpool_comm_stats_t* stats);
 /* The window (or local registration handle) of the segment holding ptr, NULL if none. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_handle_of(ncclpool_comm_t comm, const void* ptr, void** handle);
+/* The symmetric window of comm that holds ptr; NULL when its segment is registered locally with
+ * comm, pending, or not in the pool (an auto pool: the part ptr is in decides). */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_comm_window_of(ncclpool_comm_t comm, const void* ptr, void** window);
 
 /* ---- Scopes (per thread) ----
  * Between begin and end, this thread's PyTorch allocations through the pluggable allocator below
@@ -319,6 +322,11 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end_after_error(ncclpool_pool_t 
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_leave(ncclpool_pool_t pool);
 /* The pool of the calling thread's innermost scope (NULL if none). */
 NCCLPOOL_C_API ncclpool_pool_t ncclpool_current_pool(void);
+/* Whether the pool's next scope end is an agreement point: scheduled (the registry's schedule, the
+ * same on every rank that made the same uses) and a communicator with windows attached. For layers
+ * that prepare for the collective step (e.g. drain a stream first) without keeping a copy of the
+ * schedule. Nothing collective, never waits. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end_agrees(ncclpool_pool_t pool, int* agrees);
 
 /* ---- PyTorch CUDAPluggableAllocator entry points (torch's exact signatures) ----
  *   alloc = torch.cuda.memory.CUDAPluggableAllocator(libncclpool.so, "ncclpool_torch_alloc",

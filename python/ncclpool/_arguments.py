@@ -3,8 +3,9 @@ collectives, check levels) and the conversions that refuse what ctypes would wra
 Shared by the pool, the communicators and ncclpool.torch."""
 from __future__ import annotations
 
-import os
 from ctypes import c_size_t, c_void_p
+
+from . import _environment
 
 from .errors import InvalidArgument, SizeTooLarge
 
@@ -62,23 +63,6 @@ def _stream(stream) -> c_void_p:
     return c_void_p(handle)
 
 
-def _bytes_from_env(variable: str) -> int:
-    """$variable: bytes (an integer from 0 to 2**64 - 1; unset, empty or 0: the pool's default).
-    Anything else is InvalidArgument (`ncclpool info` reports it too)."""
-    value = os.environ.get(variable, "")
-    if value == "":
-        return 0
-    if not (value.isascii() and value.isdigit()) or int(value) > _SIZE_MAX:
-        raise InvalidArgument(f"{variable}={value!r} is not a number of bytes (an integer from 0 to 2**64 - 1; "
-                              "0 or unset: the pool's default)")
-    return int(value)
-
-
-def _growth_chunk_from_env() -> int:
-    """$NCCLPOOL_GROWTH_CHUNK (see _bytes_from_env)."""
-    return _bytes_from_env("NCCLPOOL_GROWTH_CHUNK")
-
-
-def _min_segment_from_env() -> int:
-    """$NCCLPOOL_MIN_SEGMENT (see _bytes_from_env)."""
-    return _bytes_from_env("NCCLPOOL_MIN_SEGMENT")
+# The pool sizes from the environment (read in _environment, the package's one reader of it).
+_growth_chunk_from_env = _environment.growth_chunk
+_min_segment_from_env = _environment.min_segment

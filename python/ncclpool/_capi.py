@@ -13,7 +13,7 @@ import os
 import threading
 from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_int, c_size_t, c_uint64, c_void_p
 
-from . import errors
+from . import _environment, errors
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -158,12 +158,14 @@ _PROTOTYPES = {
     "ncclpool_poll": (_Status, [_P]),
     "ncclpool_verify_buffers": (_Status, [_P, POINTER(_P), c_size_t]),
     "ncclpool_comm_handle_of": (_Status, [_P, _P, POINTER(_P)]),
+    "ncclpool_comm_window_of": (_Status, [_P, _P, POINTER(_P)]),
     "ncclpool_scope_begin": (_Status, [_P]),
     "ncclpool_scope_begin_for": (_Status, [_P, c_int]),
     "ncclpool_scope_end": (_Status, [_P]),
     "ncclpool_scope_end_after_error": (_Status, [_P]),
     "ncclpool_scope_leave": (_Status, [_P]),
     "ncclpool_current_pool": (_P, []),
+    "ncclpool_scope_end_agrees": (_Status, [_P, POINTER(c_int)]),
     "ncclpool_torch_alloc": (_P, [c_size_t, c_int, _P]),
     "ncclpool_torch_free": (None, [_P, c_size_t, c_int, _P]),
     "ncclpool_torch_bind": (_Status, [_P]),
@@ -184,7 +186,7 @@ _PROTOTYPES = {
 def _candidates() -> list[str]:
     here = os.path.dirname(os.path.abspath(__file__))
     found = []
-    env = os.environ.get("NCCLPOOL_LIBRARY")
+    env = _environment.library_path()
     if env:
         return [env]  # explicit: use it or fail, never something else
     found += sorted(glob.glob(os.path.join(here, "libncclpool.so*")))
@@ -203,7 +205,7 @@ def prefer_torchs_nccl() -> str | None:
     else the system's libnccl.so.2. If ncclpool loaded the system's before `import torch`, torch's own
     `libnccl.so.2` would resolve to that already-loaded library by its soname: torch would run on
     another NCCL than its own. Finding the package does not import torch."""
-    if os.environ.get("NCCLPOOL_NCCL_LIBRARY"):
+    if _environment.nccl_library():
         return None
     try:
         spec = importlib.util.find_spec("nvidia.nccl")
@@ -212,7 +214,7 @@ def prefer_torchs_nccl() -> str | None:
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = os.path.join(folder, "lib", "libnccl.so.2")
         if os.path.exists(path):
-            os.environ["NCCLPOOL_NCCL_LIBRARY"] = path
+            _environment.set_nccl_library(path)
             return path
     return None
 

@@ -25,15 +25,14 @@ import site
 import sys
 import warnings
 
+from ncclpool import _environment
+
 TARGET = "sglang.srt.distributed.device_communicators.pynccl_allocator"
 REPLACEMENT = "ncclpool.sglang"
-ENV = "NCCLPOOL_SGLANG"
+ENV = _environment.SGLANG
 PTH = "ncclpool-sglang.pth"
-_ON = ("1", "true", "yes", "y", "on")
-_OFF = ("", "0", "false", "no", "n", "off")
 
 _undo: list = []  # callables that revert install(), newest last
-_warned = False   # site may read the .pth twice (a venv's lib64 -> lib): one line on stderr is enough
 
 
 class _Loader(importlib.abc.Loader):
@@ -57,17 +56,8 @@ _finder = _Finder()
 
 
 def enabled_by_env() -> bool:
-    """$NCCLPOOL_SGLANG: 1/true/yes/on switches the hook on, unset/0/false/no/off leaves it off;
-    anything else leaves it off with a line on stderr (a start-up hook must not stop the program)."""
-    global _warned
-    value = os.environ.get(ENV, "").strip().lower()
-    if value in _ON:
-        return True
-    if value not in _OFF and not _warned:
-        _warned = True
-        sys.stderr.write(f"ncclpool: {ENV}={os.environ[ENV]!r} is not one of 1, true, yes, on, 0, false, no, off: "
-                         "SGLang keeps its own pynccl_allocator\n")
-    return False
+    """$NCCLPOOL_SGLANG (read by _environment.sglang_switch: 1/true/yes/on, else off)."""
+    return _environment.sglang_switch()
 
 
 def active() -> bool:
@@ -120,10 +110,9 @@ def install(layer, public_names) -> list[str]:
         activate()
         _undo.append(deactivate)
         replaced.append(f"import hook for {TARGET}")
-    if os.environ.get(ENV) != "1":
-        previous = os.environ.get(ENV)
-        os.environ[ENV] = "1"
-        _undo.append(lambda: os.environ.__setitem__(ENV, previous) if previous is not None else os.environ.pop(ENV, None))
+    undo_switch = _environment.switch_sglang_on()
+    if undo_switch is not None:
+        _undo.append(undo_switch)
         replaced.append(f"{ENV}=1 for the processes this one starts")
     original = sys.modules.get(TARGET)
     if original is not None and original is not layer:

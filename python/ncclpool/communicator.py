@@ -73,5 +73,12 @@ class Communicator:
         call("ncclpool_comm_handle_of", self.handle, c_void_p(ptr), byref(out))
         return out.value
 
+    def window_of(self, ptr: int) -> int | None:
+        """The symmetric window of this communicator that holds ptr; None where ptr's segment is
+        registered locally (an auto pool's non-symmetric parts), pending, or not in the pool."""
+        out = c_void_p()
+        call("ncclpool_comm_window_of", self.handle, c_void_p(ptr), byref(out))
+        return out.value
+
     def __repr__(self):
         return f"<ncclpool.Communicator {self.label} on pool '{self.pool.name}'{'' if self.attached else ' (detached)'}>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-from ctypes import byref, c_size_t, c_void_p
+from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import TYPE_CHECKING
 
 from ._arguments import (_CHECK_NAMES, _KIND_NAMES, _SOURCE_NAMES, REGISTRATIONS, SOURCES, _check_level, _collective, _kind,
@@ -224,6 +224,14 @@ class Pool:
             call("ncclpool_scope_leave", self.handle)
         else:
             call("ncclpool_scope_end_after_error" if failed else "ncclpool_scope_end", self.handle)
+
+    def scope_end_agrees(self) -> bool:
+        """Whether this pool's next scope end is an agreement point (collective): scheduled by the
+        registry and a communicator with windows attached. Layers ask it to prepare for the step
+        (ncclpool.sglang drains the stream first) instead of keeping a copy of the schedule."""
+        out = c_int()
+        call("ncclpool_scope_end_agrees", self.handle, byref(out))
+        return bool(out.value)
 
     def _commit_after_error(self) -> None:
         """commit() on an error path of this rank: joins the agreement voting no (never raises its error)."""

@@ -226,7 +226,7 @@ def test_an_auto_pool_with_windows_for_one_collective_only_counts_as_having_wind
     # (its detach is collective, check mode verifies its collectives) though the combined routes have none.
     sim_profile(1, [(0, {"all_gather": "symmetric", "reduce_scatter": "none", "all_reduce": "none"})])
     layer = torch_layer
-    mempool = layer.create_nccl_mem_pool(kind="auto", source="sim")
+    mempool = layer.create_nccl_mem_pool(kind="auto", source="sim", check="collectives")
     pool = layer.ncclpool_pool(mempool)
     group = ncclpool.SimGroup("dp", 1)
     monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
@@ -238,6 +238,30 @@ def test_an_auto_pool_with_windows_for_one_collective_only_counts_as_having_wind
     assert layer._symmetric_comm_of(world) is not None
     for c in list(pool.communicators):
         c.forget()
+    layer.check_collectives(False)
+
+
+def test_check_mode_verifies_only_the_groups_of_pools_in_check_mode(torch_layer, monkeypatch):
+    # check_collectives() is switched on per process (a pool made in check mode 'collectives' on this
+    # rank): a group with windows of a pool that is not in check mode must not make this rank verify
+    # its collectives alone (verify_buffers is collective: the other ranks, whose pools agreed on no
+    # check mode, would not join it; issue 44's audit of the torch layer).
+    layer = torch_layer
+    mempool = layer.create_nccl_mem_pool(symmetric=True, source="sim", check="off")
+    pool = layer.ncclpool_pool(mempool)
+    group = ncclpool.SimGroup("dp", 1)
+    monkeypatch.setattr(pool, "attach_nccl", lambda ptr, kind: pool.attach_sim(group, 0, kind))
+    monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: 1)
+    world = layer.dist.ProcessGroup()
+    layer.register_mem_pool(mempool, world)
+    layer.check_collectives(True)  # as a check-mode pool made on this rank alone would
+    try:
+        assert layer._binding(mempool).attachments[1].windows
+        assert layer._symmetric_comm_of(world) is None
+    finally:
+        layer.check_collectives(False)
+        for c in list(pool.communicators):
+            c.forget()
 
 
 def test_a_context_use_finds_registered_groups_without_asking_torch(torch_layer, monkeypatch):

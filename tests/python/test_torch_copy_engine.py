@@ -166,14 +166,29 @@ def test_a_long_reason_is_cut_whole_characters_first(torch_layer, vote):
     assert layer.copy_engine._decision_of(group).why == "off: rank 0 votes no: a" + "é" * 126
 
 
-def test_false_and_bad_values_make_no_collective(torch_layer, vote):
+def test_false_votes_too_and_bad_values_make_no_collective(torch_layer, vote):
+    # False is off, but still a vote (issue 44): a rank asking False while another asks otherwise must
+    # fail every rank, never miss the others' collective.
     layer = torch_layer
     asked = vote(yes)
     (group,) = torch_stand_in.make_group(1)
     assert layer.copy_engine_group(group, copy_engine=False) is None
+    assert layer.copy_engine._decision_of(group).why == "off: copy_engine=False"
+    assert len(calls(layer, "all_gather_into_tensor")) == 1
+    assert not calls(layer, "split_group") and not calls(layer, "new_group")
+    before = len(layer.dist.calls)
     with pytest.raises(errors.InvalidArgument, match="True, False or None"):
         layer.copy_engine_group(group, copy_engine="on")
-    assert asked == [] and layer.dist.calls == []
+    assert len(layer.dist.calls) == before, "a bad value is refused before anything collective"
+
+
+def test_false_on_one_rank_fails_every_rank(torch_layer, vote):
+    layer = torch_layer
+    vote(yes)
+    groups = torch_stand_in.make_group(2)
+    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=False if r == 0 else None))
+    assert all(kind == "raised" and isinstance(e, errors.AgreementError) for kind, e in out), out
+    assert "copy_engine=False" in str(out[1][1])
 
 
 def test_a_torch_without_cta_policy_votes_no(torch_layer, vote, monkeypatch):
@@ -388,11 +403,12 @@ def test_fsdp_copy_engines_need_windows(fsdp, vote):
     symmetric = fsdp.pool(symmetric=True)
     with pytest.raises(errors.InvalidArgument, match="copy engines need windows"):
         fsdp.helper.enable(model, symmetric, symmetric=False, copy_engine=True)
-    fsdp.helper.enable(model, local)  # auto: off without a vote
-    fsdp.helper.enable(model, symmetric, copy_engine=False)  # off without a vote
-    assert asked == [] and layer.dist.calls == []
+    fsdp.helper.enable(model, local)  # auto: off, voting as False
+    fsdp.helper.enable(model, symmetric, copy_engine=False)  # off, the vote answered from the first one
+    assert len(calls(layer, "all_gather_into_tensor")) == 1, "one vote for the shard group"
+    assert not calls(layer, "split_group") and not calls(layer, "new_group")
     assert layer.stats(local)["copy_engine"]["why"].startswith("off: the pool registers locally (no windows)")
-    assert layer.stats(symmetric)["copy_engine"]["why"] == "off: copy_engine=False (no vote)"
+    assert layer.stats(symmetric)["copy_engine"]["why"] == "off: copy_engine=False"
     with pytest.raises(errors.InvalidArgument, match="True, False or None"):
         fsdp.helper.enable(model, symmetric, copy_engine="yes")
     unasked = fsdp.pool(symmetric=True)

@@ -30,9 +30,14 @@ def _tensors(args, kwargs, positions):
 
 
 def _symmetric_comm_of(group):
-    """The ncclpool Communicator attached with windows for this group, or None."""
+    """The ncclpool Communicator attached with windows for this group by a pool in check mode
+    'collectives', or None. Only such pools: their check level was compared at the attach (every rank
+    of the group has it), whereas check_collectives() is switched on per process, so a pool without it
+    on every rank must never make this rank verify alone."""
     group = group if group is not None else dist.group.WORLD
     for binding in _bindings.values():
+        if binding.pool.check_level != "collectives":
+            continue
         for a in binding.attachments.values():
             if a.group is group and a.comm.attached and a.windows:
                 return a.comm

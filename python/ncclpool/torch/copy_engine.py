@@ -31,8 +31,8 @@ __all__ = ["copy_engine_group", "CopyEngineDecision"]
 _CTA_POLICY_ZERO = 2     # NCCL_CTA_POLICY_ZERO (nccl.h), where torch does not export the constant
 _REASON = 254            # bytes of one reason in a record (UTF-8, whole characters, NUL-padded)
 _RECORD = 4 + 2 * _REASON + 8  # one rank's record: [vote if True, vote if None, request, maker], 2 reasons, its node
-_REQUEST_CODES = {True: 1, None: 2}
-_REQUEST_NAMES = {1: "True", 2: "None"}
+_REQUEST_CODES = {True: 1, None: 2, False: 3}
+_REQUEST_NAMES = {1: "True", 2: "None", 3: "False"}
 # How this rank would make the group: torch's split of the group's communicator (WORLD made with
 # device_id) or new_group (lazy WORLD). Ranks that would do it differently cannot make it together.
 _SPLIT, _NEW_GROUP = 1, 2
@@ -84,9 +84,10 @@ def copy_engine_group(group=None, *, copy_engine: bool | None = None):
     Collective over `group` the first time: every rank of it calls this, in the same order as its
     other collectives on `group`. copy_engine: True (on: a rank that cannot raises ncclpool.Unsupported
     on every rank, naming the first rank that voted no and why), None (auto: this machine's ``ncclpool
-    tune`` profile decides; off everywhere, with the reason, if any rank votes no), False (off, without
-    a vote: no collective). Give every rank the same value: ranks that ask differently at the vote
-    raise ncclpool.AgreementError (False skips the vote, so it cannot be checked: it is on you).
+    tune`` profile decides; off everywhere, with the reason, if any rank votes no), False
+    (off; it still votes, so that a rank asking False while another asks otherwise is an error on every
+    rank, not a rank missing from the others' collective). Give every rank the same value: ranks that
+    ask differently at the vote raise ncclpool.AgreementError.
 
     The first call for a group decides: each rank votes for both requests, and every later call for
     the group is answered from that agreement on every rank alike, without a collective (so a rank
@@ -106,8 +107,6 @@ def _decide(group, requested) -> CopyEngineDecision:
     if requested not in (None, True, False):
         raise errors.InvalidArgument(f"copy_engine must be True, False or None (auto), not {requested!r}")
     group = group if group is not None else dist.group.WORLD
-    if requested is False:
-        return CopyEngineDecision(False, None, "off: copy_engine=False (no vote)", dist.get_world_size(group))
     _install_destroy_hook()  # destroy_process_group(group) drops the decision and destroys the group made for it
     with _lock:
         entry = _decisions.get(id(group))
@@ -126,6 +125,8 @@ def _decide(group, requested) -> CopyEngineDecision:
 def _answer(agreement: _Agreement, requested) -> CopyEngineDecision:
     """The answer to `requested` from an agreement: the same on every rank, no collective."""
     n = agreement.ranks
+    if requested is False:
+        return CopyEngineDecision(False, None, "off: copy_engine=False", n)
     first_why = (agreement.on if agreement.first else agreement.auto)[1]  # the reason of the call that voted
     if agreement.group is not None:
         return CopyEngineDecision(requested, agreement.group, f"on: {first_why}", n)
@@ -170,7 +171,7 @@ def _agree(group, requested) -> _Agreement:
         votes = [(False, False, v[2], v[3], why, why) for v in votes]
     agreed_on = _outcome(votes, 0, members, ranks)
     agreed_auto = _outcome(votes, 1, members, ranks)
-    ok = (agreed_on if requested else agreed_auto)[0]
+    ok = requested is not False and (agreed_on if requested else agreed_auto)[0]
     zero = _make_zero_group(group, members, votes[0][3], options) if ok else None
     return _Agreement(agreed_on, agreed_auto, requested, zero, ranks)
 

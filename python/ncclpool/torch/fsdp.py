@@ -92,7 +92,7 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
     every rank; True raises on every rank if one cannot; a module without parameters of its own asks
     nothing: FSDP2 gathers nothing for it). The all-gather buffers are then registered with that
     group instead of the shard group. Copy engines need windows: copy_engine=True with a pool (or
-    `symmetric`) that registers locally is an error, auto stays off there without a vote. Every
+    `symmetric`) that registers locally is an error, auto stays off there (voting as False). Every
     decision is in stats(pool)['copy_engine'] and memory_summary(pool).
     Returns the number of FSDP modules configured."""
     if copy_engine not in (None, True, False):
@@ -124,8 +124,11 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
 def _copy_engine_for(pool, shard, copy_engine, windowless):
     """The copy-engine group for `shard`'s all-gathers (None: off), recorded for the pool's stats."""
     if windowless and copy_engine is not False:
-        decision = _copy_engine.CopyEngineDecision(None, None, "off: the pool registers locally (no windows), "
-                                                   "which copy engines need (no vote)", dist.get_world_size(shard))
+        # Still a vote (as copy_engine=False): a rank whose pool registers locally while another's has
+        # windows then fails every rank of the group here, instead of missing from their vote.
+        _copy_engine._decide(shard, False)
+        decision = _copy_engine.CopyEngineDecision(copy_engine, None, "off: the pool registers locally (no windows), "
+                                                   "which copy engines need", dist.get_world_size(shard))
     else:
         decision = _copy_engine._decide(shard, copy_engine)
     _copy_engine._record_for_pool(pool, shard, decision)
