@@ -278,7 +278,10 @@ def summarize_perf(part):
         lines.append(f"setup {mode:>8}: pool {s['pool_s']:.2f} s, warm-up+capture {s['capture_s']:.2f} s; device memory "
                      f"{s['device_bytes'] / 2**20:.0f} MiB (pool holds {s['pool_bytes'] / 2**20:.0f} MiB)")
     wrong = [w for r in ranks for w in r["wrong"]]
-    lines.append("results: " + ("right on every rank" if not wrong else f"WRONG: {wrong}"))
+    # A mode whose setup failed on a rank measured nothing there: not "right" (gpu-check counts these lines).
+    not_set_up = sorted({f"{mode} on rank {i}" for i, r in enumerate(ranks) for mode in MODES if "error" in r["setup"].get(mode, {"error": ""})})
+    lines.append("results: " + (f"WRONG: {wrong}" if wrong else f"INCOMPLETE: setup failed for {', '.join(not_set_up)}" if not_set_up
+                                else "right on every rank"))
     return lines
 
 

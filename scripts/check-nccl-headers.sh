@@ -4,7 +4,7 @@
 # by default (NCCLPOOL_NCCL_HEADERS_VERSION), so that a newer nccl.h breaks the build here rather
 # than on a user's machine. The wheel (~350 MB) is downloaded once; only its headers are kept, in
 # ${XDG_CACHE_HOME:-~/.cache}/ncclpool/nccl-headers-VERSION. Without PyPI or cuda.h it says so and
-# exits 0 (nothing to check against).
+# exits 77, "skipped" (nothing was checked: scripts/test.sh lists it as a skip, not as a pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ver=${NCCLPOOL_NCCL_HEADERS_VERSION:-2.32.3}
@@ -15,14 +15,14 @@ for d in "${CUDA_HOME:-/usr/local/cuda}/include" /usr/local/cuda/include /usr/in
 done
 if [ -z "$cuda_inc" ]; then
   echo "check-nccl-headers: skipped (no cuda.h: the NCCL backend is not built here)"
-  exit 0
+  exit 77
 fi
 if [ ! -f "$cache/nccl.h" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   if ! python3 -m pip download --no-deps --quiet --disable-pip-version-check -d "$tmp" "nvidia-nccl-cu12==$ver" >"$tmp/pip.log" 2>&1; then
     echo "check-nccl-headers: skipped (could not download nvidia-nccl-cu12==$ver: $(tail -1 "$tmp/pip.log"))"
-    exit 0
+    exit 77
   fi
   mkdir -p "$cache"
   python3 - "$tmp" "$cache" <<'PY'

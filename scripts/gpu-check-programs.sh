@@ -1,7 +1,8 @@
 # Sourced by scripts/gpu-check.sh (not run alone): the sections that run whole programs over the
 # built library and torch — Megatron-FSDP, FSDP2, decode, SGLang, copy-engine training, the wheel,
-# the `ncclpool` command, its GPU benches, nccl-tests, the demo, the examples and "as across nodes". They use gpu-check.sh's helpers (want, row,
-# run_logged, ...) and variables (BUILD, OUT, gpus, ...), and add rows to its summary.
+# the `ncclpool` command, its GPU benches, nccl-tests, the demo and the examples ("as across nodes":
+# scripts/gpu-check-asnodes.sh). They use gpu-check.sh's helpers (want, row, fresh, within, ...) and
+# variables (BUILD, OUT, gpus, ...), and add rows to its summary.
 
 # 6b. Megatron-FSDP end to end (nccl_ub=True): Megatron-Core's allocator vs ncclpool installed as
 #     megatron.core.nccl_allocator, symmetric and local, one group and a separate all-gather group.
@@ -25,6 +26,7 @@ fi
 #     bigger" target: symmetric <= plain + 2%). FSDP2_MODES replaces the list.
 if want fsdp2; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    fresh "$OUT/fsdp2/fsdp2.json" "$OUT/fsdp2/fsdp2.jsonl"
     NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
       --modes "${FSDP2_MODES:-plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl}" --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
     rc=$?
@@ -49,6 +51,7 @@ fi
 #     a capture that grows the pool (no window in the graph).
 if want decode; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    fresh "$OUT/decode.json"
     NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2 \
       bench/decode_bench.py --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1
     rc=$?
@@ -87,6 +90,7 @@ if want sglang; then
   elif ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     row "sglang" "not run (no torch with CUDA)"
   else
+    fresh "$OUT/sglang-smoke.json" "$OUT/sglang.json"
     NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 420)" python3 bench/sglang_bench.py --smoke --cold-jit \
       --json "$OUT/sglang-smoke.json" >"$OUT/sglang-smoke.txt" 2>&1
     rc=$?
@@ -100,7 +104,9 @@ if want sglang; then
       rc=$?
       cat "$OUT/sglang.txt" >>"$LOG"
       tables+=("$(grep -v '^sglang_bench:' "$OUT/sglang.txt" | head -80)" "(sglang bench rc=$rc)")
-      row "sglang bench (2 GPUs): results" "rc=$rc; $(grep -c '^results: right' "$OUT/sglang.txt") config(s) right, $(grep -c '^results: WRONG' "$OUT/sglang.txt") wrong"
+      right=$(grep -c '^results: right' "$OUT/sglang.txt"); others=$(grep '^results: ' "$OUT/sglang.txt" | grep -vc '^results: right')
+      # Every config's results right (none wrong, none with a mode that failed setup), and at least one.
+      row "sglang bench (2 GPUs): results" "rc=$rc; $right config(s) right, $others wrong or not set up" "$( [ "$rc" = 0 ] && [ "$right" -gt 0 ] && [ "$others" = 0 ] && echo ok || echo fail)"
       while read -r line; do row "  ${line%%:*}" "${line#*: }"; done < <(awk '/^case / {c=$2} /^  rank 0:/ {sub(/^  rank 0: /, ""); print c ": " substr($0, 1, 150)}' "$OUT/sglang.txt")
     fi
   fi
@@ -158,13 +164,15 @@ if want cetrain; then
       while read -r line; do row "  ${line%%: *}" "${line#*: }"; done < <(grep -E '^  [^ ]+: (NCCL all-gather paths|not available):' "$OUT/cetrain-paths.txt" | sed 's/^  //' | cut -c1-220)
     fi
     [[ "$ce_parts" == *" fsdp2 "* ]] && for config in ${CETRAIN_CONFIGS:-comm-heavy compute-bound}; do
+      fresh "$OUT/cetrain-$config/fsdp2.json" "$OUT/cetrain-$config/fsdp2.jsonl"
       NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --config "$config" \
         --rounds "${CETRAIN_ROUNDS:-1}" --modes "$ce_modes" --out "$OUT/cetrain-$config" --json "$OUT/cetrain-$config/fsdp2.json" >"$OUT/cetrain-$config.txt" 2>&1
       rc=$?
       cat "$OUT/cetrain-$config.txt" >>"$LOG"
       tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/cetrain-$config.txt")" "(cetrain $config rc=$rc)")
       row "cetrain: FSDP2 $config, steady step" "rc=$rc; $(cetrain_fsdp2_summary "$OUT/cetrain-$config/fsdp2.json" | cut -c1-300)"
-      row "  losses" "$(grep -m1 '^losses:' "$OUT/cetrain-$config.txt" | sed 's/^losses: //'); FLAG/FAILED lines: $(grep -cE '^  (FLAG|FAILED) ' "$OUT/cetrain-$config.txt")"
+      flagged=$(grep -cE '^  (FLAG|FAILED) ' "$OUT/cetrain-$config.txt")
+      row "  losses" "$(grep -m1 '^losses:' "$OUT/cetrain-$config.txt" | sed 's/^losses: //'); FLAG/FAILED lines: $flagged" "$( [ "$flagged" = 0 ] && echo ok || echo fail)"
     done
     fsdp_path=${MEGATRON_FSDP_PATH:-$PWD/.whl/site}
     if [[ "$ce_parts" != *" megatron "* ]]; then
@@ -235,6 +243,8 @@ if want tool && [ -x "$BUILD/tools/ncclpool" ]; then
       row "trace $1 ($2 GPUs)" "record rc=$rc; $(du -h "$trace" 2>/dev/null | cut -f1); $("$BUILD/tools/ncclpool" replay "$trace" --group-by stream | grep -E '^shared pool ' | tr -s ' ' | cut -c1-90)"
     done
   fi
+elif named tool && [ ! -x "$BUILD/tools/ncclpool" ] && [ "$(left)" -ge 30 ]; then
+  row "tool" "not run (no $BUILD/tools/ncclpool in the build)"
 fi
 
 # 8. The tool's GPU benches: allocation latency, scope cost, collectives per registration kind, and
@@ -270,17 +280,22 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   if [[ "$parts" == *" scopeab "* ]]; then
     if [ -x "${NCCLPOOL_AB_BUILD:-}/tools/ncclpool" ]; then
       mkdir -p "$OUT/scope-ab"
+      fresh "$OUT"/scope-ab/*.json
+      ab_rc=0
       for (( round = 1; round <= ${TOOLBENCH_AB_ROUNDS:-3}; round++ )); do
         order="base new"; (( round % 2 == 0 )) && order="new base"
         for side in $order; do
           dir=$PWD/$BUILD; [ "$side" = base ] && dir=$(cd "$NCCLPOOL_AB_BUILD" && pwd)
           LD_LIBRARY_PATH="$dir/runtime:$dir/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(within 240)" \
             "$dir/tools/ncclpool" bench scope --segments 1,8,64 --groups 1,2,4 --json >"$OUT/scope-ab/$side-run$round.json" 2>>"$LOG"
+          rc=$?; [ "$rc" = 0 ] || ab_rc=$rc
         done
       done
       python3 scripts/bench-report.py scope-ab "$OUT/scope-ab" >"$OUT/scope-ab.txt" 2>&1
+      rc=$?
       cat "$OUT/scope-ab.txt" >>"$LOG"
-      row "bench scope A/B (new/base host us/use, S=64)" "$(awk '$1 == 64 && $3 == "host_per_use_us" {printf "G=%s %s  ", $2, $(NF-1)}' "$OUT/scope-ab.txt")"
+      # rc= the last failing bench run's (0 if none failed), then the report's
+      row "bench scope A/B (new/base host us/use, S=64)" "runs rc=$ab_rc, report rc=$rc; $(awk '$1 == 64 && $3 == "host_per_use_us" {printf "G=%s %s  ", $2, $(NF-1)}' "$OUT/scope-ab.txt")"
     else
       row "bench scope A/B" "not run: NCCLPOOL_AB_BUILD='${NCCLPOOL_AB_BUILD:-}' has no tools/ncclpool"
     fi
@@ -321,6 +336,7 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   for part in tune tunece; do
     [[ "$parts" == *" $part "* ]] || continue
     extra=(); [ "$part" = tunece ] && extra=(--copy-engine)
+    fresh "$OUT/profile-$part.json"
     env ${tune_env[@]+"${tune_env[@]}"} NCCL_NVLS_ENABLE=0 timeout "$(within 300)" $T tune --rounds 3 --run-timeout 90 ${extra[@]+"${extra[@]}"} --keep "$OUT/$part-runs" \
       --out "$OUT/profile-$part.json" >"$OUT/$part.txt" 2>"$OUT/$part.err"
     rc=$?
@@ -330,11 +346,16 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   done
   # nccl-tests is not on the GPU host: an independent plain-memory measurement through torch instead.
   if [[ "$parts" == *" coll "* ]] && [ "$gpus" -ge 2 ] && python3 -c 'import torch' 2>/dev/null; then
+    fresh "$OUT/coll-reference.json"
     timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node "$gpus" bench/coll_reference_torch.py --iters 100 --warmup 10 --out "$OUT/coll-reference.json" >>"$LOG" 2>&1
+    ref_rc=$?
     python3 scripts/bench-report.py compare "$OUT/bench-coll.json" "$OUT/coll-reference.json" >"$OUT/coll-compare.txt" 2>&1
+    rc=$?
     cat "$OUT/coll-compare.txt" >>"$LOG"
-    row "bench coll vs torch reference (>= 1 MiB)" "$(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
+    row "bench coll vs torch reference (>= 1 MiB)" "reference rc=$ref_rc, compare rc=$rc; $(tail -1 "$OUT/coll-compare.txt" | cut -c1-120)"
   fi
+elif named toolbench && [ ! -x "$BUILD/tools/ncclpool" ] && [ "$(left)" -ge 30 ]; then
+  row "toolbench" "not run (no $BUILD/tools/ncclpool in the build)"
 fi
 
 # 8a. Copy-engine all-gather (issue 35): all-gather on windows of a communicator made with CTA policy
@@ -345,6 +366,7 @@ fi
 #     rows count those lines, which says whether the copy engines ran at all.
 if want cecoll && [ -x "$BUILD/tools/ncclpool" ]; then
   # NCCL's INFO lines go to a file of their own (NCCL_DEBUG_FILE): on stdout they would break the JSON.
+  fresh "$OUT"/nccl-info-ce-test.*.log "$OUT"/nccl-info-ce-bench.*.log "$OUT/bench-coll-ce.json"
   if [ -x "$BUILD/tests/ncclpool_nccl_tests" ]; then
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT NCCL_DEBUG_FILE="$OUT/nccl-info-ce-test.%p.log" timeout "$(within 180)" \
       "$BUILD/tests/ncclpool_nccl_tests" --gtest_filter='*CopyEngine*' >"$OUT/nccl-copy-engine.log" 2>&1
@@ -361,10 +383,13 @@ if want cecoll && [ -x "$BUILD/tools/ncclpool" ]; then
 import json, sys
 j = json.load(open(sys.argv[1]))
 rows = [r for t in j["tables"] if t["title"].startswith("all_gather") for r in t["rows"] if r.get("placement") == "out"]
-cell = lambda r, k: r.get(k, 0)
-print("; ".join("%dM ce/sym/none %.0f/%.0f/%.0fus step %.3f/%.3f/%.3f" % ((cell(r, "bytes") >> 20,) + tuple(cell(r, k + "_us") for k in ("ce", "symmetric", "none"))
-                + tuple(cell(r, k + "_step") for k in ("ce", "symmetric", "none"))) for r in rows))
+def cell(r, k, fmt):  # a kind not measured at this size shows as "-", never as 0
+    return fmt % r[k] if isinstance(r.get(k), (int, float)) else "-"
+print("; ".join("%dM ce/sym/none %sus step %s" % (r["bytes"] >> 20, "/".join(cell(r, k + "_us", "%.0f") for k in ("ce", "symmetric", "none")),
+                                                 "/".join(cell(r, k + "_step", "%.3f") for k in ("ce", "symmetric", "none"))) for r in rows))
 print(" | ".join(n for n in j["notes"] if n.startswith("ce")))' "$OUT/bench-coll-ce.json" 2>&1 | head -c 600)"
+elif named cecoll && [ ! -x "$BUILD/tools/ncclpool" ] && [ "$(left)" -ge 30 ]; then
+  row "cecoll" "not run (no $BUILD/tools/ncclpool in the build)"
 fi
 
 # 8b. NVIDIA's nccl-tests beside bench coll (one thread per GPU), when a checkout was carried.
@@ -415,72 +440,5 @@ if want examples; then
     fi
   else
     row "examples (torch)" "not run (no GPU, or no torch with CUDA here)"
-  fi
-fi
-
-# 11. As across nodes (issue 34; docs/scaling.md, "As across nodes"; only when named, ~3 min on 2
-#     GPUs): scripts/as-nodes.sh gives every rank its own NCCL_HOSTID, so that NCCL takes the GPUs
-#     of this host for nodes of their own and connects them with its network transport (NET/Socket:
-#     no InfiniBand here). ASNODES_RANKS ranks (default 2), ASNODES_RANKS_PER_NODE to a node (default
-#     1). Then, one process per rank: tests/gpu/torch/check_as_nodes.py (nodes and NET channels from
-#     NCCL's log, a local pool's collectives against plain memory, a symmetric pool's windows ending
-#     alike on every rank, auto pools routing no size to windows, the copy-engine vote, FSDP2 losses
-#     bitwise equal to plain, teardown); again with --win-enable-off (NCCL_WIN_ENABLE=0: NCCL 2.28
-#     answers a window registration with a local one, which ncclpool refuses alike on every rank);
-#     and bench/coll_reference_torch.py --pool none,auto (plain memory against the auto pool over the
-#     network, nccl-tests' conventions). NCCL's INFO lines go to files under $OUT/asnodes-nccl and
-#     $OUT/asnodes-bench-nccl (NCCL_DEBUG_FILE), never to stdout. Not run here: the C++ suites
-#     (ncclpool_nccl_tests) and `ncclpool bench coll`, which run every rank as a thread of one
-#     process, while NCCL reads NCCL_HOSTID once per process: they cannot be split into nodes.
-as_nodes() {  # ranks, seconds, log file, program [args]: torchrun --no-python bash scripts/as-nodes.sh ...
-  local ranks=$1 seconds=$2 log=$3
-  shift 3
-  # The program and its arguments go through a file: torchrun's parser reads options even after the
-  # script's name, so a program argument that abbreviates one of its options (bench's --max:
-  # --max-restarts) would be taken by torchrun or refused as ambiguous (2x H200, 2026-11-27).
-  local command_file="$OUT/asnodes-command-$$.sh"
-  printf '%q ' "$@" >"$command_file"
-  NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" NCCLPOOL_AGREEMENT_TIMEOUT_S=60 \
-    NCCLPOOL_AS_NODES_RANKS_PER_NODE="${ASNODES_RANKS_PER_NODE:-1}" timeout "$(within "$seconds")" \
-    python3 -m torch.distributed.run --nproc-per-node "$ranks" --no-python bash scripts/as-nodes.sh bash "$command_file" >"$log" 2>&1
-}
-as_nodes_rows() {  # log file, label: its RESULT line, then a row per CHECK line (status, then the check)
-  local result
-  result=$(grep -m1 '^RESULT' "$1") || result="no RESULT (timeout or crash: see $1)"
-  row "as across nodes: $2" "${result:0:260}"
-  while IFS=$'\t' read -r status name; do row "  $status" "$name"; done < <(
-    grep '^CHECK ' "$1" | sed -E 's/^CHECK (.*): (ok|FAILED|skipped)(.*)$/\2\3\t\1/' | cut -c1-240)
-}
-if want asnodes; then
-  if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    row "as across nodes" "not run (no torch with CUDA here)"
-  else
-    n=${ASNODES_RANKS:-2}
-    (( n > gpus )) && n=$gpus  # one GPU: the check says it needs 2, and the rest is not run
-    rm -rf "$OUT/asnodes-nccl" "$OUT/asnodes-bench-nccl"
-    mkdir -p "$OUT/asnodes-nccl" "$OUT/asnodes-bench-nccl"
-    as_nodes "$n" 420 "$OUT/asnodes-check.log" python3 tests/gpu/torch/check_as_nodes.py --nccl-log-dir "$OUT/asnodes-nccl"
-    rc=$?
-    cat "$OUT/asnodes-check.log" >>"$LOG"
-    as_nodes_rows "$OUT/asnodes-check.log" "check, $n rank(s) (rc=$rc)"
-    if [ "$n" -ge 2 ]; then
-      row "  NCCL log (check)" "$(python3 tests/gpu/torch/as_nodes_support.py summary "$OUT"/asnodes-nccl/nccl-as-nodes.*.log 2>&1 | cut -c1-260)"
-      as_nodes "$n" 240 "$OUT/asnodes-win-off.log" python3 tests/gpu/torch/check_as_nodes.py --win-enable-off --nccl-log-dir "$OUT/asnodes-nccl"
-      rc=$?
-      cat "$OUT/asnodes-win-off.log" >>"$LOG"
-      as_nodes_rows "$OUT/asnodes-win-off.log" "NCCL_WIN_ENABLE=0 (rc=$rc)"
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,NET NCCL_DEBUG_FILE="$OUT/asnodes-bench-nccl/nccl.%h.%p.log" \
-        as_nodes "$n" 420 "$OUT/asnodes-bench.txt" python3 bench/coll_reference_torch.py --pool none,auto \
-        --min "${ASNODES_BENCH_MIN:-64K}" --max "${ASNODES_BENCH_MAX:-64M}" --factor 4 --out "$OUT/asnodes-coll.json"
-      rc=$?
-      cat "$OUT/asnodes-bench.txt" >>"$LOG"
-      tables+=("$(sed -n '/^op  /,/^pools:/p' "$OUT/asnodes-bench.txt")" "(as across nodes: bench/coll_reference_torch.py --pool none,auto, rc=$rc)")
-      result=$(grep -m1 '^pools:' "$OUT/asnodes-bench.txt") || result="pools: no comparison (see $OUT/asnodes-bench.txt)"
-      row "as across nodes: bench, auto pool vs plain" "rc=$rc; ${result:7:250}"
-      row "  auto pool routes" "$(grep -m1 '^routes auto:' "$OUT/asnodes-bench.txt" | cut -c14-230)"
-      row "  NCCL log (bench)" "$(python3 tests/gpu/torch/as_nodes_support.py summary "$OUT"/asnodes-bench-nccl/nccl.*.log 2>&1 | cut -c1-200)"
-    else
-      row "as across nodes: NCCL_WIN_ENABLE=0, bench" "not run: needs 2 GPUs, found $gpus"
-    fi
   fi
 fi

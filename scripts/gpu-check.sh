@@ -9,7 +9,10 @@
 #                                   pdl, window, ncclversions, bench, cecoll, torch, copyengine, megatron, fsdp2,
 #                                   decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples,
 #                                   asnodes; window, cetrain (~10 min on 2 GPUs) and asnodes only when named;
-#                                   default all)
+#                                   default all the others). A section not run has a row that says so.
+#
+# Exit status: 0 when no row of the summary failed, 1 when one did (the verdict lines after the
+# summary name each; scripts/gpu-check-rows.sh says how a row is judged), also when the build failed.
 #   NCCLPOOL_GPU_CHECK_SANITIZER=0  leaves out the compute-sanitizer pass of the nccl section (budget)
 #   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune; also tunece:
 #                                   tune --copy-engine;
@@ -66,17 +69,28 @@ else
 fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-SECTIONS=",${NCCLPOOL_GPU_CHECK:-cuda,nccl,bench,cecoll,torch,copyengine,megatron,fsdp2,decode,sglang,wheel,tool,toolbench,nccltests,demo,examples},"
-declare -a rows=()
-row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
+# Every section, in the order they run; the opt-in ones run only when named (the header above).
+ALL_SECTIONS=(cuda nccl pdl window ncclversions bench torch copyengine megatron fsdp2 decode sglang cetrain wheel tool toolbench cecoll nccltests demo examples asnodes)
+OPT_IN_SECTIONS=(window cetrain asnodes)
+default_sections() {  # every section not opt-in, comma-separated
+  local s out=""
+  for s in "${ALL_SECTIONS[@]}"; do [[ " ${OPT_IN_SECTIONS[*]} " == *" $s "* ]] || out+="${out:+,}$s"; done
+  echo "$out"
+}
+SECTIONS=",${NCCLPOOL_GPU_CHECK:-$(default_sections)},"
+# shellcheck source=scripts/gpu-check-rows.sh
+source scripts/gpu-check-rows.sh  # row, not_run_rows, gpu_check_verdict
+# Evidence a row reads comes from this run only: fresh FILE|GLOB... removes what an earlier run left.
+fresh() { rm -f -- "$@"; }
 # NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every
 # command's timeout is cut to what is left, and a section that would start with under 30 s left is
 # skipped, so that the summary is always printed.
 DEADLINE=$(( $(date +%s) + ${NCCLPOOL_GPU_CHECK_BUDGET_S:-86400} ))
 left() { echo $(( DEADLINE - $(date +%s) )); }
 within() { local l=$(( $(left) - 15 )); (( l < 10 )) && l=10; echo $(( $1 < l ? $1 : l )); }
+named() { [[ "$SECTIONS" == *",$1,"* ]]; }  # the section is asked for (budget aside)
 want() {
-  [[ "$SECTIONS" == *",$1,"* ]] || return 1
+  named "$1" || return 1
   if [ "$(left)" -lt 30 ]; then
     row "$1" "not run: NCCLPOOL_GPU_CHECK_BUDGET_S spent"
     return 1
@@ -114,13 +128,14 @@ summarize_gtest "gpu tests (cuda, vmm sources)" "$OUT/gpu-tests.log" $rc
 # 2. The same suite under compute-sanitizer (memcheck), if present.
 if command -v compute-sanitizer >/dev/null; then
   compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 \
-    "$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_filter='-*OutOfDeviceMemory*' >"$BUILD/sanitizer.log" 2>&1
+    "$BUILD/tests/ncclpool_gpu_tests" --gtest_color=no --gtest_filter='-*OutOfDeviceMemory*' >"$OUT/sanitizer.log" 2>&1
   rc=$?
-  cat "$BUILD/sanitizer.log" >>"$LOG"
-  # API errors from the expected cuMemCreate capability probes are reported apart from real errors.
-  probes=$(grep -c 'Program hit CUDA_ERROR_[A-Z_]* .* on CUDA API call to cuMemCreate' "$BUILD/sanitizer.log")
-  total=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$BUILD/sanitizer.log" | tail -1)
-  row "compute-sanitizer memcheck" "$(( ${total:-0} - probes )) errors, $probes expected cuMemCreate probe refusals (rc=$rc)"
+  cat "$OUT/sanitizer.log" >>"$LOG"
+  # API errors from the expected capability probes (cuMemCreate refused with CUDA_ERROR_INVALID_VALUE
+  # in VmmSource's constructor) are reported apart from real errors; a log without ERROR SUMMARY (the
+  # sanitizer did not finish) fails the row (scripts/gpu_check_logs.py).
+  IFS=$'\t' read -r text verdict < <(python3 scripts/gpu_check_logs.py sanitizer "$OUT/sanitizer.log" "$rc" --api-errors 2>&1)
+  row "compute-sanitizer memcheck" "$text" "${verdict:-fail}"
 fi
 
 fi
@@ -142,6 +157,7 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
     # No NCCLPOOL_AGREEMENT_TIMEOUT_S: it would override the dead-rank test's own 2 s (seen 2026-11-27).
+    fresh "$BUILD"/nccl-debug-$n.*.log "$BUILD/nccl-debug-$n.log"
     NCCLPOOL_TEST_GPUS=$n NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,REG,TUNING,COLL NCCL_DEBUG_FILE="$BUILD/nccl-debug-$n.%h.%p.log" \
       env -u NCCLPOOL_AGREEMENT_TIMEOUT_S timeout "$(within "${NCCL_TESTS_TIMEOUT_S:-300}")" "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no >"$OUT/nccl-tests-$n.log" 2>&1
     rc=$?
@@ -160,10 +176,11 @@ elif [ -x "$BUILD/tests/ncclpool_nccl_tests" ] && [ "$gpus" -ge 2 ]; then
     # The dead-rank test (a kernel left stuck until ncclCommAbort) is left out: under the sanitizer a
     # run of it with three other new tests did not finish in 300 s (2026-11-22, not investigated).
     NCCLPOOL_TEST_GPUS=2 timeout "$(within 420)" compute-sanitizer --tool memcheck --report-api-errors no --print-limit 1000 \
-      --error-exitcode 99 "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no --gtest_filter='-*DeadRank*' >"$BUILD/nccl-sanitizer.log" 2>&1
+      --error-exitcode 99 "$BUILD/tests/ncclpool_nccl_tests" --gtest_color=no --gtest_filter='-*DeadRank*' >"$OUT/nccl-sanitizer.log" 2>&1
     rc=$?
-    cat "$BUILD/nccl-sanitizer.log" >>"$LOG"
-    row "compute-sanitizer, nccl tests (2 GPUs)" "$(grep -c '^\[       OK \]' "$BUILD/nccl-sanitizer.log") passed; $(grep -E 'ERROR SUMMARY' "$BUILD/nccl-sanitizer.log" | tail -1 | sed 's/=* *//') (memory errors; rc=$rc)"
+    cat "$OUT/nccl-sanitizer.log" >>"$LOG"
+    IFS=$'\t' read -r text verdict < <(python3 scripts/gpu_check_logs.py sanitizer "$OUT/nccl-sanitizer.log" "$rc" 2>&1)
+    row "compute-sanitizer, nccl tests (2 GPUs)" "$text" "${verdict:-fail}"
   fi
 else
   row "nccl registry tests" "not run (needs 2+ GPUs and the nccl test binary)"
@@ -198,6 +215,7 @@ run_pdl() {  # label, NCCL library ('' = torch's), [torch]
   local label=$1 lib=$2 setting rc tag
   for setting in auto on; do
     tag=$(echo "$label-$setting" | tr -c 'A-Za-z0-9.\n-' '-')  # file names without spaces or quotes (they come back from the GPU host)
+    fresh "$OUT"/pdl-"$tag".nccl.*.log "$OUT"/pdl-"$tag"-nomix.nccl.*.log "$OUT/pdl-torch-$tag.json"
     if [ -x "$BUILD/tests/ncclpool_pdl_hazard" ]; then
       NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting NCCL_DEBUG_FILE="$OUT/pdl-$tag.nccl.%p.log" \
         timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$tag.json" 2>"$OUT/pdl-$tag.err"
@@ -258,6 +276,7 @@ run_window_span() {  # label, NCCL library ('' = torch's)
   for n in 1 2; do
     [ "$n" -gt "$gpus" ] && continue
     tag=$(echo "$label-${n}rank" | tr -c 'A-Za-z0-9.\n-' '-')
+    fresh "$OUT"/window-span-"$tag".nccl.*.log
     NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCL_DEBUG=${NCCL_DEBUG:-WARN} NCCL_DEBUG_FILE="$OUT/window-span-$tag.nccl.%p.log" \
       timeout "$(within 240)" "$BUILD/tests/ncclpool_window_span" --ranks "$n" --json >"$OUT/window-span-$tag.json" 2>"$OUT/window-span-$tag.err"
     rc=$?
@@ -280,7 +299,7 @@ if want ncclversions; then
     timeout "$(within 420)" scripts/build-nccl.sh "$tarball" "$BUILD/nccl-$ver" >>"$LOG" 2>&1
     lib="$BUILD/nccl-$ver/lib/libnccl.so.2"
     if [ ! -f "$lib" ]; then
-      row "NCCL $ver" "build failed or timed out (see the log)"
+      row "NCCL $ver" "build failed or timed out (see the log)" fail
       continue
     fi
     row "NCCL $ver: ncclpool info" "$(NCCLPOOL_NCCL_LIBRARY="$PWD/$lib" "$BUILD/tools/ncclpool" info --json 2>&1 | python3 -c 'import json,sys; j=json.load(sys.stdin); print("version", j["nccl"]["version"], "windows", j["nccl"]["windows"], "symmetric kernels:", j["registration"]["symmetric_kernels"]["why"][:150])' 2>&1)"
@@ -330,7 +349,7 @@ want bench && for src in sim cuda vmm; do
   cat "$BUILD/bench-$src.txt" >>"$LOG"
   for b in "BM_AllocFreeSameStream/4096" "BM_AllocFreeWithLiveBlocks/20000" "BM_CrossStreamReuse"; do
     t=$(grep -E "^${b}_median" "$BUILD/bench-$src.txt" | awk '{print $2, $3}')
-    row "bench $src $b (median)" "${t:-missing (rc=$rc)}"
+    if [ -n "$t" ]; then row "bench $src $b (median)" "$t (rc=$rc)"; else row "bench $src $b (median)" "missing (rc=$rc)" fail; fi
   done
 done
 
@@ -351,7 +370,7 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   export NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
-    rm -f "$BUILD"/torch-nccl-$n.*.log
+    fresh "$BUILD"/torch-nccl-$n.*.log
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG,TUNING,ENV NCCL_DEBUG_FILE="$BUILD/torch-nccl-$n.%h.%p.log" \
       NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$n" \
       tests/gpu/torch/check_torch_layer.py >"$BUILD/torch-$n.log" 2>&1
@@ -362,8 +381,12 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
     row "  NCCL log: NCCL_SYM_CTAS" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -m1 -o 'NCCL_SYM_CTAS set by environment to [0-9]*' || echo 'not read from the environment')"
   done
   timeout "$(within 300)" python3 tests/gpu/torch/probe_alloc_failures.py "$PWD/$BUILD/tests/libncclpool_torch_probe.so" >"$BUILD/torch-probe.log" 2>&1
-  { echo "=== torch pluggable allocator failure probe (rc=$?)"; cat "$BUILD/torch-probe.log"; } >>"$TORCH_LOG"
-  while read -r line; do row "probe ${line%%:*}" "${line#*: }"; done < <(grep '^PROBE' "$BUILD/torch-probe.log" | sed 's/^PROBE //' | cut -c1-220)
+  rc=$?
+  { echo "=== torch pluggable allocator failure probe (rc=$rc)"; cat "$BUILD/torch-probe.log"; } >>"$TORCH_LOG"
+  # The probe records what torch does when the allocator fails (a case's child may end non-zero: it
+  # is what is recorded); the probe itself must finish.
+  row "torch allocator failure probe" "rc=$rc; $(grep -c '^PROBE' "$BUILD/torch-probe.log") case(s)"
+  while read -r line; do row "  probe ${line%%:*}" "${line#*: }" ok; done < <(grep '^PROBE' "$BUILD/torch-probe.log" | sed 's/^PROBE //' | cut -c1-220)
   if [ "$gpus" -ge 2 ]; then
     # Ranks with different symmetric CTA counts: AgreementError at attach on every rank, not a hang.
     NCCLPOOL_AGREEMENT_TIMEOUT_S=30 timeout "$(within 180)" python3 -m torch.distributed.run --nproc-per-node 2 \
@@ -394,8 +417,8 @@ if ! want copyengine; then
   :
 elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   export NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-  rm -f "$BUILD"/ce-nccl.*.log
   for mode in main off; do
+    fresh "$BUILD"/ce-nccl-$mode.*.log
     args=(); [ "$mode" = off ] && args=(--off-rank 1)
     NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING NCCL_DEBUG_FILE="$BUILD/ce-nccl-$mode.%h.%p.log" \
       NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$gpus" \
@@ -411,10 +434,14 @@ else
 fi
 
 # 6b-12. Whole programs over the library: scripts/gpu-check-programs.sh (sourced; sections megatron,
-#        fsdp2, decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples, asnodes).
+#        fsdp2, decode, sglang, cetrain, wheel, tool, toolbench, cecoll, nccltests, demo, examples),
+#        then scripts/gpu-check-asnodes.sh (asnodes).
 # shellcheck source=scripts/gpu-check-programs.sh
 source scripts/gpu-check-programs.sh  # the working directory is the checkout's root (above)
+# shellcheck source=scripts/gpu-check-asnodes.sh
+source scripts/gpu-check-asnodes.sh
 
+not_run_rows "$SECTIONS" "${ALL_SECTIONS[@]}"
 echo
 echo "=== ncclpool gpu-check summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${rows[@]}"
@@ -427,6 +454,9 @@ fi
 # returns a few files brings the whole run back), the summary included; not nccl-tests' binaries
 # (~100 MB: an archive that size does not come back from a device call).
 if [ -n "${NCCLPOOL_GPU_CHECK_TAR:-}" ]; then
-  { echo "=== ncclpool gpu-check summary"; printf '%s\n' "${rows[@]}"; printf '%s\n' "${tables[@]}"; } >"$OUT/summary.txt"
+  { echo "=== ncclpool gpu-check summary"; printf '%s\n' "${rows[@]}"; printf '%s\n' "${tables[@]}"; gpu_check_verdict; } >"$OUT/summary.txt"
   tar czf "$NCCLPOOL_GPU_CHECK_TAR" --exclude=nccl-tests/build --exclude=nccl-tests/nccl-home -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "gpu-check: logs in $NCCLPOOL_GPU_CHECK_TAR"
 fi
+echo
+gpu_check_verdict | tee -a "$LOG"
+exit "${PIPESTATUS[0]}"

@@ -12,7 +12,7 @@ the current stream), ``--launches`` times, eagerly and as replays of one capture
     torchrun --nproc-per-node 2 tests/gpu/torch/check_pdl_hazard.py [--launches 200] [--delay-us 300] [--json FILE]
 
 Rank 0 prints a line per mode and 'RESULT ok' when plain memory and guarded ncclpool windows were
-never wrong ('RESULT FAILED' otherwise, exit 1). Wrong results with the symmetric kernels on (ncclpool
+never wrong and never raised ('RESULT FAILED' otherwise, exit 1; pdl_verdict.py). Wrong results with the symmetric kernels on (ncclpool
 with NCCLPOOL_SYMMETRIC_KERNELS=on, or torch-symm) on NCCL 2.28.0-2.30.6 are the hazard itself: the
 positive control. With one GPU NCCL runs no symmetric kernel (the check then proves the program runs).
 """
@@ -28,6 +28,9 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pdl_verdict  # noqa: E402
 
 PTX = os.path.join(os.path.dirname(__file__), "..", "pdl_producer.ptx")
 
@@ -146,27 +149,24 @@ def main():
                 rows.append({"mode": mode, "graph": graph, "wrong": wrong, "example": example})
             except Exception as e:  # noqa: BLE001 - reported per mode
                 rows.append({"mode": mode, "graph": graph, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-    # Every rank's counts, summed on rank 0.
-    counts = torch.tensor([r.get("wrong", 0) for r in rows], device="cuda", dtype=torch.int64)
+    # Every rank's counts, summed on rank 0: wrong launches, and the ranks where a mode raised.
+    counts = torch.tensor([[r.get("wrong", 0), int("error" in r)] for r in rows], device="cuda", dtype=torch.int64)
     dist.all_reduce(counts)
     symmetric_flag = guard["symmetric_kernels_enabled"]
-    promise_broken = False
-    for r, total in zip(rows, counts.tolist()):
-        if "wrong" in r:
-            r["wrong_all_ranks"] = total
-            r["launches_all_ranks"] = args.launches * world
-            promised = r["mode"] == "plain" or (r["mode"] == "ncclpool" and not symmetric_flag)
-            promise_broken = promise_broken or (promised and total > 0)
+    broken = pdl_verdict.judge(rows, [c[0] for c in counts.tolist()], [c[1] for c in counts.tolist()], args.launches, world, symmetric_flag)
+    promise_broken = bool(broken)
     if rank == 0:
         print(f"NCCL {f['nccl_version']}, {world} rank(s); symmetric kernels: {guard['symmetric_kernels_why']}", flush=True)
         for r in rows:
-            what = r.get("unavailable") or r.get("error") or f"wrong {r['wrong_all_ranks']} of {r['launches_all_ranks']}"
+            what = r.get("unavailable") or r.get("error") or (f"raised on {r['error_ranks']} other rank(s)" if r.get("error_ranks")
+                                                              else f"wrong {r['wrong_all_ranks']} of {r['launches_all_ranks']}")
             print(f"  {r['mode']:<11} {'graph' if r['graph'] else 'eager':<6} {what}", flush=True)
         if args.json:
             with open(args.json, "w") as out:
                 json.dump({"world": world, "nccl_version": f["nccl_version"], "torch": torch.__version__, "guard": guard,
                            "launches": args.launches, "delay_us": args.delay_us, "bytes": numel * 4, "rows": rows}, out, indent=1)
-        print("RESULT FAILED: plain memory or a guarded ncclpool window gave a wrong result" if promise_broken else "RESULT ok", flush=True)
+        print("RESULT FAILED: plain memory or a guarded ncclpool window gave a wrong result or raised: " + "; ".join(broken)
+              if promise_broken else "RESULT ok", flush=True)
     del tensors
     dist.destroy_process_group()
     sys.exit(1 if promise_broken else 0)
