@@ -10,6 +10,8 @@
   getenv   In src/ and tools/, only src/core/environment.cpp reads or sets the environment.
   sources  No CMake file outside src/ compiles a library source (src/**.c, .cpp): the library's loaders
            and JSON reader exist once per process, in libncclpool (src/CMakeLists.txt says why).
+  figures  Every measured number in README.md and docs/ is generated from docs/benchmarks/data or
+           tagged why not, and agrees with its data (scripts/figures.py --check; it prints its counts).
 
 Usage: scripts/check-tree.py [--root DIR] [CHECK ...]   (default: every check)
 Prints one line per problem and exits 1 when there is any. Standard library only.
@@ -156,7 +158,20 @@ def check_sources(root):
     return problems
 
 
-CHECKS = {"layers": check_layers, "lines": check_lines, "getenv": check_getenv, "sources": check_sources}
+def check_figures(root):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import figures
+    import time
+    start = time.monotonic()
+    problems, total = figures.check(root)
+    files = len(figures.doc_files(root))
+    if files:
+        print(figures.summary(total, files, time.monotonic() - start))
+    return problems
+
+
+CHECKS = {"layers": check_layers, "lines": check_lines, "getenv": check_getenv, "sources": check_sources,
+          "figures": check_figures}
 
 
 def main(argv=None):
