@@ -179,7 +179,8 @@ def scan(root, path, text, generated=None):
     problems, counts = [], {"fig": 0, "table": 0, "nodata": 0, "todo": 0}
     spans = []  # (start, end, kind)
     out, last = [], 0
-    for m in REGION.finditer(text):
+    code_free = blank(blank(text, FENCE), CODE_SPAN)  # markers shown in code are no markers
+    for m in REGION.finditer(code_free):
         kind = m.group(1) or m.group(5)
         closer = m.group(4) or m.group(8)
         where = f"{path}:{line_of(text, m.start())}"
@@ -188,7 +189,7 @@ def scan(root, path, text, generated=None):
             problems.append(f"{where}: <!-- {kind} --> closed by <!-- /{closer} -->")
             continue
         if kind in ("fig", "table"):
-            name, body = m.group(2), m.group(3)
+            name, body = m.group(2), text[m.start(3):m.end(3)]
             counts[kind] += 1
             if name not in registry.FIGURES:
                 problems.append(f"{where}: unknown figure {name!r} (scripts/figures_registry/)")
@@ -207,13 +208,14 @@ def scan(root, path, text, generated=None):
         else:
             if not (m.group(6) or "").strip():
                 problems.append(f"{where}: <!-- {kind} --> without a reason (<!-- {kind}: why -->)")
-            counts[kind] += len(measured(m.group(7))) + len(tables_with_numbers(m.group(7)))
+            inner = text[m.start(7):m.end(7)]
+            counts[kind] += len(measured(inner)) + len(tables_with_numbers(inner))
     if generated is not None:
         out.append(text[last:])
         generated[path] = "".join(out)
     # Markers the region pattern did not pair up.
     inside = lambda o: next((k for s, e, k in spans if s <= o < e), None)  # noqa: E731
-    for m in ANY_MARK.finditer(text):
+    for m in ANY_MARK.finditer(code_free):
         if inside(m.start()) is None:
             problems.append(f"{path}:{line_of(text, m.start())}: a figure marker without its pair")
     problems += [f"{path}:{line_of(text, o)}: {why}" for o, why in _paragraph_breaks(text)]
@@ -240,7 +242,7 @@ def _paragraph_breaks(text):
     there, which cuts the paragraph in two. A marker may begin a line after a blank line, or be a
     closer alone on a line before a blank line."""
     out = []
-    for m in ANY_MARK.finditer(text):
+    for m in ANY_MARK.finditer(blank(blank(text, FENCE), CODE_SPAN)):
         start = text.rfind("\n", 0, m.start()) + 1
         if text[start:m.start()].strip():
             continue
@@ -307,6 +309,7 @@ def main(argv=None):
             print(f"{name} (tolerance {fig.tol:.1%}; {'; '.join(str(r) for r in fig.runs())}):\n    {text[:200]}")
         return 0
     if args.scan:
+        registry.set_root(root)
         for path in args.scan:
             with open(path, encoding="utf-8") as f:
                 text = f.read()

@@ -24,7 +24,8 @@ Allocate + free in <!-- fig:alloc.ncclpool_ns -->72-81 ns<!-- /fig --> on an H20
 sleep 5 s   # code: not a figure
 ```
 
-segments of 32 MiB (a power of two: a parameter) on 2x H200.
+segments of 32 MiB (a power of two: a parameter) on 2x H200; a marker shown in code, `<!-- fig:NAME -->`,
+is none.
 
 <!-- table:alloc.table -->
 <!-- /table -->
@@ -81,7 +82,7 @@ def test_a_changed_table_cell_fails(tree):
 
 
 def test_an_untagged_number_fails(tree):
-    edit(tree, "on 2x H200.", "on 2x H200, 3.9% faster.")
+    edit(tree, "on 2x H200;", "on 2x H200, 3.9% faster;")
     code, out = run(tree, "--check")
     assert code == 1
     assert "README.md:11: measured figure '3.9%' neither generated" in out
