@@ -146,4 +146,4 @@ def table(header, body, source=None):
     return text_
 
 
-from . import alloc, scope, torch_layer, coll  # noqa: E402,F401  (register their figures)
+from . import alloc, scope, torch_layer, coll, decode_fsdp2  # noqa: E402,F401  (register their figures)
