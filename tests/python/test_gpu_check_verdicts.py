@@ -24,9 +24,9 @@ def bash(script, **env):
                           env={**os.environ, **env})
 
 
-def rows_run(body):
+def rows_run(body, **env):
     """body run after sourcing scripts/gpu-check-rows.sh, then the summary and the verdict's status."""
-    return bash(f"source scripts/gpu-check-rows.sh\n{body}\nprintf '%s\\n' \"${{rows[@]}}\"\ngpu_check_verdict")
+    return bash(f"source scripts/gpu-check-rows.sh\n{body}\nprintf '%s\\n' \"${{rows[@]}}\"\ngpu_check_verdict", **env)
 
 
 # ---- gpu-check's rows and verdict ----
@@ -72,11 +72,13 @@ def test_verdict_fails_exactly_when_a_row_failed():
 
 
 def test_not_run_rows_name_every_section_left_out():
-    out = rows_run('not_run_rows ",cuda,torch," cuda nccl torch asnodes')
+    out = rows_run('not_run_rows ",cuda,torch," cuda nccl torch asnodes', NCCLPOOL_GPU_CHECK="cuda,torch")
     assert out.returncode == 0
     assert re.search(r"^-- +nccl +not run \(not in NCCLPOOL_GPU_CHECK=cuda,torch\)$", out.stdout, re.M)
     assert re.search(r"^-- +asnodes +not run", out.stdout, re.M)
     assert not re.search(r"^-- +(cuda|torch) ", out.stdout, re.M)
+    default = rows_run('not_run_rows ",cuda,nccl,torch," cuda nccl torch asnodes', NCCLPOOL_GPU_CHECK="")
+    assert re.search(r"^-- +asnodes +not run \(only when named: NCCLPOOL_GPU_CHECK\)$", default.stdout, re.M), default.stdout
 
 
 def stand_in_checkout(tmp_path, gtest_output, gtest_rc, sanitizer=None):
