@@ -22,6 +22,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ncclpool {
 
@@ -61,7 +63,8 @@ class NCCLPOOL_API AutoPool final : public RegisteredPool {
   PoolPart& route(std::size_t bytes, Collective collective);
   [[nodiscard]] bool routes_use(RegistrationKind kind) const noexcept;
   void fix_routes() noexcept;
-  bool choose_routes_for(Communicator& comm);  // under attach_mutex(); true when it chose them (the attach then fixes them)
+  bool choose_routes_for(Communicator& comm);
+  [[nodiscard]] std::vector<std::pair<std::size_t, RegistrationKind>> attach_plan(std::optional<RegistrationKind> kind) const;  // under attach_mutex(); true when it chose them (the attach then fixes them)
   void drop_windows_across_nodes(std::size_t nodes);  // under attach_mutex(), at the attach that chose the routes
   struct RoutesAgreed {
     std::size_t nodes;  // how many nodes the communicator's ranks run on
@@ -73,6 +76,7 @@ class NCCLPOOL_API AutoPool final : public RegisteredPool {
   std::array<SizeRoutes, kCollectives> routes_;  // by Collective; [any] for buffers of no named collective
   std::string routes_source_;
   std::atomic<bool> routes_fixed_{false};
+  std::string agreed_settings_;  // RegistryOptions::agreed_settings: compared by the routes agreement
 };
 
 /// @brief What make_auto_pool builds an auto pool from.

@@ -22,9 +22,9 @@
 
 namespace ncclpool {
 
-/// A fixed-size record exchanged at agreement points (128 bytes, so one all-gather suffices).
+/// A fixed-size record exchanged at agreement points (144 bytes, so one all-gather suffices).
 struct AgreementRecord {
-  static constexpr std::size_t kWords = 16;
+  static constexpr std::size_t kWords = 18;
   std::array<std::uint64_t, kWords> words{};
   friend bool operator==(const AgreementRecord&, const AgreementRecord&) = default;
 };

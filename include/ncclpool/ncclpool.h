@@ -171,6 +171,15 @@ typedef struct ncclpool_pool_options {
                                 segments, so fewer windows, for more reserve (1 GiB: 64 torch segments
                                 of 32 MiB share 2 windows per group instead of 64;
                                 docs/benchmarks/growth.md). Auto pools: their symmetric part only */
+  /* Added in 0.1 after min_segment: a caller built before passes the smaller struct_size (up to
+     min_segment), which ncclpool_pool_create and ncclpool_pool_get_options still accept. */
+  const char* agreed_settings; /* settings every rank must have alike (the caller's text: a kind, buffer
+                                checks, debug modes...); copied; NULL or "" = none. With settings, every
+                                attach of the pool is collective, a LOCAL one included: an attach
+                                agreement compares the kind and a digest of this text, and ranks whose
+                                kind or settings differ all get AGREEMENT_ERROR (naming this rank's text
+                                and kind); a symmetric attach and an auto pool's routes agreement
+                                compare the digest too (docs/registry.md, "Lockstep") */
 } ncclpool_pool_options_t;
 
 /* Fills *options with the defaults above (device 0, AUTO source, local registration). */
@@ -180,7 +189,9 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_option
  * live, a scope of the pool is open in any thread, or a symmetric communicator is attached (detach or
  * forget it first). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool);
-/* The options the pool runs with (source resolved, defaults filled in; name points into the pool). */
+/* The options the pool runs with (source resolved, defaults filled in; name and agreed_settings point
+ * into the pool). Fills agreed_settings only when options->struct_size is sizeof(ncclpool_pool_options_t)
+ * (a caller built before it may leave struct_size unset: it then gets the fields up to min_segment). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_options_t* options);
 /* Describes the segment source, e.g. "vmm device 0 (posix-fd)". Valid while the pool lives. */
 NCCLPOOL_C_API const char* ncclpool_pool_source_description(ncclpool_pool_t pool);
@@ -272,6 +283,16 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_commit(ncclpool_pool_t pool);
  * nothing is registered, instead of leaving the other ranks' agreement to pair with this rank's next
  * collective. Never reports the agreement's own error (the caller has one): OK, or INVALID_ARGUMENT. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_commit_after_error(ncclpool_pool_t pool);
+/* Records a failure found on this rank alone (`why`, copied; NULL = none given) as this rank's "no" at
+ * the pool's next collective step: an attach agreement (symmetric, or any attach of a pool with agreed
+ * settings), a commit or scheduled scope end with a symmetric communicator attached, a symmetric
+ * detach, a trim with one, an auto pool's routes agreement (whichever part's agreement comes first).
+ * That step takes it: this rank still joins and votes no, nothing is registered or released anywhere,
+ * the other ranks fail with AGREEMENT_ERROR ("voted no"), and this rank with INVALID_STATE whose
+ * message contains `why`. The first failure is kept until a step takes it (a scope ended with
+ * ncclpool_scope_end_after_error where it is not an agreement point keeps its "no" the same way).
+ * Never collective, never waits: OK, or INVALID_ARGUMENT for a NULL pool. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_vote_no(ncclpool_pool_t pool, const char* why);
 /* Checks earlier agreements whose results arrived; AGREEMENT_ERROR names one that differed (reported
  * once). Never waits, nothing collective. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool);
@@ -312,7 +333,9 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_begin_for(ncclpool_pool_t pool, 
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end(ncclpool_pool_t pool);
 /* Ends the innermost scope after an error inside it on this rank: a scope end like ncclpool_scope_end
  * (counted, so the schedule stays the same on every rank), where this rank votes no if the scope end
- * is scheduled (enqueued, no wait): every rank fails there together. Never reports the agreement's
+ * is scheduled (enqueued, no wait): every rank fails there together. At a scope end that is not an
+ * agreement point the "no" is kept for the pool's next collective step (as ncclpool_vote_no), so one
+ * rank's error in a scope always ends in an error on every rank there. Never reports the agreement's
  * own error: OK, or INVALID_STATE when the innermost scope is not `pool`'s. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_scope_end_after_error(ncclpool_pool_t pool);
 /* Leaves the innermost scope without a scope end: nothing counted, nothing collective; pending

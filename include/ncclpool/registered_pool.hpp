@@ -22,6 +22,7 @@
 #include <ncclpool/registration.hpp>
 #include <ncclpool/registry.hpp>
 
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -82,6 +83,11 @@ class NCCLPOOL_API RegisteredPool {
   std::size_t trim();
   /// Registry::commit_after_error on every part. Never throws.
   void commit_after_error() noexcept;
+  /// Registry::vote_no for the pool as a whole: this rank's "no" at the pool's next collective step,
+  /// whichever part's agreement (or an auto pool's routes agreement) comes first; taken there once.
+  /// Never collective, never waits, never throws.
+  void vote_no(const std::string& why) noexcept;
+  [[nodiscard]] bool voting_no() const noexcept;
 
   [[nodiscard]] bool attached(const Communicator& comm) const;
   /// comm's counters summed over its parts; kind: the kind it was attached with, symmetric where a
@@ -125,8 +131,11 @@ class NCCLPOOL_API RegisteredPool {
 
  protected:
   explicit RegisteredPool(std::string name) : name_(std::move(name)) {}
-  /// Adds a part with its own registry.
+  /// Adds a part with its own registry (every part shares the first part's pending "no").
   void add_part(RegistrationKind kind, std::shared_ptr<Pool> pool, const RegistryOptions& options);
+  /// Takes the pending "no" (vote_no, a scope's failure) for a collective step of the pool's own
+  /// (an auto pool's routes agreement); nullptr when there is none.
+  [[nodiscard]] std::exception_ptr take_vote_no() noexcept;
   /// Records that comm is attached to these parts (indices into parts()), as `requested`.
   /// Call under attach_mutex(), after reserve_attachment(). Never throws.
   void record_attachment(std::shared_ptr<Communicator> comm, std::vector<std::size_t> parts, std::optional<RegistrationKind> requested) noexcept;

@@ -35,6 +35,7 @@
 #include <ncclpool/stats_fields.h>
 
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,12 @@ struct RegistryOptions {
   /// every rank. 1 = every scope end (what check mode uses). Must be >= 1.
   unsigned scope_period = kDefaultScopePeriod;
   static constexpr unsigned kDefaultScopePeriod = 16;
+  /// Settings that change how ranks use the pool collectively (the caller's text: a kind, buffer
+  /// checks, debug modes, a kernel policy...), which every rank must have alike. Non-empty: every
+  /// attach is collective, a local one included (an attach agreement comparing the kind and a
+  /// digest of this text), so ranks whose kind or settings differ all fail there together. Every
+  /// symmetric attach compares the digest too. Empty: a local attach is not collective.
+  std::string agreed_settings{};
 };
 
 /// Per-communicator counters. The fields and what each says: NCCLPOOL_COMM_STATS_FIELDS in
@@ -103,9 +110,12 @@ class NCCLPOOL_API Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
+  /// Collective when `kind` is symmetric or the registry has agreed settings (RegistryOptions): then
+  /// every check that fails on this rank alone (other device, attached twice, a pending vote_no, ...)
+  /// is this rank's "no" in the attach agreement, and every rank fails there together.
   /// @throws InvalidArgument (a kind other than local or symmetric, attached twice, other device,
   /// symmetric over a pool that is not deterministic or a source that cannot back windows),
-  /// Unsupported (no window support),
+  /// Unsupported (no window support), InvalidState (a collective attach during graph capture),
   /// RegistrationError / AgreementError (nothing stays registered with comm when it throws).
   void attach(std::shared_ptr<Communicator> comm, RegistrationKind kind);
   /// @throws InvalidArgument if comm is not attached; RegistrationError / AgreementError.
@@ -121,6 +131,17 @@ class NCCLPOOL_API Registry {
   /// fails there and nothing is registered, instead of leaving the other ranks' agreement to pair
   /// with this rank's next collective. Never throws (the caller's own error is the one to raise).
   void commit_after_error() noexcept;
+  /// Records a failure found on this rank alone as this rank's "no" at the pool's next collective
+  /// step (a collective attach, a commit or scheduled scope end with a symmetric communicator, a
+  /// symmetric detach, a trim with one). That step takes it: this rank still joins, votes no, nothing
+  /// is registered or released anywhere, every other rank raises the agreement's AgreementError
+  /// ("voted no"), and this rank raises InvalidState naming `why`. The first failure is kept until a
+  /// step takes it. Never collective, never waits, never throws.
+  void vote_no(const std::string& why) noexcept;
+  /// The same with the error itself: the step raises `error` on this rank.
+  void vote_no(std::exception_ptr error) noexcept;
+  /// Whether a vote_no (or a scope's failure) waits for the next collective step.
+  [[nodiscard]] bool voting_no() const noexcept;
   /// Checks agreements of earlier agreement points whose results arrived (never waits, nothing
   /// collective). @throws AgreementError for the oldest one that differed (reported once: not again
   /// at the next agreement point).
@@ -154,6 +175,7 @@ class NCCLPOOL_API Registry {
 
  private:
   friend class Scope;
+  friend class RegisteredPool;  // its parts' registries share one pending "no" (vote_no)
   std::atomic<int>& impl_open_scopes() noexcept;
   void end_scope(bool failed);  // Scope::close: commit at the scheduled scope ends, else local pending only
   void poll_quietly() noexcept;  // Scope's opening: a mismatch found is kept for the next agreement point
@@ -183,7 +205,10 @@ class NCCLPOOL_API Scope {
   void close();
   /// The scope end of a scope left with an error on this rank: counted like close() (the schedule
   /// must stay the same on every rank), and at a scheduled scope end this rank joins the agreement
-  /// voting no (enqueued, no wait), so every rank fails there together. Never throws.
+  /// voting no (enqueued, no wait), so every rank fails there together. At a scope end that is not an
+  /// agreement point (or under graph capture) the failure is kept as Registry::vote_no for the next
+  /// collective step: one rank's error in a scope always ends in an error on every rank at the pool's
+  /// next agreement point. Never throws.
   void close_after_error() noexcept;
   /// Leaves without a scope end: nothing counted, nothing collective. Only for scopes that every
   /// rank leaves this way (C ABI ncclpool_scope_leave, Python scope(commit=False)).

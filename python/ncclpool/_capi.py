@@ -34,6 +34,7 @@ class PoolOptions(ctypes.Structure):
         ("sim_capacity", c_size_t),
         ("check", c_int),
         ("min_segment", c_size_t),
+        ("agreed_settings", c_char_p),
     ]
 
 
@@ -154,6 +155,7 @@ _PROTOTYPES = {
     "ncclpool_forget": (_Status, [_P]),
     "ncclpool_commit": (_Status, [_P]),
     "ncclpool_commit_after_error": (_Status, [_P]),
+    "ncclpool_vote_no": (_Status, [_P, c_char_p]),
     "ncclpool_pending": (_Status, [_P, POINTER(c_size_t)]),
     "ncclpool_poll": (_Status, [_P]),
     "ncclpool_verify_buffers": (_Status, [_P, POINTER(_P), c_size_t]),

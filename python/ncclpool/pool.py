@@ -46,11 +46,16 @@ class Pool:
             ranks by name and attach order: give a pool the same name on every rank.
         sim_capacity: simulated device memory for 'sim' (0: 64 GiB).
         check: check mode (docs/registry.md): None ($NCCLPOOL_CHECK), 'off', 'layout', 'collectives'.
+        agreed_settings: text every rank must have alike (a kind, buffer checks, debug modes...). Set,
+            every attach of the pool is collective, a local one included: an attach agreement compares
+            the kind and a digest of the text, and ranks whose kind or settings differ all raise
+            AgreementError there (docs/registry.md, "Lockstep"). None or '': a local attach is local.
     """
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
                  alignment: int = 0, max_reserved: int = 0, deterministic: bool | None = None,
-                 name: str = "ncclpool", sim_capacity: int = 0, check=None, min_segment: int = 0):
+                 name: str = "ncclpool", sim_capacity: int = 0, check=None, min_segment: int = 0,
+                 agreed_settings: str | None = None):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
         if registration not in ("local", "symmetric", "auto"):
@@ -69,11 +74,13 @@ class Pool:
         options.sim_capacity = _size(sim_capacity, "sim_capacity")
         options.check = _check_level(check)
         options.min_segment = _size(min_segment, "min_segment")
+        options.agreed_settings = agreed_settings.encode() if agreed_settings else None
         handle = c_void_p()
         call("ncclpool_pool_create", byref(options), byref(handle))
         self._handle = handle
         self._comms: list[Communicator] = []
         resolved = PoolOptions()
+        resolved.struct_size = ctypes.sizeof(resolved)
         call("ncclpool_pool_get_options", handle, byref(resolved))
         self.name = name
         self.device = resolved.device
@@ -84,6 +91,7 @@ class Pool:
         self.alignment = resolved.alignment
         self.deterministic = bool(resolved.deterministic)
         self.check_level = _CHECK_NAMES[resolved.check]
+        self.agreed_settings = resolved.agreed_settings.decode() if resolved.agreed_settings else None
         self.source_description = lib.ncclpool_pool_source_description(handle).decode()
 
     # -- lifetime --
@@ -232,6 +240,15 @@ class Pool:
         out = c_int()
         call("ncclpool_scope_end_agrees", self.handle, byref(out))
         return bool(out.value)
+
+    def vote_no(self, why: str) -> None:
+        """Records a failure found on this rank alone as this rank's "no" at the pool's next collective
+        step (a collective attach, a commit or scheduled scope end with windows, a symmetric detach, a
+        trim with windows, an auto pool's routes agreement). That step takes it: this rank still joins,
+        nothing is registered or released anywhere, the other ranks raise AgreementError ("voted no")
+        and this rank InvalidState naming `why`. The first failure is kept until a step takes it.
+        Never collective, never waits."""
+        call("ncclpool_vote_no", self.handle, str(why).encode())
 
     def _commit_after_error(self) -> None:
         """commit() on an error path of this rank: joins the agreement voting no (never raises its error)."""

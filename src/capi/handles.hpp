@@ -22,6 +22,7 @@ struct ncclpool_comm_s {
 
 struct ncclpool_pool_s {
   std::string name;
+  std::string agreed_settings;        // options.agreed_settings points at it (NULL when empty)
   ncclpool_pool_options_t options{};  // resolved; options.name points at `name`
   std::unique_ptr<ncclpool::RegisteredPool> registered;  // a SinglePool, or an AutoPool
   std::mutex comms_mutex;  // guards comms (the registry has its own lock)
@@ -66,6 +67,10 @@ T* require(T* p, const char* what) {
 inline constexpr std::size_t kMiB = 1ull << 20;
 inline constexpr std::size_t kGiB = 1ull << 30;
 
+
+/// options->struct_size checked: this header's size, or the first release's (before agreed_settings).
+/// @throws InvalidArgument naming `what` for any other.
+std::size_t options_size(std::size_t struct_size, const char* what);
 
 /// The C enum as the C++ one. @throws InvalidArgument for a value outside it.
 ncclpool::Collective collective_of(ncclpool_collective_t collective);

@@ -10,6 +10,7 @@
 #include <ncclpool/nccl.hpp>
 #include <ncclpool/sim.hpp>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -174,6 +175,15 @@ stream_t as_stream(void* stream) { return reinterpret_cast<stream_t>(stream); }
 
 }  // namespace
 
+// The pool options' sizes this library accepts: this header's, and the first release's (up to
+// min_segment, before agreed_settings).
+std::size_t options_size(std::size_t struct_size, const char* what) {
+  constexpr std::size_t first_release = offsetof(ncclpool_pool_options_t, agreed_settings);
+  if (struct_size == sizeof(ncclpool_pool_options_t) || struct_size == first_release) return struct_size;
+  throw InvalidArgument(std::string(what) + " is " + std::to_string(struct_size) + ", expected " + std::to_string(sizeof(ncclpool_pool_options_t)) +
+                        " (or " + std::to_string(first_release) + " from a caller built before agreed_settings): call ncclpool_pool_options_init first");
+}
+
 Collective collective_of(ncclpool_collective_t collective) {
   if (collective < NCCLPOOL_COLLECTIVE_ANY || collective > NCCLPOOL_COLLECTIVE_ALL_REDUCE)
     throw InvalidArgument("collective " + std::to_string(collective) + " is not ANY (0), ALL_GATHER (1), REDUCE_SCATTER (2) or ALL_REDUCE (3)");
@@ -203,14 +213,17 @@ ncclpool_status_t ncclpool_pool_create(const ncclpool_pool_options_t* options, n
     require(options, "options");
     require(out, "pool (output)");
     *out = nullptr;
-    if (options->struct_size != sizeof(ncclpool_pool_options_t))
-      throw InvalidArgument("options->struct_size is " + std::to_string(options->struct_size) + ", expected " +
-                            std::to_string(sizeof(ncclpool_pool_options_t)) + ": call ncclpool_pool_options_init first");
+    ncclpool_pool_options_t given{};  // a caller built before agreed_settings passes the smaller struct
+    std::memcpy(&given, options, capi::options_size(options->struct_size, "options->struct_size"));
+    given.struct_size = sizeof(ncclpool_pool_options_t);
     auto handle = std::make_unique<ncclpool_pool_s>();
-    handle->name = options->name ? options->name : "ncclpool";
-    handle->options = capi::resolve(*options);
+    handle->name = given.name ? given.name : "ncclpool";
+    handle->agreed_settings = given.agreed_settings ? given.agreed_settings : "";
+    handle->options = capi::resolve(given);
     handle->options.name = handle->name.c_str();
-    const RegistryOptions registry_options{static_cast<CheckLevel>(handle->options.check)};
+    handle->options.agreed_settings = handle->agreed_settings.empty() ? nullptr : handle->agreed_settings.c_str();
+    RegistryOptions registry_options{static_cast<CheckLevel>(handle->options.check)};
+    registry_options.agreed_settings = handle->agreed_settings;
     if (handle->options.default_registration == NCCLPOOL_REGISTRATION_AUTO) {
       const ncclpool_pool_options_t& o = handle->options;
       AutoPoolConfig config;
@@ -260,7 +273,13 @@ ncclpool_status_t ncclpool_pool_destroy(ncclpool_pool_t pool) {
 ncclpool_status_t ncclpool_pool_get_options(ncclpool_pool_t pool, ncclpool_pool_options_t* options) {
   return guarded("ncclpool_pool_get_options", [&] {
     require(pool, "pool");
-    *require(options, "options") = pool->options;
+    require(options, "options");
+    // The fields the caller's struct has: all of this header's when struct_size says so, else the
+    // first release's (whose callers may leave struct_size unset: it never mattered here), never more.
+    const std::size_t size = options->struct_size == sizeof(ncclpool_pool_options_t) ? sizeof(ncclpool_pool_options_t)
+                                                                                      : offsetof(ncclpool_pool_options_t, agreed_settings);
+    std::memcpy(options, &pool->options, size);
+    options->struct_size = size;
   });
 }
 

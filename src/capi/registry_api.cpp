@@ -145,6 +145,10 @@ ncclpool_status_t ncclpool_commit_after_error(ncclpool_pool_t pool) {
   return guarded("ncclpool_commit_after_error", [&] { require(pool, "pool")->registered->commit_after_error(); });
 }
 
+ncclpool_status_t ncclpool_vote_no(ncclpool_pool_t pool, const char* why) {
+  return guarded("ncclpool_vote_no", [&] { require(pool, "pool")->registered->vote_no(why ? why : "no reason given"); });
+}
+
 ncclpool_status_t ncclpool_poll(ncclpool_pool_t pool) {
   return guarded("ncclpool_poll", [&] { require(pool, "pool")->registered->poll(); });
 }

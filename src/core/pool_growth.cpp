@@ -113,15 +113,20 @@ Segment* PoolImpl::adopt_segment(const SegmentAllocation& allocation) {
   return segments_.back().get();
 }
 
+// The total asked for is checked against the capacity before any rounding: rounding a size near
+// SIZE_MAX up to the granularity wraps to a small one (reserve(SIZE_MAX) once reserved 2 MiB and said
+// success), and checking only the rounded missing bytes let reserved + missing pass the capacity.
 void PoolImpl::reserve(std::size_t bytes) {
   std::lock_guard lock(mutex_);
+  const std::size_t capacity = source_->properties().capacity;
+  const auto too_large = [&] {
+    return SizeTooLarge(describe() + ": cannot reserve " + format_bytes(bytes) + ": exceeds the device capacity " + format_bytes(capacity));
+  };
+  if (bytes > capacity) throw too_large();
   if (bytes <= stats_.reserved_bytes) return;
   const std::size_t missing = bytes - stats_.reserved_bytes;
   const std::size_t segment_size = segment_size_for(missing);
-  if (segment_size == 0 || segment_size > source_->properties().capacity) {
-    throw SizeTooLarge(describe() + ": cannot reserve " + format_bytes(bytes) + ": exceeds the device capacity " +
-                       format_bytes(source_->properties().capacity));
-  }
+  if (segment_size < missing || segment_size > capacity) throw too_large();
   fresh_.index.insert(grow(missing));
 }
 

@@ -52,6 +52,8 @@ std::string describe_record(const AgreementRecord& r) {
     msg << ", symmetric kernels' CTAs " << (ctas == 0 ? std::string("NCCL's choice") : std::to_string(ctas));
   }
   msg << ", scope period " << scope_period_of(w[word::check]);
+  if (w[word::kind] != 0) msg << ", attached as " << to_string(static_cast<RegistrationKind>(w[word::kind] - 1));
+  if (w[word::settings] != 0) msg << ", agreed settings digest " << hex(w[word::settings]);
   if (const std::uint64_t moved = placement_recoveries_of(w[word::vote]); moved != 0)
     msg << ", " << moved << " out-of-memory recover" << (moved == 1 ? "y" : "ies") << " that may have moved blocks";
   return msg.str();
@@ -108,7 +110,16 @@ AgreementRecord make_agreement(const AgreementInput& in) {
   w[word::layout_digest] = in.layout_digest;
   w[word::live_blocks] = in.live_blocks;
   w[word::vote] = (in.voted_no ? 1 : 0) | std::min<std::uint64_t>(in.placement_recoveries, 0xffffffffu) << 32;
+  w[word::settings] = in.settings_digest;
+  w[word::kind] = 1 + static_cast<std::uint64_t>(in.kind);
   return r;
+}
+
+std::uint64_t settings_digest(const std::string& settings) {
+  if (settings.empty()) return 0;
+  Fnv1a d;
+  for (unsigned char c : settings) d.mix(c);
+  return d.value() == 0 ? 1 : d.value();
 }
 
 std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks) {
@@ -121,7 +132,8 @@ std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks) {
   return d.value();
 }
 
-void check_agreement(const std::vector<AgreementRecord>& records, const AgreementRecord& mine, const Communicator& comm, bool late) {
+void check_agreement(const std::vector<AgreementRecord>& records, const AgreementRecord& mine, const Communicator& comm, bool late,
+                     const std::string& settings) {
   if (std::all_of(records.begin(), records.end(), [&](const AgreementRecord& r) { return r == records.front(); })) return;
   // Group ranks by what they brought, so the message reads "ranks 0,1,2: ...; rank 3: ...".
   std::map<std::vector<std::uint64_t>, std::vector<int>> groups;
@@ -142,7 +154,14 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
     return std::any_of(records.begin(), records.end(), [&](const AgreementRecord& r) { return r.words[word::magic] == kAgreementMagic && field(r) != field(mine); });
   };
   const bool voted_no = std::any_of(records.begin(), records.end(), [](const AgreementRecord& r) { return voted_no_of(r.words[word::vote]); });
-  if (differ([](const AgreementRecord& r) { return symmetric_kernels_of(r.words[word::check]); }))
+  const std::string my_kind = mine.words[word::kind] != 0 ? to_string(static_cast<RegistrationKind>(mine.words[word::kind] - 1)) : "?";
+  if (differ([](const AgreementRecord& r) { return r.words[word::settings]; }))
+    msg << " (the ranks' agreed settings differ, so they would use the pool differently: this rank attaches as " << my_kind
+        << " with agreed settings '" << settings << "'; give every rank the same settings)";
+  else if (differ([](const AgreementRecord& r) { return r.words[word::kind]; }))
+    msg << " (the ranks attach with different kinds: this rank as " << my_kind << (settings.empty() ? "" : " with agreed settings '" + settings + "'")
+        << "; a local attach on one rank and a symmetric one on another would pair a window registration with another collective)";
+  else if (differ([](const AgreementRecord& r) { return symmetric_kernels_of(r.words[word::check]); }))
     msg << " (the ranks would launch NCCL's symmetric kernels differently, with different CTA counts or on some ranks only, which "
            "waits forever for blocks that never come: give every rank the same NCCL, NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS, "
            "NCCLPOOL_SYMMETRIC_KERNELS and profile)";

@@ -99,6 +99,18 @@ void Registry::forget(const Communicator& comm) { impl_->forget(comm); }
 void Registry::commit() { impl_->commit(); }
 void Registry::commit_after_error() noexcept { impl_->commit_after_error(); }
 void Registry::poll() { impl_->poll(/*report=*/true); }
+void Registry::vote_no(std::exception_ptr error) noexcept {
+  if (!error) return vote_no(std::string("no reason given"));
+  impl_->vote_no(std::move(error));
+}
+void Registry::vote_no(const std::string& why) noexcept {
+  try {
+    vote_no(std::make_exception_ptr(InvalidState("pool '" + impl_->pool_->config().name + "': this rank voted no after a failure on this rank: " + why)));
+  } catch (...) {  // out of host memory building the message: still a "no"
+    impl_->vote_no(std::current_exception());
+  }
+}
+bool Registry::voting_no() const noexcept { return impl_->voting_no(); }
 CheckLevel Registry::check_level() const noexcept { return impl_->check_level(); }
 std::uint64_t Registry::scope_ends() const noexcept { return impl_->scope_ends(); }
 unsigned Registry::scope_period() const noexcept { return impl_->scope_period(); }

@@ -3,6 +3,7 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/registered_pool.hpp>
 
+#include "registry_impl.hpp"
 #include "vote.hpp"
 
 #include <algorithm>
@@ -17,8 +18,21 @@ void RegisteredPool::add_part(RegistrationKind kind, std::shared_ptr<Pool> pool,
   part.kind = kind;
   part.pool = std::move(pool);
   part.registry = std::make_unique<Registry>(part.pool, options);
+  if (!parts_.empty()) part.registry->impl_->share_pending_no(parts_.front().registry->impl_->pending_no());
   parts_.push_back(std::move(part));
 }
+
+void RegisteredPool::vote_no(const std::string& why) noexcept {
+  try {
+    parts_.front().registry->vote_no(std::make_exception_ptr(InvalidState("pool '" + name_ + "': this rank voted no after a failure on this rank: " + why)));
+  } catch (...) {  // out of host memory building the message: still a "no"
+    parts_.front().registry->vote_no(std::current_exception());
+  }
+}
+
+bool RegisteredPool::voting_no() const noexcept { return parts_.front().registry->voting_no(); }
+
+std::exception_ptr RegisteredPool::take_vote_no() noexcept { return parts_.front().registry->impl_->pending_no()->take(); }
 
 // ---------------------------------------------------------------- allocation
 

@@ -18,6 +18,8 @@ RegistryImpl::RegistryImpl(std::shared_ptr<Pool> pool, RegistryOptions options) 
   if (options.scope_period == 0) throw InvalidArgument("registry: scope_period must be >= 1 (1 = every scope end commits)");
   // Check mode proves the layout at every agreement point: make every scope end one.
   scope_period_ = check_ >= CheckLevel::layout ? 1 : options.scope_period;
+  agreed_settings_ = std::move(options.agreed_settings);
+  settings_digest_ = settings_digest(agreed_settings_);
   pool_->add_observer(*this, /*replay_existing=*/true);
 }
 
@@ -167,8 +169,13 @@ void RegistryImpl::start_agreement(CommState& cs, AgreementPhase phase, const st
   in.voted_no = voted_no;
   in.symmetric_kernels = cs.symmetric_kernels;
   in.scope_period = scope_period_;
-  in.placement_recoveries = last_placement_recoveries_;
-  if (check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
+  in.settings_digest = settings_digest_;
+  in.kind = cs.kind;
+  // A local attachment agrees only at its attach (agreed settings): on the kind and the settings, not
+  // on where its blocks are (a local pool need not be deterministic).
+  const bool windows = cs.kind == RegistrationKind::symmetric;
+  in.placement_recoveries = windows ? last_placement_recoveries_ : 0;
+  if (windows && check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
     in.layout_digest = layout_digest(last_layout_);
     in.live_blocks = last_layout_.size();
   }
@@ -196,7 +203,7 @@ void RegistryImpl::check_outstanding(CommState& cs, bool wait_all) noexcept {
         records = o.gather->wait();
       }
       // Layout details need every rank in a further exchange, which only ranks that waited make.
-      check_agreement(records, o.mine, *cs.comm, /*late=*/true);
+      check_agreement(records, o.mine, *cs.comm, /*late=*/true, agreed_settings_);
     } catch (...) {
       if (!cs.found_late) cs.found_late = std::current_exception();
     }
@@ -227,7 +234,7 @@ bool RegistryImpl::step(CommState& cs, AgreementPhase phase, const std::vector<s
     }
     ++cs.stats.agreements_waited;
     if (only_layouts_differ(records)) explain_layout_difference(*cs.comm, records, last_layout_, pool_->config().name);
-    check_agreement(records, o.mine, *cs.comm, /*late=*/false);
+    check_agreement(records, o.mine, *cs.comm, /*late=*/false, agreed_settings_);
   } catch (...) {
     vote.fail();
   }

@@ -33,13 +33,16 @@ namespace ncclpool::detail {
 enum class AgreementPhase : std::uint64_t { attach = 1, commit = 2, detach = 3, trim = 4, trim_verdict = 5, layout_detail = 6, buffers = 7 };
 const char* phase_name(AgreementPhase phase);
 
-// Word layout of an AgreementRecord (16 words):
+// Word layout of an AgreementRecord (18 words):
 namespace word {
 enum : std::size_t {
   magic = 0, phase = 1, epoch = 2, ordinal = 3, name_digest = 4, name_prefix = 5 /* and 6 */, count = 7, bytes = 8,
   digest = 9, first = 10, last = 11, check = 12, layout_digest = 13, live_blocks = 14, vote = 15,
+  settings = 16,  // digest of RegistryOptions::agreed_settings (0: none)
+  kind = 17,      // 1 + the RegistrationKind of the attachment (local ones agree only with agreed settings)
 };
 }
+static_assert(word::kind < AgreementRecord::kWords);
 inline constexpr std::uint64_t kAgreementMagic = 0x6e63636c706f6f6cull;  // "ncclpool"
 
 // An agreement this rank started and has not checked yet.
@@ -87,7 +90,11 @@ struct AgreementInput {
   int symmetric_kernels = -1;  // how the process launches symmetric kernels (-1: nothing to say)
   unsigned scope_period = 0;   // RegistryOptions::scope_period: ranks must have the same schedule
   std::uint64_t placement_recoveries = 0;  // Pool::placement_recoveries: placements this rank moved
+  std::uint64_t settings_digest = 0;       // settings_digest(RegistryOptions::agreed_settings)
+  RegistrationKind kind = RegistrationKind::symmetric;  // the attachment's kind
 };
+// FNV-1a of the agreed settings; 0 for none, so that pools without them compare as before.
+std::uint64_t settings_digest(const std::string& settings);
 // The check word holds the check level (bits 0-7), the symmetric kernel setting + 1 (bits 8-31) and
 // the scope period (bits 32-63).
 inline CheckLevel check_level_of(std::uint64_t check_word) { return static_cast<CheckLevel>(check_word & 0xff); }
@@ -100,7 +107,9 @@ AgreementRecord make_agreement(const AgreementInput& in);
 std::uint64_t layout_digest(const std::vector<BlockLocation>& blocks);
 // Throws AgreementError naming the ranks whose records differ (grouped), or returns. `late` says the
 // mismatch is found after this rank went on (it had nothing to register and did not wait).
-void check_agreement(const std::vector<AgreementRecord>& records, const AgreementRecord& mine, const Communicator& comm, bool late);
+// `settings`: this rank's agreed settings, named in the message when the ranks' digests differ.
+void check_agreement(const std::vector<AgreementRecord>& records, const AgreementRecord& mine, const Communicator& comm, bool late,
+                     const std::string& settings = {});
 // True when every rank ran a layout check and only the layouts differ: then every rank (all of them
 // wait in check mode) takes part in explain_layout_difference.
 bool only_layouts_differ(const std::vector<AgreementRecord>& records);
@@ -138,6 +147,12 @@ class RegistryImpl final : public PoolObserver {
   // the first mismatch found; else keeps it for this rank's next agreement point (a scope opening:
   // whether a result has arrived is timing, so it must not decide whether a scope opens).
   void poll(bool report);
+  // Registry::vote_no: kept in pending_no_ for the next collective step (which takes it into its vote).
+  void vote_no(std::exception_ptr error) noexcept { pending_no_->record(std::move(error)); }
+  bool voting_no() const noexcept { return pending_no_->holds(); }
+  // The parts of one pool share one pending "no" (RegisteredPool): the first part to agree takes it.
+  void share_pending_no(std::shared_ptr<PendingNo> shared) noexcept { pending_no_ = std::move(shared); }
+  const std::shared_ptr<PendingNo>& pending_no() const noexcept { return pending_no_; }
   std::size_t trim();
   std::optional<SegmentRegistrations> lookup(const void* ptr) const;
   void* handle_of(const void* ptr, const Communicator& comm) const;
@@ -190,7 +205,15 @@ class RegistryImpl final : public PoolObserver {
   void commit(bool agree, Vote vote);
   bool local_pending() const;  // takes mutex_: a local communicator has registrations left by a capture
 
+  // Takes a pending "no" (vote_no) into this step's vote.
+  void take_pending_no(Vote& vote) noexcept {
+    if (std::exception_ptr no = pending_no_->take()) vote.fail(std::move(no));
+  }
+
   mutable std::mutex mutex_;
+  std::shared_ptr<PendingNo> pending_no_ = std::make_shared<PendingNo>();
+  std::string agreed_settings_;                       // RegistryOptions::agreed_settings
+  std::uint64_t settings_digest_ = 0;                 // settings_digest(agreed_settings_)
   std::vector<std::unique_ptr<CommState>> comms_;     // attach order
   std::map<std::uintptr_t, SegmentEntry> segments_;   // by base address (lookups)
   std::map<std::uint64_t, std::uintptr_t> by_sequence_;  // creation order

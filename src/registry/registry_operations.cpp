@@ -25,7 +25,8 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
                            std::to_string(props.device));
   };
   const auto already_attached = [&] { return InvalidArgument("attach: " + who + " is already attached to " + pool_name); };
-  if (kind == RegistrationKind::local) {  // not collective: a refusal is this rank's business alone
+  const bool windows = kind == RegistrationKind::symmetric;
+  if (!windows && agreed_settings_.empty()) {  // not collective: a refusal is this rank's business alone
     if (comm->device() != props.device) throw wrong_device();
     const auto lock = lock_for_agreement();
     if (find(*comm) != nullptr) throw already_attached();
@@ -44,20 +45,24 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     return;
   }
 
-  // Symmetric: collective. Every rank attaching this communicator joins the attach agreement, so
-  // every check that can fail on one rank alone is that rank's "no" there, never a reason to leave.
-  // Capture is the program's (every rank captures at the same places): refused before anything.
-  if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach symmetric communicators outside capture");
+  // Collective (symmetric, or any kind with agreed settings): every rank attaching this communicator
+  // joins the attach agreement, so every check that can fail on one rank alone is that rank's "no"
+  // there, never a reason to leave; the record carries the kind and the settings' digest, so ranks
+  // that attach differently fail together. Capture is the program's (every rank captures at the same
+  // places): refused before anything.
+  if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach " +
+                                      (windows ? "symmetric communicators" : "pools with agreed settings") + " outside capture");
   Vote vote;
+  take_pending_no(vote);
   try {
     if (comm->device() != props.device) throw wrong_device();
-    if (!pool_->config().deterministic)
+    if (windows && !pool_->config().deterministic)
       throw InvalidArgument("attach: symmetric registration needs a deterministic pool (PoolConfig::deterministic = true), so that every rank carves the same layout; " + pool_name + " is not");
-    if (!props.window_capable)
+    if (windows && !props.window_capable)
       throw InvalidArgument("attach: " + pool_name + " gets its memory from " + props.description +
                             ", which cannot back NCCL windows: use the `nccl` source (ncclMemAlloc) or the `vmm` source (cuMem with POSIX-FD handles)");
     std::string why;
-    if (!comm->supports_windows(&why)) throw Unsupported("attach: " + who + " cannot register windows: " + why);
+    if (windows && !comm->supports_windows(&why)) throw Unsupported("attach: " + who + " cannot register windows: " + why);
   } catch (...) {
     vote.fail();
   }
@@ -67,25 +72,29 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
   CommState& cs = *owned;
   cs.comm = std::move(comm);
   cs.kind = cs.stats.kind = kind;
-  struct OrdinalGuard {  // the attachment's number on this communicator, given back if attach fails
+  struct OrdinalGuard {  // the attachment's number on this communicator (windows), given back if attach fails
     std::uintptr_t comm = 0;
-    bool held = true;
+    bool held = false;
     ~OrdinalGuard() {
       if (held) WindowDirectory::instance().detach_comm(comm);
     }
-  } ordinal{cs.comm->native_handle()};
-  cs.ordinal = WindowDirectory::instance().attach_comm(ordinal.comm);
-  try {
-    cs.symmetric_kernels = cs.comm->prepare_symmetric_kernels();  // compared across ranks by the agreement
-  } catch (...) {
-    vote.fail();
+  } ordinal{cs.comm->native_handle(), windows};
+  if (windows) {
+    cs.ordinal = WindowDirectory::instance().attach_comm(ordinal.comm);
+    try {
+      cs.symmetric_kernels = cs.comm->prepare_symmetric_kernels();  // compared across ranks by the agreement
+    } catch (...) {
+      vote.fail();
+    }
   }
   std::vector<std::uint64_t> existing;
   for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
-  if (!step(cs, AgreementPhase::attach, existing, vote, /*wait=*/true)) vote.rethrow();
+  // A local attachment's segments are this rank's own (its pool need not be deterministic): its
+  // record names none, and they are registered after the agreement.
+  if (!step(cs, AgreementPhase::attach, windows ? existing : std::vector<std::uint64_t>{}, vote, /*wait=*/true)) vote.rethrow();
   register_existing(cs, existing);
   comms_.push_back(std::move(owned));
-  ++symmetric_count_;
+  if (windows) ++symmetric_count_;
   ordinal.held = false;
 }
 
@@ -111,18 +120,30 @@ void RegistryImpl::register_existing(CommState& cs, const std::vector<std::uint6
 // time per symmetric communicator (docs/benchmarks/scope.md), is paid once per period. A pending window waits for
 // the next scheduled one; its memory works meanwhile, without the window.
 // A scope that ends with an error on this rank counts like any other (the schedule must stay the
-// same on every rank) and votes no at a scheduled one.
+// same on every rank) and votes no at a scheduled one; elsewhere its "no" waits for the next
+// collective step (vote_no), so that one rank's error always ends in an error on every rank.
 // Under graph capture a scope end registers nothing and agrees on nothing (skipped on every rank,
 // since ranks capture at the same places); what is pending waits.
 void RegistryImpl::end_scope(bool failed) {
   const std::uint64_t n = scope_ends_.fetch_add(1, std::memory_order_relaxed);
   const bool agree = scope_end_commits(n, scope_period_);
+  std::exception_ptr failure;
+  if (failed) failure = std::make_exception_ptr(InvalidState("a scope of pool '" + pool_->config().name + "' ended with an error on this rank"));
+  // Not an agreement point here (unscheduled, no symmetric communicator, or skipped under capture):
+  // the failure waits for the next one, where this rank votes no (as Registry::vote_no).
+  const auto keep_failure = [&] {
+    if (failure) vote_no(std::move(failure));
+  };
   // The steady path: nothing to do, or only windows, which wait for a scheduled scope end.
-  if (!agree && (pending_total_.load() == 0 || !local_pending())) return;
-  if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return;
+  if (!agree && (pending_total_.load() == 0 || !local_pending())) return keep_failure();
+  if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return keep_failure();
+  if (!agree || symmetric_count_.load() == 0) {
+    keep_failure();
+    return commit(agree, Vote{});  // local registrations a capture left pending: nothing collective
+  }
   Vote vote;
-  if (failed) vote.fail(std::make_exception_ptr(InvalidState("a scope of pool '" + pool_->config().name + "' ended with an error on this rank")));
-  commit(agree, std::move(vote));
+  if (failure) vote.fail(std::move(failure));
+  commit(/*agree=*/true, std::move(vote));
 }
 
 void RegistryImpl::commit_after_error() noexcept {
@@ -153,6 +174,7 @@ void RegistryImpl::commit(bool agree, Vote vote) {
                        "; registration during capture is not allowed: commit after the capture ends");
   }
   const auto lock = lock_for_agreement();
+  if (agree && symmetric_count_.load() > 0) take_pending_no(vote);  // a collective step: this rank's kept "no" goes here
   for (auto& owned : comms_) {
     CommState& cs = *owned;
     if (cs.kind == RegistrationKind::symmetric) {
@@ -198,6 +220,7 @@ void RegistryImpl::detach(const Communicator& comm) {
     if (capturing()) throw InvalidState("detach: a CUDA graph is being captured; detach symmetric communicators outside capture");
     // Where any rank says no, every rank keeps the communicator and its windows: detach again, or forget.
     Vote vote;
+    take_pending_no(vote);
     if (!step(cs, AgreementPhase::detach, registered, vote, /*wait=*/true)) vote.rethrow();
   }
   std::string first_error;
@@ -232,6 +255,7 @@ std::size_t RegistryImpl::trim() {
     for (const auto& s : withheld)
       if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);
     const std::vector<CommState*> symmetric = symmetric_comms();
+    if (!symmetric.empty()) take_pending_no(vote);
     for (CommState* cs : symmetric) step(*cs, AgreementPhase::trim, candidates, vote, /*wait=*/true);
     for (CommState* cs : symmetric) step(*cs, AgreementPhase::trim_verdict, {}, vote, /*wait=*/true);  // records differ where a rank says no
   } catch (...) {  // only host-side failures get here (steps keep their own): nothing was released

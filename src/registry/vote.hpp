@@ -10,6 +10,8 @@
 // thrown once the step is over, on this rank; the other ranks throw the agreement's mismatch.
 
 #include <exception>
+#include <mutex>
+#include <utility>
 
 namespace ncclpool::detail {
 
@@ -28,6 +30,31 @@ class Vote {
   }
 
  private:
+  std::exception_ptr error_;
+};
+
+// A "no" found on this rank outside any collective step (Registry::vote_no, a scope left with an
+// error at a scope end that is not an agreement point), kept for the pool's next collective step,
+// which takes it as this rank's vote there. The first one is kept until taken: it is the cause.
+// Shared by the registries of one pool's parts, so that whichever part agrees first takes it, once.
+// Never waits for anything collective (its own lock guards one pointer).
+class PendingNo {
+ public:
+  void record(std::exception_ptr error) noexcept {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = std::move(error);
+  }
+  [[nodiscard]] std::exception_ptr take() noexcept {
+    std::lock_guard lock(mutex_);
+    return std::exchange(error_, nullptr);
+  }
+  [[nodiscard]] bool holds() const noexcept {
+    std::lock_guard lock(mutex_);
+    return error_ != nullptr;
+  }
+
+ private:
+  mutable std::mutex mutex_;
   std::exception_ptr error_;
 };
 

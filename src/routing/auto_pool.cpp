@@ -20,9 +20,12 @@ constexpr RegistrationKind kParts[] = {RegistrationKind::none, RegistrationKind:
 }  // namespace
 
 AutoPool::AutoPool(std::string name, const PartFactory& make_part, SizeRoutes routes, std::string routes_source, RegistryOptions options)
-    : RegisteredPool(std::move(name)), routes_source_(std::move(routes_source)) {
+    : RegisteredPool(std::move(name)), routes_source_(std::move(routes_source)), agreed_settings_(std::move(options.agreed_settings)) {
   routes_.fill(routes);
   if (!make_part) throw InvalidArgument("auto pool '" + this->name() + "': no part factory");
+  // The routes agreement, which every attach runs first, compares the agreed settings: the parts'
+  // own attaches need not (a part's local attach stays local, before that agreement).
+  options.agreed_settings.clear();
   for (RegistrationKind kind : kParts) add_part(kind, make_part(kind), options);
   const PoolPart& symmetric = part(RegistrationKind::symmetric);
   if (!symmetric.pool->source_properties().window_capable && routes_use(RegistrationKind::symmetric)) {
@@ -109,6 +112,25 @@ void AutoPool::drop_windows_across_nodes(std::size_t nodes) {
 // rank's routes, profile or failures: local parts (not collective; a failure is this rank's "no"),
 // then the routes agreement (always: no rank can tell locally whether another rank's routes make
 // windows), then the symmetric parts' attaches, each its own agreement. All or nothing.
+// The parts the routes use, each with the kind it is attached with (`kind`, or its own).
+std::vector<std::pair<std::size_t, RegistrationKind>> AutoPool::attach_plan(std::optional<RegistrationKind> kind) const {
+  std::vector<std::pair<std::size_t, RegistrationKind>> plan;
+  for (std::size_t i = 0; i < parts_.size(); ++i) {
+    const RegistrationKind own = parts_[i].kind;
+    if (!routes_use(own)) continue;
+    if (kind) {
+      plan.emplace_back(i, *kind);
+    } else if (own != RegistrationKind::none) {
+      plan.emplace_back(i, own);
+    }
+  }
+  return plan;
+}
+
+// Lockstep: an auto pool's attach makes the same collective steps on every rank, whatever this
+// rank's routes, profile or failures: local parts (not collective; a failure is this rank's "no"),
+// then the routes agreement (always: no rank can tell locally whether another rank's routes make
+// windows), then the symmetric parts' attaches, each its own agreement. All or nothing.
 void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) {
   if (!comm) throw InvalidArgument("attach: communicator is null");
   std::lock_guard lock(attach_mutex());
@@ -116,6 +138,7 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
   std::vector<std::size_t> done;  // parts attached so far
   done.reserve(parts_.size());
   detail::Vote vote;
+  if (std::exception_ptr no = take_vote_no()) vote.fail(std::move(no));  // this rank's kept "no": the routes agreement is collective
   if (is_attached_locked(*comm))
     vote.fail(std::make_exception_ptr(InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name() + "'")));
   if (kind == RegistrationKind::none)
@@ -129,18 +152,19 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
   } catch (...) {
     vote.fail();
   }
-  std::vector<std::pair<std::size_t, RegistrationKind>> plan;  // parts the routes use, with their kinds
-  for (std::size_t i = 0; i < parts_.size(); ++i) {
-    const RegistrationKind own = parts_[i].kind;
-    if (!routes_use(own)) continue;
-    if (kind) {
-      plan.emplace_back(i, *kind);
-    } else if (own != RegistrationKind::none) {
-      plan.emplace_back(i, own);
-    }
-  }
-  for (const auto& [index, k] : plan) {
-    if (k != RegistrationKind::local || !vote.yes()) continue;
+  // Local attaches come before the routes agreement (a refusal is this rank's "no" there). Where this
+  // attach may drop the windows (its routes are open and use them; the node count comes from the
+  // agreement), every size may go to the local part then: attach it too, and let it go after the
+  // agreement if the windows stay (it has no segment: nothing was allocated while the routes were open).
+  std::vector<std::pair<std::size_t, RegistrationKind>> local_first;
+  for (const auto& entry : attach_plan(kind))
+    if (entry.second == RegistrationKind::local) local_first.push_back(entry);
+  const std::size_t local_part = static_cast<std::size_t>(RegistrationKind::local);
+  const bool local_listed = std::any_of(local_first.begin(), local_first.end(), [&](const auto& e) { return e.first == local_part; });
+  if (choosing && routes_use(RegistrationKind::symmetric) && kind.value_or(RegistrationKind::local) == RegistrationKind::local && !local_listed)
+    local_first.emplace_back(local_part, RegistrationKind::local);
+  for (const auto& [index, k] : local_first) {
+    if (!vote.yes()) break;
     try {
       parts_[index].registry->attach(comm, k);
       done.push_back(index);
@@ -164,9 +188,14 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
   // open (all_open implies choosing here): a rank whose routes an allocation fixed before this attach
   // keeps them, and a rank that dropped alone would skip the window attaches the others make.
   if (agreed.all_open) drop_windows_across_nodes(agreed.nodes);
+  std::vector<std::size_t> unused;  // a local part attached in case the windows went, which they did not
+  for (std::size_t index : done)
+    if (!routes_use(parts_[index].kind)) unused.push_back(index);
+  undo_attach(*comm, unused);  // local, with no segment: nothing collective, nothing to deregister
+  for (std::size_t index : unused) std::erase(done, index);
   try {
-    for (const auto& [index, k] : plan) {
-      if (k != RegistrationKind::symmetric || !routes_use(parts_[index].kind)) continue;
+    for (const auto& [index, k] : attach_plan(kind)) {  // the routes as they are now, windows dropped or not
+      if (k != RegistrationKind::symmetric) continue;
       parts_[index].registry->attach(comm, k);
       done.push_back(index);
     }

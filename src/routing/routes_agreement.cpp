@@ -18,11 +18,13 @@ namespace ncclpool {
 namespace {
 
 // The routes agreement: one all-gathered record per rank (it fits 11 classes; more are compared by
-// digest only), with this rank's vote on the attach so far. Its magic differs from the registry's,
-// so a rank that runs a registry agreement in its place fails both sides.
+// digest only), with this rank's vote on the attach so far and the digest of the pool's agreed
+// settings (last word). Its magic differs from the registry's, so a rank that runs a registry
+// agreement in its place fails both sides.
 constexpr std::uint64_t kRoutesMagic = 0x6e63636c726f7574ull;  // "nccl" "rout"
-constexpr std::size_t kRecordClasses = AgreementRecord::kWords - 6;
-enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_node = 5, w_classes = 6 };
+enum : std::size_t { w_magic = 0, w_digest = 1, w_count = 2, w_from_profile = 3, w_voted_no = 4, w_node = 5, w_classes = 6,
+                     w_settings = AgreementRecord::kWords - 1 };
+constexpr std::size_t kRecordClasses = w_settings - w_classes;
 // w_voted_no's other bits, not compared: this rank's node() failed (w_node is then 0), and this
 // rank's routes were still open (not fixed before this attach).
 constexpr std::uint64_t kVotedNo = 1, kNodeUnknown = 2, kRoutesOpen = 4;
@@ -71,10 +73,11 @@ std::string describe_routes_record(const AgreementRecord& r) {
   if (r.words[w_magic] != kRoutesMagic)
     return "no routes: this rank ran another collective here (its pool is not an auto pool, or it attached pools in another order)";
   if (r.words[w_voted_no] & kVotedNo) return "could not attach (the error raised on that rank says why)";
+  const std::string settings = r.words[w_settings] != 0 ? ", agreed settings digest " + std::to_string(r.words[w_settings]) : "";
   const std::uint64_t asked = (r.words[w_from_profile] >> 2) & 3;
   const std::string from = std::string((r.words[w_from_profile] & 1) ? " (from its profile)" : " (built in)") + ", attached " +
                            (asked == 0 ? "with no kind (each part its own)" : std::string("as ") + to_string(static_cast<RegistrationKind>(asked - 1)));
-  if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from;
+  if (r.words[w_count] > kRecordClasses) return std::to_string(r.words[w_count]) + " size classes" + from + settings;
   std::vector<SizeRoute> classes;
   for (std::size_t i = 0; i < r.words[w_count]; ++i) {
     const std::uint64_t v = r.words[w_classes + i];
@@ -83,10 +86,18 @@ std::string describe_routes_record(const AgreementRecord& r) {
   try {
     const SizeRoutes routes(std::move(classes));
     const std::string per_collective = (r.words[w_from_profile] & 2) ? " and other routes for some collectives (digest " + std::to_string(r.words[w_digest]) + ")" : "";
-    return routes.describe() + per_collective + from;
+    return routes.describe() + per_collective + from + settings;
   } catch (const Error&) {
     return "unreadable routes";
   }
+}
+
+// FNV-1a of the agreed settings, 0 for none (as the registry's records carry them).
+std::uint64_t settings_digest(const std::string& settings) noexcept {
+  if (settings.empty()) return 0;
+  detail::Fnv1a d;
+  for (unsigned char c : settings) d.mix(c);
+  return d.value() == 0 ? 1 : d.value();
 }
 
 std::uint64_t routes_digest(const std::array<SizeRoutes, kCollectives>& routes) noexcept {
@@ -101,6 +112,7 @@ AutoPool::RoutesAgreed AutoPool::agree_on_routes(Communicator& comm, std::option
   const bool per_collective = std::any_of(routes_.begin() + 1, routes_.end(), [&](const SizeRoutes& r) { return !(r == routes_[0]); });
   AgreementRecord mine = routes_record(routes_[0], routes_digest(routes_), routes_source_.rfind("the profile", 0) == 0, per_collective, kind, voted_no);
   if (routes_open) mine.words[w_voted_no] |= kRoutesOpen;
+  mine.words[w_settings] = settings_digest(agreed_settings_);
   try {
     mine.words[w_node] = comm.node();
   } catch (...) {
@@ -117,6 +129,7 @@ AutoPool::RoutesAgreed AutoPool::agree_on_routes(Communicator& comm, std::option
     const AgreementRecord r = without_node(all[rank]);
     groups[{r.words.begin(), r.words.end()}].push_back(static_cast<int>(rank));
   }
+  const bool settings_differ = std::any_of(all.begin(), all.end(), [&](const AgreementRecord& r) { return r.words[w_magic] == kRoutesMagic && r.words[w_settings] != mine.words[w_settings]; });
   const bool someone_voted_no = std::any_of(all.begin(), all.end(), [](const AgreementRecord& r) { return r.words[w_magic] == kRoutesMagic && (r.words[w_voted_no] & kVotedNo) != 0; });
   std::ostringstream msg;
   if (someone_voted_no)
@@ -131,7 +144,10 @@ AutoPool::RoutesAgreed AutoPool::agree_on_routes(Communicator& comm, std::option
     for (std::size_t i = 0; i < ranks.size(); ++i) msg << (i ? "," : "") << ranks[i];
     msg << ": " << describe_routes_record(r) << ';';
   }
-  if (someone_voted_no)
+  if (settings_differ)
+    msg << " (the ranks' agreed settings differ: this rank attaches " << (kind ? std::string("as ") + to_string(*kind) : std::string("with no kind"))
+        << " with agreed settings '" << agreed_settings_ << "'; give every rank the same settings)";
+  else if (someone_voted_no)
     msg << " (that rank's own error says why, e.g. a local registration refused)";
   else
     msg << " (give every rank the same profile, NCCLPOOL_PROFILE, attach before the first allocation, and with the same kind)";

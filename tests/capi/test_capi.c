@@ -422,6 +422,89 @@ static void test_stats_structs(void) {
   OK(ncclpool_sim_group_destroy(group));
 }
 
+/* ncclpool_vote_no, agreed settings and reserve's bounds, on a one-rank group (the multi-rank cases are
+ * tests/unit/test_lockstep_votes.cpp): a "no" waits for a collective step, which takes it once. */
+static void test_votes_settings_and_reserve_bounds(void) {
+  ncclpool_pool_options_t options;
+  ncclpool_pool_options_t resolved;
+  ncclpool_pool_t pool = NULL;
+  ncclpool_sim_group_t group = NULL;
+  ncclpool_comm_t comm = NULL;
+  ncclpool_comm_stats_t stats;
+  void* p = NULL;
+  size_t pending = 0;
+  ncclpool_pool_options_init(&options);
+  options.name = "c-votes";
+  options.source = NCCLPOOL_SOURCE_SIM;
+  options.default_registration = NCCLPOOL_REGISTRATION_SYMMETRIC;
+  options.sim_capacity = (size_t)64 << 20;
+  options.growth_chunk = 4u << 20;
+  options.agreed_settings = "kind=symmetric;checks=off";
+  OK(ncclpool_pool_create(&options, &pool));
+  resolved.struct_size = sizeof resolved;
+  OK(ncclpool_pool_get_options(pool, &resolved));
+  EXPECT(resolved.agreed_settings != NULL && strcmp(resolved.agreed_settings, "kind=symmetric;checks=off") == 0);
+  /* Issue 44 item 8: a size whose rounding overflowed reserved ~2 MiB and said success; so did one
+     past the device's capacity once something was reserved. */
+  EXPECT(ncclpool_reserve(pool, (size_t)-1) == NCCLPOOL_ERROR_SIZE_TOO_LARGE);
+  OK(ncclpool_reserve(pool, 4u << 20));
+  EXPECT(ncclpool_reserve(pool, ((size_t)64 << 20) + 1) == NCCLPOOL_ERROR_SIZE_TOO_LARGE);
+  EXPECT(strstr(ncclpool_last_error(), "capacity") != NULL);
+  EXPECT(ncclpool_vote_no(NULL, "x") == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_sim_group_create("c-votes", 1, 2000, &group));
+  /* A "no" before the attach: the attach agreement takes it; the next attach agrees. */
+  OK(ncclpool_vote_no(pool, "the first use failed on this rank"));
+  EXPECT(ncclpool_attach_sim(pool, group, 0, NCCLPOOL_REGISTRATION_SYMMETRIC, &comm) == NCCLPOOL_ERROR_INVALID_STATE);
+  EXPECT(strstr(ncclpool_last_error(), "the first use failed on this rank") != NULL);
+  OK(ncclpool_attach_sim(pool, group, 0, NCCLPOOL_REGISTRATION_SYMMETRIC, &comm));
+  /* A "no" before a commit: nothing registered there, then the next commit registers. */
+  OK(ncclpool_alloc(pool, 8u << 20, NULL, &p)); /* a new segment: its window pending */
+  OK(ncclpool_vote_no(pool, "out of memory in the layer above"));
+  OK(ncclpool_vote_no(pool, "a later failure")); /* the first one is kept */
+  EXPECT(ncclpool_commit(pool) == NCCLPOOL_ERROR_INVALID_STATE);
+  EXPECT(strstr(ncclpool_last_error(), "out of memory in the layer above") != NULL);
+  OK(ncclpool_pending(pool, &pending));
+  EXPECT(pending == 1);
+  OK(ncclpool_commit(pool)); /* the vote was taken once */
+  OK(ncclpool_pending(pool, &pending));
+  EXPECT(pending == 0);
+  /* A scope left with an error where it is not an agreement point keeps its "no" (item 2): scope
+     ends 0..15 are scheduled, 16 too, 17 is not. */
+  {
+    int i;
+    for (i = 0; i < 17; ++i) {
+      OK(ncclpool_scope_begin(pool));
+      OK(ncclpool_scope_end(pool));
+    }
+    OK(ncclpool_scope_begin(pool));
+    OK(ncclpool_scope_end_after_error(pool)); /* scope end 17 */
+    EXPECT(ncclpool_commit(pool) == NCCLPOOL_ERROR_INVALID_STATE);
+    EXPECT(strstr(ncclpool_last_error(), "ended with an error") != NULL);
+    OK(ncclpool_commit(pool));
+  }
+  stats.struct_size = sizeof stats;
+  OK(ncclpool_comm_stats(comm, &stats));
+  EXPECT(stats.registered_segments == 2);
+  OK(ncclpool_free(pool, p, NULL));
+  OK(ncclpool_detach(comm));
+  OK(ncclpool_pool_destroy(pool));
+  /* A caller built before agreed_settings passes the smaller struct: accepted, no settings. */
+  ncclpool_pool_options_init(&options);
+  options.source = NCCLPOOL_SOURCE_SIM;
+  options.struct_size = offsetof(ncclpool_pool_options_t, agreed_settings);
+  OK(ncclpool_pool_create(&options, &pool));
+  memset(&resolved, 0xff, sizeof resolved);
+  resolved.struct_size = offsetof(ncclpool_pool_options_t, agreed_settings);
+  OK(ncclpool_pool_get_options(pool, &resolved));
+  EXPECT(resolved.agreed_settings == (const char*)(uintptr_t)-1); /* not written: the caller has no such field */
+  OK(ncclpool_attach_sim(pool, group, 0, NCCLPOOL_REGISTRATION_LOCAL, &comm)); /* no settings: not collective */
+  OK(ncclpool_detach(comm));
+  OK(ncclpool_pool_destroy(pool));
+  options.struct_size = 12;
+  EXPECT(ncclpool_pool_create(&options, &pool) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_sim_group_destroy(group));
+}
+
 int main(void) {
   test_status_and_version();
   test_copy_engine_vote();
@@ -431,6 +514,7 @@ int main(void) {
   test_destroy_with_open_scope_and_free_stream();
   test_auto_pool();
   test_stats_structs();
+  test_votes_settings_and_reserve_bounds();
   printf("test_capi: %d checks passed\n", checks);
   return 0;
 }

@@ -775,3 +775,54 @@ def test_torch_trace_writes_what_replay_reads(tmp_path, monkeypatch):
     j = json.loads(out.read_text())
     assert j == {"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}]], "segments": [], "recorded_by": "a test"}
     assert calls[0]["context"] is None and calls[-1] == {"enabled": None}
+
+
+def test_vote_no_fails_the_next_commit_on_every_rank_and_the_one_after_agrees():
+    # Issue 44: a failure found on one rank alone (out of memory in a layer above, say) is that rank's
+    # "no" at the pool's next collective step, never a reason to skip it.
+    world = ncclpool.SimGroup("world", 2, timeout_ms=3000, matching="nccl")
+
+    def rank(r):
+        p = sim_pool("symmetric", name="votes")
+        c = p.attach_sim(world, r)
+        x = p.alloc(MiB)
+        if r == 0:
+            p.vote_no("out of memory in the layer above")
+            with pytest.raises(errors.InvalidState, match="out of memory in the layer above"):
+                p.commit()
+        else:
+            with pytest.raises(errors.AgreementError, match="voted no"):
+                p.commit()
+        assert p.pending == 1
+        p.commit()  # taken once: this one agrees
+        assert p.pending == 0
+        p.free(x)
+        c.detach()
+        p.close()
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    assert world.live_registrations == 0
+
+
+def test_agreed_settings_make_a_local_attach_collective_and_compare_kinds():
+    # NCCLPOOL_SGLANG_KIND=local on one rank only, symmetric on the other (issue 44 item 4): with agreed
+    # settings both attaches run one agreement, and both ranks fail there, naming the kinds.
+    world = ncclpool.SimGroup("world", 2, timeout_ms=3000, matching="nccl")
+
+    def rank(r):
+        p = sim_pool("symmetric", name="settings", agreed_settings="kind=auto;debug=0")
+        assert p.agreed_settings == "kind=auto;debug=0"
+        with pytest.raises(errors.AgreementError, match="attach with different kinds"):
+            p.attach_sim(world, r, kind="symmetric" if r == 0 else "local")
+        assert p.communicators == []
+        c = p.attach_sim(world, r, kind="local")  # alike on every rank: agrees
+        c.detach()
+        p.close()
+        return True
+
+    _, failures = run_ranks(2, rank)
+    assert failures == [None, None], failures
+    assert world.live_registrations == 0
+    assert sim_pool("local", name="no-settings").agreed_settings is None

@@ -143,7 +143,7 @@ TEST(Registry, UnscheduledScopeEndsRegisterWhatACaptureLeftLocal) {
 }
 
 TEST(Registry, ScopePeriodOneAndCheckModeAgreeAtEveryScopeEnd) {
-  for (const RegistryOptions options : {RegistryOptions{.check = CheckLevel::off, .scope_period = 1}, RegistryOptions{.check = CheckLevel::layout}}) {
+  for (const RegistryOptions& options : {RegistryOptions{.check = CheckLevel::off, .scope_period = 1}, RegistryOptions{.check = CheckLevel::layout}}) {
     auto group = std::make_shared<LoopbackGroup>("world", 1);
     auto comm = std::make_shared<LoopbackCommunicator>(group, 0);
     Rank r = make_rank(true, 2 * MiB, 0, "ncclpool", options);
