@@ -3,16 +3,13 @@ communicator address of its PyNcclCommunicator, the tensor wrapper of a symmetri
 debug warning about tensors outside the pool (SGLang's wording and deduplication)."""
 from __future__ import annotations
 
-import os
+import bisect
 import traceback
-import warnings
+from dataclasses import dataclass
 
 import torch
 
-from ncclpool import InvalidArgument
-
-KINDS = ("auto", "symmetric", "local")
-
+from ncclpool import InvalidArgument, _environment
 
 def torch_release() -> tuple:
     """(2, 11, 0) for torch 2.11.0+cu130."""
@@ -24,25 +21,12 @@ def torch_release() -> tuple:
     return tuple(parts)
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    """SGLang's EnvBool, for a process without SGLang's modules."""
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    if value.lower() in ("true", "1", "yes", "y"):
-        return True
-    if value.lower() in ("false", "0", "no", "n"):
-        return False
-    warnings.warn(f'Invalid value for {name}: "{value}" is not a valid boolean value, using default "{default}"')
-    return default
-
-
 def debug_enabled() -> bool:
     """SGLANG_DEBUG_SYMM_MEM through SGLang's envs (which tests and SGLang may override)."""
     try:
         from sglang.srt.environ import envs
     except ImportError:
-        return _env_bool("SGLANG_DEBUG_SYMM_MEM", False)
+        return _environment.sglang_bool("SGLANG_DEBUG_SYMM_MEM", False)
     return bool(envs.SGLANG_DEBUG_SYMM_MEM.get())
 
 
@@ -51,11 +35,7 @@ def prealloc_gib() -> int:
     try:
         from sglang.srt.environ import envs
     except ImportError:
-        value = os.environ.get("SGLANG_SYMM_MEM_PREALLOC_GB_SIZE", "-1")
-        try:
-            return int(value)
-        except ValueError:
-            raise InvalidArgument(f"SGLANG_SYMM_MEM_PREALLOC_GB_SIZE={value!r} is not an integer number of GiB") from None
+        return _environment.sglang_int("SGLANG_SYMM_MEM_PREALLOC_GB_SIZE", -1)
     return int(envs.SGLANG_SYMM_MEM_PREALLOC_GB_SIZE.get())
 
 
@@ -71,12 +51,90 @@ def symmetric_memory_enabled() -> bool:
         return False
 
 
-def kind_from_env() -> str:
-    """NCCLPOOL_SGLANG_KIND: the pool's registration kind (unset or empty: auto)."""
-    kind = os.environ.get("NCCLPOOL_SGLANG_KIND", "") or "auto"
-    if kind not in KINDS:
-        raise InvalidArgument(f"NCCLPOOL_SGLANG_KIND={kind!r} is not one of {', '.join(KINDS)} (unset: auto)")
-    return kind
+@dataclass(frozen=True)
+class Settings:
+    """What changes this module's collective steps, read once (when the pool is made) and carried in
+    the pool's agreed settings: every attach compares them across the group's ranks, so a rank whose
+    environment differs fails every rank at the group's first use instead of joining other steps."""
+
+    kind: str          # NCCLPOOL_SGLANG_KIND: the pool's registration kind
+    debug: bool        # SGLANG_DEBUG_SYMM_MEM: buffer checks (collective) and the layout check mode
+    prealloc_gib: int  # SGLANG_SYMM_MEM_PREALLOC_GB_SIZE: the preallocation (a context and a commit)
+    problem: str       # a setting this rank could not read: its "no" at the first attach ('' if none)
+
+    @property
+    def agreed(self) -> str:
+        return (f"ncclpool.sglang kind={self.kind} debug={int(self.debug)} prealloc_gib={self.prealloc_gib}"
+                + (" (unreadable settings on this rank)" if self.problem else ""))
+
+
+def _read_settings() -> _Settings:
+    """This rank's settings; a value it cannot read becomes its "no" (never a raise before the collective
+    attach the other ranks are heading for)."""
+    problems = []
+
+    def read(what, default):
+        try:
+            return what()
+        except Exception as e:  # noqa: BLE001 - kept as this rank's vote
+            problems.append(str(e))
+            return default
+    kind = read(_environment.sglang_kind, "auto")
+    debug = bool(read(debug_enabled, False))
+    gib = read(prealloc_gib, -1)
+    return _Settings(kind, debug, gib, "; ".join(problems))
+
+
+@dataclass
+class Attachment:
+    """ncclpool.sglang's attachment of a group's communicator to its pool (made at the group's first use)."""
+
+    comm: object  # the ncclpool.Communicator
+    label: str
+    captured_checks: list  # (op_name, buffer pointers) checked during a capture, verified after it
+
+
+def read_settings() -> Settings:
+    """This rank's settings; a value it cannot read becomes its "no" at the pool's first attach (never
+    a raise before the collective attach the other ranks are heading for)."""
+    problems = []
+
+    def read(what, default):
+        try:
+            return what()
+        except Exception as e:  # noqa: BLE001 - kept as this rank's vote
+            problems.append(str(e))
+            return default
+    kind = read(_environment.sglang_kind, "auto")
+    debug = bool(read(debug_enabled, False))
+    gib = read(prealloc_gib, -1)
+    return Settings(kind, debug, gib, "; ".join(problems))
+
+
+class SegmentIndex:
+    """The segments of a MemPool, sorted, read again from torch's snapshot only after the pool's
+    allocation counters moved: a lookup is O(log segments)."""
+
+    def __init__(self):
+        self._key, self._bases, self._ends = (), [], []
+
+    def holds(self, pool, mempool, ptr: int) -> bool:
+        stats = pool.stats()
+        key = (stats["allocation_count"], stats["deallocation_count"])
+        if self._key != key:
+            segments = sorted((s["address"], s["address"] + s["total_size"]) for s in mempool.snapshot())
+            self._key, self._bases, self._ends = key, [b for b, _ in segments], [e for _, e in segments]
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        return i >= 0 and ptr < self._ends[i]
+
+
+def release_buffer(logger, pool, ptr: int, device) -> None:
+    """A symmetric buffer's finalizer: back to the pool once work queued on any stream is done."""
+    try:
+        torch.cuda.synchronize(device)
+        pool.free(ptr)
+    except Exception:  # noqa: BLE001 (a finalizer: report, never raise)
+        logger.exception("ncclpool.sglang: could not return a symmetric buffer to the pool")
 
 
 def comm_pointer(communicator, label: str) -> int:
@@ -94,13 +152,6 @@ class BufferOwner:
 
     def __init__(self, ptr: int, nbytes: int):
         self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
-
-
-def placement_of(routes: dict | None, nbytes: int) -> str | None:
-    """Where an auto pool puts a request of `nbytes` (its size classes: the last one from at most nbytes)."""
-    classes = (routes or {}).get("classes", [])
-    picks = [c["placement"] for c in classes if c["min_bytes"] <= nbytes]
-    return picks[-1] if picks else None
 
 
 def warn_outside_pool(logger, seen: set, tensors: dict, op_name: str, in_pool) -> None:

@@ -9,38 +9,37 @@ Same names, arguments and call sites as SGLang's module; what differs:
 * No JIT build: the pool is an ncclpool pool behind a ``torch.cuda.MemPool`` (ncclpool.torch),
   made at first use, of kind ``auto`` unless ``NCCLPOOL_SGLANG_KIND`` says ``symmetric`` or
   ``local`` (the NCCL-version guard, ``NCCLPOOL_SYMMETRIC_KERNELS``, applies).
-* Windows only at agreement points: a group's communicator (``group_coordinator.pynccl_comm.comm``)
-  is attached at its first use outside graph capture (collective over the group); a context exit is
-  a scope end of the pool, whose scheduled ones (the first 16, then every 16th) agree and register
+* Lockstep (docs/sglang.md, "Misconfigured ranks"): no rank decides alone whether it joins a
+  collective step. The settings that change the steps (kind, SGLang's debug mode, the preallocation)
+  are read once and are the pool's agreed settings, compared at every group's first use (an attach
+  agreement, local kind included); a failure on one rank is its "no" at the agreement point it was
+  heading for (``Pool.vote_no``, a commit after an error): every rank fails there together.
+* Windows only at agreement points: a group is attached at its first use outside graph capture; a
+  context exit is a scope end of the pool, whose scheduled ones (``Pool.scope_end_agrees``) register
   new windows; so do the first use after a capture, the preallocation and a symmetric buffer. Those
-  with windows are fenced (the stream before, the device after: SGLang's communicators do not order
-  ncclpool's launches after its graphs), so a pool that grew on one rank only ends in
-  ``ncclpool.AgreementError`` on every rank at the same context exit instead of a hang inside
-  ``ncclCommWindowRegister``.
-* ``SGLANG_DEBUG_SYMM_MEM=1``: the pool checks its layout at every scope end, and each buffer that
-  SGLang checks before a collective is proven to sit at the same offset of the same window on every
-  rank (buffers checked during a capture: at the group's first use after it, or at the
-  preallocation), else ``AgreementError`` on every rank before garbage is computed.
+  are fenced (the stream before, the device after: SGLang's communicators do not order ncclpool's
+  launches after its graphs), so a pool that grew on one rank only ends in ``AgreementError`` on
+  every rank at the same context exit instead of a hang inside ``ncclCommWindowRegister``.
+* ``SGLANG_DEBUG_SYMM_MEM=1``: the pool checks its layout at every scope end, and each buffer SGLang
+  checks before a collective is proven to sit at the same offset of the same window on every rank
+  (buffers checked during a capture: at the group's first use after it, or at the preallocation).
 * Out of memory raises (``torch.OutOfMemoryError`` with ncclpool's reason as a note).
 """
 from __future__ import annotations
 
-import bisect
 import logging
-import os
 import sys
 import threading
 import warnings
 import weakref
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import torch
 
 import ncclpool
 import ncclpool.torch as _layer
 from ncclpool import AgreementError, InvalidArgument, InvalidState, Unsupported
-from ncclpool import _sglang_hook
+from ncclpool import _environment, _sglang_hook
 from ncclpool import _sglang_support as _support
 
 __all__ = [
@@ -51,7 +50,6 @@ __all__ = [
 ]
 SGLANG_NAMES = tuple(__all__[:12])  # the names sglang 0.5.23's module offers its callers
 POOL_NAME = "sglang"  # pools are matched across ranks by name
-
 
 after_2_8_0 = _support.torch_release() >= (2, 8)
 logger = logging.getLogger(_sglang_hook.TARGET)  # SGLang's logging setup covers its module's name
@@ -65,20 +63,11 @@ _registration = None      # (comm pointer, group name, step) while a collective 
 _creation_lock = threading.Lock()
 _commit_after_capture = False  # a context left during a capture: its segments' windows wait for the next use
 _debug_seen_traces: set = set()
-_segments_cache: tuple = ((), [], [])  # (pool counters, segment bases, segment ends) for is_tensor_in_...
-_scope_ends = 0           # this module alone ends scopes of _pool: the registry's count, kept here too
-_scope_period = 16        # the registry's (read when the pool is made; 1 in check mode)
+_segments = _support.SegmentIndex()  # the pool's segments, for is_tensor_in_symmetric_mempool
+_settings = None          # _support.Settings: what the ranks agree on, read once when the pool is made
 
 
-@dataclass
-class _Attachment:
-    comm: ncclpool.Communicator
-    kind: str
-    label: str
-    captured_checks: list  # (op_name, buffer pointers) checked during a capture, verified after it
-    windows: bool = False  # some of the pool's memory is a window of it: scope ends agree over it
-
-
+_Attachment = _support.Attachment
 _attachments: dict = {}  # ncclComm_t address -> _Attachment
 _unattached_in_capture: set = set()  # groups first used during a capture (warned once)
 
@@ -94,20 +83,23 @@ def set_graph_pool_id(graph_pool_id):
 
 def get_nccl_mem_pool():
     """The torch.cuda.MemPool every group shares, over the ncclpool pool 'sglang' (made at first use,
-    on the current device)."""
-    global _mem_pool, _pool, _cur_device, _scope_ends, _scope_period
+    on the current device, with this rank's settings as its agreed settings)."""
+    global _mem_pool, _pool, _cur_device, _settings
     if _mem_pool is None:
         if not after_2_8_0:
             raise Unsupported(f"--enable-symm-mem through ncclpool needs torch >= 2.8, not {torch.__version__}")
         with _creation_lock:
             if _mem_pool is None:
+                settings = _support.read_settings()
                 # Debug mode: the pool compares live blocks at every scope end (NCCLPOOL_CHECK may ask for more).
-                check = "layout" if _support.debug_enabled() and os.environ.get("NCCLPOOL_CHECK", "") in ("", "off", "0") else None
-                mempool = _layer.create_nccl_mem_pool(kind=_support.kind_from_env(), name=POOL_NAME, check=check)
+                check = "layout" if settings.debug and _environment.check_mode() in ("", "off", "0") else None
+                mempool = _layer.create_nccl_mem_pool(kind=settings.kind, name=POOL_NAME, check=check,
+                                                      agreed_settings=settings.agreed)
                 _pool = _layer.ncclpool_pool(mempool)
+                if settings.problem:  # every rank fails at this pool's first attach, this one saying why
+                    _pool.vote_no(f"ncclpool.sglang: {settings.problem}")
                 _cur_device = torch.cuda.current_device()
-                schedule = _pool.stats_json()
-                _scope_ends, _scope_period = schedule["scope_ends"], schedule["scope_period"]
+                _settings = settings
                 _mem_pool = mempool
     return _mem_pool
 
@@ -134,13 +126,12 @@ def _step(comm_ptr, label, what, fn, *args):
 def _collective(comm_ptr, label, what, fn, *args, poll: bool = True):
     """A collective step of the pool (an agreement, and windows after it), fenced on this device.
 
-    SGLang creates its PyNccl communicators with NCCL's graphUsageMode=1 when symmetric memory is on:
-    NCCL then does not order a launch outside a graph after an outstanding graph launch of the same
-    communicator (or the other way round), and ncclpool's agreement runs on a stream of its own. So
-    the current stream (SGLang's graph replays) is drained before the step and the device after it
-    (not after a failed step). A rank with nothing to register does not wait in the step; after the
-    fence its result has arrived, and poll() raises a mismatch here, at the same point as on the rank
-    that waited."""
+    SGLang makes its communicators with graphUsageMode=1 when symmetric memory is on: NCCL then does
+    not order a launch outside a graph after an outstanding graph launch of the same communicator, and
+    the agreement runs on a stream of ncclpool's. So the current stream is drained before the step and
+    the device after it (not after a failed step). A rank with nothing to register does not wait in the
+    step; after the fence its result has arrived, and poll() raises a mismatch at the same point as on
+    the rank that waited."""
     fenced = not torch.cuda.is_current_stream_capturing()
     if fenced:
         torch.cuda.current_stream().synchronize()
@@ -152,32 +143,33 @@ def _collective(comm_ptr, label, what, fn, *args, poll: bool = True):
     return result
 
 
-def _windows_of(kind: str) -> bool:
-    """Whether an attachment of this kind gets windows (an auto pool: whether its routes use them)."""
-    if kind != "auto":
-        return kind == "symmetric"
-    routes = _pool.routes() or {}
-    return any(c["placement"] == "symmetric" for c in routes.get("classes", [])) or \
-        any("symmetric" in d for d in routes.get("by_collective", {}).values())
-
-
 def _attachment(comm_ptr: int, label: str, what: str) -> _Attachment:
-    """The pool's attachment of a communicator, made at its first use (collective over its group:
-    every rank attaches its groups at the same points, as SGLang uses them)."""
+    """The pool's attachment of a communicator, made at its first use (collective over its group, the
+    local kind included: the attach agreement compares every rank's settings and kind)."""
     attachment = _attachments.get(comm_ptr)
     if attachment is None:
-        comm = _collective(comm_ptr, label, f"attach at {what}", _pool.attach_nccl, comm_ptr, None)
-        kind = _pool.registration
-        attachment = _attachments[comm_ptr] = _Attachment(comm, kind, label, [], _windows_of(kind))
+        comm = _collective(comm_ptr, label, f"attach at {what}", _pool.attach_nccl, comm_ptr, None, poll=False)
+        attachment = _attachments[comm_ptr] = _Attachment(comm, label, [])  # kept before anything else can raise
         _unattached_in_capture.discard(comm_ptr)
+        _step(comm_ptr, label, f"attach at {what} (its outcome)", _pool.poll)
     return attachment
 
 
 def _settle(comm_ptr: int, label: str, what: str) -> _Attachment:
     """Outside capture, at a point every rank of the group reaches alike: attach the group, register
-    the windows of segments a capture made, verify the buffers checked during a capture (debug)."""
+    the windows of segments a capture made, verify the buffers checked during a capture (debug). The
+    commit after a capture is made whatever the attach did here (voting no after a failed one): the
+    attach agrees over this group only, the commit over every group of the pool, whose other ranks
+    may have attached theirs."""
     global _commit_after_capture
-    attachment = _attachment(comm_ptr, label, what)
+    try:
+        attachment = _attachment(comm_ptr, label, what)
+    except BaseException:
+        if _commit_after_capture:
+            _commit_after_capture = False
+            _collective(comm_ptr, label, f"commit after a capture, at {what}, after an error on this rank",
+                        _pool._commit_after_error, poll=False)
+        raise
     if _commit_after_capture:
         _commit_after_capture = False
         _collective(comm_ptr, label, f"commit after a capture, at {what}", _pool.commit)
@@ -207,34 +199,52 @@ class SymmetricMemoryContext:
         self._failures = 0
 
     def __enter__(self):
-        global _active_symmetric_memory_context
+        global _active_symmetric_memory_context, _commit_after_capture
         if self._scope is not None:
             raise InvalidState(f"this SymmetricMemoryContext of group '{self._label}' is entered already")
-        if self._device_index != _pool.device:
-            raise InvalidState(f"group '{self._label}': the current device is cuda:{self._device_index}, the symmetric pool "
-                               f"'{POOL_NAME}' is on cuda:{_pool.device} (one pool per process, made on its first use)")
         if self.is_graph_capture:
-            if self._comm_ptr not in _attachments and self._comm_ptr not in _unattached_in_capture:
-                _unattached_in_capture.add(self._comm_ptr)
-                warnings.warn(f"ncclpool.sglang: group '{self._label}' is first used during CUDA graph capture; it is attached "
-                              "(collectively) at its first use after the capture, so the collectives captured on its buffers "
-                              "run without registration", _layer.PerformanceWarning, stacklevel=2)
-            _pause_graph_pool()
-        else:
-            _settle(self._comm_ptr, self._label, "context entry")
+            if _graph_pool_id is None:  # the program's, the same on every rank: refused before anything counts
+                raise InvalidState("graph_pool_id is not set under graph capture: call set_graph_pool_id(pool) before capturing")
+            _commit_after_capture = True  # the next use outside capture commits, on every rank, whatever fails here
+        # Another device on this rank is its "no" at the steps every rank of the group makes here (the
+        # attach at a first use, this use's scope end), never a reason to leave them.
+        problem = None
+        if self._device_index != _pool.device:
+            problem = InvalidState(f"group '{self._label}': the current device is cuda:{self._device_index}, the symmetric pool "
+                                   f"'{POOL_NAME}' is on cuda:{_pool.device} (one pool per process, made on its first use)")
+            _pool.vote_no(str(problem))
+        # Every use ends one scope of the pool on every rank, whatever failed before it here (an
+        # attach refused, a commit that disagreed): the scope end agrees over every group of the pool,
+        # and the ranks of the other groups reach it.
+        paused = False
+        try:
+            if self.is_graph_capture:
+                if self._comm_ptr not in _attachments and self._comm_ptr not in _unattached_in_capture:
+                    _unattached_in_capture.add(self._comm_ptr)
+                    warnings.warn(f"ncclpool.sglang: group '{self._label}' is first used during CUDA graph capture; it is "
+                                  "attached (collectively) at its first use after the capture, so the collectives captured "
+                                  "on its buffers run without registration", _layer.PerformanceWarning, stacklevel=2)
+                _pause_graph_pool()
+                paused = True
+            else:
+                _settle(self._comm_ptr, self._label, "context entry")
+        except BaseException as e:
+            problem = problem or e
         self._failures = ncclpool.library().ncclpool_torch_failures()
         scope = _pool.scope()
         try:
             scope.__enter__()
         except BaseException:
-            if self.is_graph_capture:
+            if paused:
                 _resume_graph_pool()
             raise
         try:
+            if problem is not None:
+                raise problem
             self._route(True)
         except BaseException as e:
             self._end_scope(scope, e)  # the scope end counts on every path, voting no here
-            if self.is_graph_capture:
+            if paused:
                 _resume_graph_pool()
             raise
         self._scope = scope
@@ -267,15 +277,12 @@ class SymmetricMemoryContext:
 
     def _end_scope(self, scope, error) -> None:
         """The pool's scope end: the same collective steps on every rank; an error on this rank is
-        its "no" where the scope end is an agreement point (docs/registry.md, "Lockstep"). The
-        registry's scheduled ones (its first `scope_period`, then every `scope_period`-th) agree
-        when windows exist: those are fenced (_collective)."""
-        global _scope_ends
-        n, _scope_ends = _scope_ends, _scope_ends + 1
+        its "no" at the next agreement point (this scope end where it is one: docs/registry.md,
+        "Lockstep"). The pool says whether this one agrees (its schedule, windows attached): those
+        are fenced (_collective)."""
         args = (None, None, None) if error is None else (type(error), error, error.__traceback__)
         what = "scope end" if error is None else "scope end after an error"
-        agrees = (n < _scope_period or n % _scope_period == 0) and any(a.windows for a in _attachments.values())
-        if agrees and not self.is_graph_capture:
+        if not self.is_graph_capture and _pool.scope_end_agrees():
             _collective(self._comm_ptr, self._label, what, scope.__exit__, *args, poll=error is None)
         else:
             _step(self._comm_ptr, self._label, what, scope.__exit__, *args)
@@ -349,18 +356,7 @@ def restore_symmetric_memory_context(saved_context):
 def is_tensor_in_symmetric_mempool(tensor) -> bool:
     """Whether the tensor's storage was allocated from the shared pool (its segments, looked up in
     O(log segments); torch's snapshot is read again only after the pool's segments changed)."""
-    global _segments_cache
-    if _mem_pool is None:
-        return False
-    stats = _pool.stats()
-    key = (stats["allocation_count"], stats["deallocation_count"])
-    if _segments_cache[0] != key:
-        segments = sorted((s["address"], s["address"] + s["total_size"]) for s in _mem_pool.snapshot())
-        _segments_cache = (key, [b for b, _ in segments], [e for _, e in segments])
-    _, bases, ends = _segments_cache
-    ptr = tensor.untyped_storage().data_ptr()
-    i = bisect.bisect_right(bases, ptr) - 1
-    return i >= 0 and ptr < ends[i]
+    return _mem_pool is not None and _segments.holds(_pool, _mem_pool, tensor.untyped_storage().data_ptr())
 
 
 def _verify(attachment: _Attachment, comm_ptr: int, op_name: str, ptrs, when: str) -> None:
@@ -383,7 +379,8 @@ def debug_check_symmetric_mempool(group_coordinator, tensors: dict, op_name: str
     the same window (else AgreementError on every rank; during a capture the check runs at the group's
     first use after it, or at the preallocation); on the first rank, a warning names tensors outside
     the pool (once per stack)."""
-    if not _support.debug_enabled() or not is_symmetric_memory_enabled():
+    debug = _settings.debug if _settings is not None else _support.debug_enabled()  # the pool's: agreed at attach
+    if not debug or not is_symmetric_memory_enabled():
         return
     if not isinstance(tensors, dict):
         raise InvalidArgument(f"debug_check_symmetric_mempool: tensors must be a dict of name -> tensor, not {type(tensors).__name__}")
@@ -408,40 +405,40 @@ def prealloc_symmetric_memory_pool(*, is_draft_worker: bool, enable_symm_mem: bo
     """SGLANG_SYMM_MEM_PREALLOC_GB_SIZE GiB through the TP group's context on `forward_stream` (torch
     keeps the segment for later tensors), then an agreement point that registers its windows at once.
     SGLang calls this on every rank after its graphs are captured: in debug mode the buffers checked
-    during the captures are verified here too."""
+    during the captures are verified here too. With symmetric memory on, the context and the commit are
+    made on every rank whatever its setting says (0 GiB where it is <= 0): which steps a rank takes
+    never depends on a setting the ranks have not agreed on yet (the context's attach compares them)."""
     if is_draft_worker or not enable_symm_mem:
         return
+    problem = None  # a captured check that failed: every rank still reaches the steps below, voting no
     for comm_ptr, attachment in list(_attachments.items()):
-        _verify_captured(attachment, comm_ptr)
-    gib = _support.prealloc_gib()
-    if gib <= 0:
-        return
+        try:
+            _verify_captured(attachment, comm_ptr)
+        except BaseException as e:
+            problem = problem or e
     from sglang.srt.distributed.parallel_state import get_tp_group
 
-    group = get_tp_group()
-    with torch.get_device_module(device).stream(forward_stream):
-        logger.info(f"Pre-allocating symmetric memory pool with {gib} GiB (ncclpool pool '{POOL_NAME}')")
-        context = use_symmetric_memory(group)
-        with context:
-            torch.empty((gib << 30,), dtype=torch.uint8, device=device)
-    if isinstance(context, SymmetricMemoryContext):
-        _collective(context._comm_ptr, context._label, "commit after the preallocation", _pool.commit)
-
-
-def _release_buffer(pool, ptr: int, device) -> None:
+    context = use_symmetric_memory(get_tp_group())
+    if not isinstance(context, SymmetricMemoryContext):  # off, or one rank: nothing collective
+        if problem is not None:
+            raise problem
+        return
+    gib = _settings.prealloc_gib  # this rank's: the context's attach compares it with the group's
+    if problem is not None:
+        _pool.vote_no(str(problem))
     try:
-        torch.cuda.synchronize(device)  # work queued on any stream may still use it
-        pool.free(ptr)
-    except Exception:  # noqa: BLE001 (a finalizer: report, never raise)
-        logger.exception("ncclpool.sglang: could not return a symmetric buffer to the pool")
-
-
-def _in_window(attachment: _Attachment, ptr: int, nbytes: int) -> bool:
-    if attachment.kind == "local" or not attachment.comm.handle_of(ptr):
-        return False
-    if attachment.kind == "symmetric":
-        return True
-    return _support.placement_of(_pool.routes(), nbytes) == "symmetric"  # auto: the part nbytes goes to
+        with torch.get_device_module(device).stream(forward_stream):
+            with context:
+                if problem is not None:
+                    raise problem
+                if gib > 0:
+                    logger.info(f"Pre-allocating symmetric memory pool with {gib} GiB (ncclpool pool '{POOL_NAME}')")
+                    torch.empty((gib << 30,), dtype=torch.uint8, device=device)
+    except BaseException:  # the commit every rank makes next, voting no
+        _collective(context._comm_ptr, context._label, "commit after the preallocation, after an error on this rank",
+                    _pool._commit_after_error, poll=False)
+        raise
+    _collective(context._comm_ptr, context._label, "commit after the preallocation", _pool.commit)
 
 
 def allocate_symmetric_buffer(comm, nbytes: int):
@@ -459,15 +456,24 @@ def allocate_symmetric_buffer(comm, nbytes: int):
     comm_ptr = _support.comm_pointer(comm, label)
     with torch.cuda.device(device):
         get_nccl_mem_pool()
+        problem = None
         if device.index is not None and device.index != _pool.device:
-            raise InvalidState(f"allocate_symmetric_buffer: {label}, the symmetric pool '{POOL_NAME}' is on cuda:{_pool.device}")
-        attachment = _settle(comm_ptr, label, "allocate_symmetric_buffer")
-        ptr = _pool.alloc(nbytes, stream=torch.cuda.current_stream(device))  # OutOfMemory raises
+            problem = InvalidState(f"allocate_symmetric_buffer: {label}, the symmetric pool '{POOL_NAME}' is on cuda:{_pool.device}")
+            _pool.vote_no(str(problem))  # this rank's "no" at the attach or the commit below
+        try:
+            attachment = _settle(comm_ptr, label, "allocate_symmetric_buffer")
+            if problem is not None:
+                raise problem
+            ptr = _pool.alloc(nbytes, stream=torch.cuda.current_stream(device))  # OutOfMemory raises
+        except BaseException:  # the commit every rank makes next, voting no
+            _collective(comm_ptr, label, "commit of a symmetric buffer, after an error on this rank",
+                        _pool._commit_after_error, poll=False)
+            raise
         release = None
         try:
             _collective(comm_ptr, label, "commit of a symmetric buffer", _pool.commit)
             owner = _support.BufferOwner(ptr, nbytes)
-            release = weakref.finalize(owner, _release_buffer, _pool, ptr, device)
+            release = weakref.finalize(owner, _support.release_buffer, logger, _pool, ptr, device)
             release.atexit = False  # at process exit the pool goes with the process
             buf = torch.as_tensor(owner)
             buf.zero_()
@@ -477,7 +483,7 @@ def allocate_symmetric_buffer(comm, nbytes: int):
             else:
                 release()
             raise
-    return buf, _in_window(attachment, ptr, nbytes)
+    return buf, bool(attachment.comm.window_of(ptr))
 
 
 # ---- switching SGLang over ----

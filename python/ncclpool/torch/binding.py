@@ -95,7 +95,7 @@ def _torch_nccl_version() -> int:
 
 def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = None, device=None,
                          growth_chunk: int | None = None, source: str = "auto", name: str | None = None, check=None,
-                         min_segment: int | None = None):
+                         min_segment: int | None = None, agreed_settings: str | None = None):
     """A torch.cuda.MemPool whose segments come from a new ncclpool pool.
 
     Neither ``symmetric`` nor ``kind`` (the default): an auto pool. Each torch segment goes to the part
@@ -114,7 +114,9 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
     check: check mode (None: $NCCLPOOL_CHECK; 'layout'; 'collectives' also verifies the buffers of
     every torch.distributed collective on a group with windows: see docs/registry.md). Pools are
     matched across ranks by name: the default names count pools in creation order, the same on every
-    rank of a program that creates them in the same order."""
+    rank of a program that creates them in the same order. ``agreed_settings``: text naming the
+    caller's settings that change what it does collectively (ncclpool.Pool's agreed_settings): every
+    attach of the pool, the local kind included, is then an agreement that compares them across ranks."""
     init()
     device = _device_index(device)
     if growth_chunk is None:
@@ -127,7 +129,7 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
         # torch's caching allocator asks for coarse segments and caches them itself: the pool grows
         # by their own sizes within its segment budget, so it holds about what torch holds (docs/pool.md).
         pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk, min_segment=min_segment,
-                        name=name or f"torch-pool-{_pools_created}", check=check)
+                        name=name or f"torch-pool-{_pools_created}", check=check, agreed_settings=agreed_settings)
         _pools_created += 1
         if pool.check_level == "collectives":
             from .checks import check_collectives  # here, not at the top: checks reads this module's table
