@@ -389,7 +389,8 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_
    (the CTA count; default -1: nothing), compared across ranks at a symmetric attach: tests of ranks
    that would launch NCCL's symmetric kernels differently. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpool_sim_group_t group, int rank, int setting);
-/* Models a CUDA graph capture on a SIM pool's device (affects commit and scope end). */
+/* Models a CUDA graph capture by the calling thread on a SIM pool's device (begins or ends it): the
+ * calling thread's agreement points (commit, scope end) are skipped under it; another thread's are not. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing);
 /* The next `count` segment allocations of a SIM pool fail with out of memory. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_inject_oom(ncclpool_pool_t pool, int count);

@@ -85,6 +85,11 @@ class NCCLPOOL_API StreamOrdering {
   /// Whether a stream of this device that the pool has served (or the default stream) is capturing
   /// a CUDA graph now. Thread safe: the registry asks without the pool lock.
   [[nodiscard]] virtual bool device_capturing() { return false; }
+  /// Whether the calling thread captures a CUDA graph on this device: a capture the program makes,
+  /// at the same places in the same threads on every rank. The registry decides on it whether an
+  /// agreement point is skipped (never on device_capturing(): another thread's capture on one rank
+  /// would make that rank alone skip). Thread safe. Default: device_capturing().
+  [[nodiscard]] virtual bool thread_capturing() { return device_capturing(); }
 };
 
 /// @brief Where a pool's segments come from. See the contract at the top of this file.

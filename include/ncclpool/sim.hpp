@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,9 +44,11 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   void set_refuse_publishes(bool refuse) noexcept { refuse_publishes_ = refuse; }
   /// The next `count` publish() calls throw BackendError (like an event record on a destroyed stream).
   void fail_next_publishes(int count) noexcept { fail_publishes_ = count; }
-  /// Models a CUDA graph capture in progress on the device.
-  void set_capturing(bool capturing) noexcept { capturing_.store(capturing); }
-  [[nodiscard]] bool device_capturing() override { return capturing_.load(); }
+  /// Models a CUDA graph capture by the calling thread (begins or ends it): the device captures while
+  /// any thread does, the calling thread only while it does itself.
+  void set_capturing(bool capturing);
+  [[nodiscard]] bool device_capturing() override { return capturing_.load() > 0; }
+  [[nodiscard]] bool thread_capturing() override;
 
  private:
   std::map<stream_t, std::uint64_t> epochs_;
@@ -58,7 +62,9 @@ class NCCLPOOL_API SimStreamOrdering final : public StreamOrdering {
   bool refuse_waits_ = false;
   bool refuse_publishes_ = false;
   int fail_publishes_ = 0;
-  std::atomic<bool> capturing_{false};
+  std::atomic<int> capturing_{0};          // threads capturing now
+  std::mutex capturers_mutex_;
+  std::vector<std::thread::id> capturers_;  // which
 };
 
 /// Settings of a simulated device.

@@ -65,7 +65,11 @@ CommState& RegistryImpl::require(const Communicator& comm, const char* operation
   return *cs;
 }
 
-bool RegistryImpl::capturing() const { return pool_->source().ordering().device_capturing(); }
+// Whether this agreement point is under a capture the program makes (the calling thread's), the same
+// on every rank; another thread's capture on one rank must not make that rank alone skip (issue 44
+// item 9). The NCCL backend joins agreements in relaxed capture mode, so that another thread's
+// global-mode capture neither refuses nor is broken by them.
+bool RegistryImpl::capturing() const { return pool_->source().ordering().thread_capturing(); }
 
 SegmentEntry& RegistryImpl::entry_of(std::uint64_t sequence) { return segments_.at(by_sequence_.at(sequence)); }
 
@@ -265,7 +269,8 @@ void RegistryImpl::remove_comm(CommState* cs) {
 void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
   std::lock_guard lock(mutex_);
   SegmentEntry entry{segment, {}};
-  const bool in_capture = !comms_.empty() && capturing();  // growth path only: a few driver queries
+  // Local registration during any capture on the device waits (not collective: this rank's own matter).
+  const bool in_capture = !comms_.empty() && pool_->source().ordering().device_capturing();  // growth path only: a few driver queries
   std::vector<CommState*> pend;
   for (auto& cs : comms_) {
     if (in_capture) ++cs->stats.segments_created_in_capture;

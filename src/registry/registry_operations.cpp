@@ -35,7 +35,7 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     owned->kind = owned->stats.kind = kind;
     std::vector<std::uint64_t> existing;
     for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
-    if (!existing.empty() && capturing()) {
+    if (!existing.empty() && pool_->source().ordering().device_capturing()) {  // not collective: any capture defers it
       owned->pending = existing;
       pending_total_ += existing.size();
     } else {

@@ -299,5 +299,54 @@ TEST_F(NcclLockstep, AnOutOfMemoryOnOneRankIsEveryRanksErrorInLayoutCheckMode) {
   }
 }
 
+// Issue 44 (twins of tests/unit/test_lockstep_votes.cpp): a failure found on one rank alone, recorded
+// with vote_no, is that rank's "no" at the next commit; every rank fails there, nothing is registered,
+// and the next commit agrees.
+TEST_F(NcclLockstep, VoteNoBeforeACommitFailsItOnEveryRankAndTheNextAgrees) {
+  auto step = slots();
+  const auto errors = on_ranks([&](int rank) {
+    auto pool = deterministic_pool(make_nccl_source(rank), "votes", 32 * MiB);
+    Registry registry(pool, RegistryOptions{CheckLevel::off});
+    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+    registry.attach(world, RegistrationKind::symmetric);
+    void* p = pool->allocate(MiB);
+    if (rank == 0) registry.vote_no("out of memory in the Python layer");
+    step[static_cast<std::size_t>(rank)] = caught([&] { registry.commit(); });
+    if (registry.handle_of(p, *world) != nullptr) throw std::runtime_error("a window was registered where a rank said no");
+    expect_next_all_reduce_right(rank);
+    registry.commit();
+    if (registry.handle_of(p, *world) == nullptr) throw std::runtime_error("the next commit registered nothing");
+    pool->deallocate(p);
+    registry.detach(*world);
+    expect_next_all_reduce_right(rank);
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  EXPECT_TRUE(has(step[0], "out of memory in the Python layer")) << listing(step);
+  for (int r = 1; r < n_; ++r) EXPECT_TRUE(has(step[static_cast<std::size_t>(r)], "voted no")) << listing(step);
+}
+
+// Agreed settings: a local attach is collective; one rank attaching symmetric while the others attach
+// locally fails on every rank (NCCLPOOL_SGLANG_KIND on one rank only), and the next all-reduce is right.
+TEST_F(NcclLockstep, AgreedSettingsMakeALocalAttachCollectiveAndCompareTheKind) {
+  auto step = slots();
+  const auto errors = on_ranks([&](int rank) {
+    auto pool = deterministic_pool(make_nccl_source(rank), "settings", 32 * MiB);
+    Registry registry(pool, RegistryOptions{CheckLevel::off, 16, "kind=local"});
+    auto world = make_nccl_communicator(comms_.world[static_cast<std::size_t>(rank)]);
+    void* p = pool->allocate(MiB);
+    step[static_cast<std::size_t>(rank)] =
+        caught([&] { registry.attach(world, rank == 0 ? RegistrationKind::symmetric : RegistrationKind::local); });
+    if (registry.attached() != 0) throw std::runtime_error("attached although the kinds differ");
+    expect_next_all_reduce_right(rank);
+    registry.attach(world, RegistrationKind::local);
+    if (registry.handle_of(p, *world) == nullptr) throw std::runtime_error("the agreed local attach registered nothing");
+    pool->deallocate(p);
+    registry.detach(*world);
+    expect_next_all_reduce_right(rank);
+  });
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  for (int r = 0; r < n_; ++r) EXPECT_TRUE(has(step[static_cast<std::size_t>(r)], "attach with different kinds")) << listing(step);
+}
+
 }  // namespace
 }  // namespace ncclpool

@@ -22,6 +22,8 @@
 #include "common/registry_ranks.hpp"
 
 #include <functional>
+#include <future>
+#include <thread>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -352,6 +354,53 @@ TEST_P(LockstepVotes, AutoPoolsWhoseAgreedSettingsDifferFailTheRoutesAgreement) 
   expect_all_ok(errors);
   for (int r = 0; r < n_; ++r) EXPECT_TRUE(has(at(step, r), "agreed settings differ")) << listing(step);
   EXPECT_TRUE(has(step[0], "'checks=collectives'")) << listing(step);
+  expect_ranks_in_step();
+}
+
+// ------------------------------------------------------------------------------- graph capture
+
+// Issue 44 item 9: "capturing" was asked of the device, so another thread of rank 0 capturing a graph
+// while rank 0's main thread committed made rank 0 alone skip the commit the others joined (their
+// all-gather then paired with rank 0's next collective). Capture is now the calling thread's, as the
+// program makes it: rank 0 joins like every rank. A capture on the committing thread itself still
+// skips (every rank captures at the same places): the commit after it agrees.
+TEST_P(LockstepVotes, AnotherThreadsCaptureOnOneRankDoesNotMakeItSkipAnAgreement) {
+  const auto errors = run([&](int rank) {
+    SimSourceConfig config;
+    config.device = rank;
+    auto source = std::make_shared<SimSource>(config);
+    auto pool = deterministic_pool(source, "capture", 32 * MiB);
+    Registry registry(pool, RegistryOptions{CheckLevel::off});
+    registry.attach(world(rank), RegistrationKind::symmetric);
+    void* p = pool->allocate(MiB);  // a window pending on every rank
+    std::promise<void> capturing, done;
+    std::thread side;
+    if (rank == 0) {
+      side = std::thread([&] {
+        source->sim_ordering().set_capturing(true);  // a graph captured on a side thread of rank 0 only
+        capturing.set_value();
+        done.get_future().wait();
+        source->sim_ordering().set_capturing(false);
+      });
+      capturing.get_future().wait();
+    }
+    std::string error = caught([&] { registry.commit(); });
+    if (rank == 0) {
+      done.set_value();
+      side.join();
+    }
+    if (!error.empty()) throw std::runtime_error(error);
+    if (registry.handle_of(p, *world(rank)) == nullptr) throw std::runtime_error("the commit registered nothing on this rank");
+    world(rank)->user_collective(7);
+    // The committing thread's own capture (the program's, on every rank): skipped everywhere alike.
+    source->sim_ordering().set_capturing(true);
+    registry.commit();
+    source->sim_ordering().set_capturing(false);
+    world(rank)->user_collective(8);
+    pool->deallocate(p);
+    registry.detach(*world(rank));
+  });
+  expect_all_ok(errors);
   expect_ranks_in_step();
 }
 

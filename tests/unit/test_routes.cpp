@@ -219,6 +219,9 @@ void expect_auto_pools_make_no_windows(const std::shared_ptr<LoopbackGroup>& gro
     void* big = pool.allocate(MiB);
     EXPECT_EQ(pool.part_of(big)->kind, RegistrationKind::local);
     EXPECT_EQ(pool.stats(*comm).kind, RegistrationKind::local);
+    // Registered, too: across nodes the local part was once left unattached (issue 44 item 7: the parts
+    // to attach were listed before the windows were dropped), so this memory was never registered.
+    EXPECT_NE(pool.handle_of(big, *comm), nullptr) << "the local part the routes send every size to is not attached";
     pool.deallocate(big);
     pool.detach(*comm);
   });

@@ -22,7 +22,7 @@ namespace ncclpool::cuda {
   X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetInfo_v2) X(cuMemGetAllocationGranularity)          \
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)         \
   X(cuMemUnmap) X(cuMemSetAccess) X(cuEventCreate) X(cuEventDestroy_v2) X(cuEventRecord)        \
-  X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuStreamIsCapturing)             \
+  X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode)             \
   X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamQuery) X(cuGetErrorName) X(cuGetErrorString) \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)             \
   X(cuMemHostGetDevicePointer_v2) X(cuPointerGetAttribute)
@@ -58,6 +58,27 @@ class NCCLPOOL_INTERNAL ScopedContext {
  private:
   CUcontext previous_ = nullptr;
   bool switched_ = false;
+};
+
+// Puts the calling thread in relaxed stream-capture mode for a scope (cuThreadExchangeStreamCaptureMode),
+// restoring its mode after: a collective step the program makes outside any capture of its own may
+// run while another thread captures a graph in global mode, which would otherwise refuse this thread's
+// "unsafe" calls (event queries, NCCL's launch) or be broken by them. Never throws.
+class NCCLPOOL_INTERNAL RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() noexcept {
+    if (const Driver* d = try_driver(nullptr); d && d->cuThreadExchangeStreamCaptureMode && d->cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS)
+      driver_ = d;
+  }
+  ~RelaxedCaptureMode() {
+    if (driver_) driver_->cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  const Driver* driver_ = nullptr;
 };
 
 // A retained primary context of a device (what the CUDA runtime and PyTorch use).

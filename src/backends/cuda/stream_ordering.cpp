@@ -88,4 +88,24 @@ bool CudaStreamOrdering::device_capturing() {
   return false;
 }
 
+// The calling thread's capture, as the program makes it (every rank captures in the same threads at
+// the same places): its per-thread default stream, and the streams this thread was the first to use
+// with the pool (a capture stream is the capturing thread's: torch.cuda.graph allocates on it from
+// that thread). Not the legacy stream: it answers "capturing" for a global-mode capture of any
+// thread, which is one rank's state, not the program's.
+bool CudaStreamOrdering::thread_capturing() {
+  const Driver& d = driver();
+  ScopedContext scope(context_);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (d.cuStreamIsCapturing(CU_STREAM_PER_THREAD, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE) return true;
+  const std::thread::id me = std::this_thread::get_id();
+  std::lock_guard lock(known_mutex_);
+  for (std::size_t i = 0; i < known_streams_.size(); ++i) {
+    if (first_served_by_[i] != me) continue;
+    status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.cuStreamIsCapturing(as_stream(known_streams_[i]), &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE) return true;
+  }
+  return false;
+}
+
 }  // namespace ncclpool::cuda

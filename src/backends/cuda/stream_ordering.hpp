@@ -9,6 +9,7 @@
 #include <ncclpool/segment_source.hpp>
 
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +29,7 @@ class CudaStreamOrdering final : public StreamOrdering {
   void synchronize_device() override;
   void on_new_stream(stream_t stream) override;
   [[nodiscard]] bool device_capturing() override;
+  [[nodiscard]] bool thread_capturing() override;
 
  private:
   struct Producer {
@@ -39,6 +41,7 @@ class CudaStreamOrdering final : public StreamOrdering {
   std::unordered_map<stream_t, Producer> producers_;
   std::mutex known_mutex_;                 // device_capturing() runs without the pool lock
   std::vector<stream_t> known_streams_;
+  std::vector<std::thread::id> first_served_by_;  // by known_streams_ index: the thread that first used it
 };
 
 }  // namespace ncclpool::cuda

@@ -1,7 +1,7 @@
 // NcclCommunicator: a caller-owned ncclComm_t seen through the registry's Communicator interface.
 //
 // Agreement all-gathers are asynchronous: ncclAllGather reads the record from, and writes every
-// rank's into, pinned host memory mapped into the device (128 bytes a rank over PCIe: no copies to
+// rank's into, pinned host memory mapped into the device (144 bytes a rank over PCIe: no copies to
 // enqueue), on a private stream of the communicator's device, then an event. With
 // NCCLPOOL_AGREEMENT_BUFFERS=device the records are staged through device memory instead (two
 // copies more per agreement), should a platform refuse host memory in collectives. NCCL orders them with the application's collectives on the
@@ -124,6 +124,7 @@ class NcclCommunicator final : public Communicator {
     if (!supports_windows(&why)) throw Unsupported(describe() + ": " + why);
     refuse_if_broken("window registration");
     cuda::ScopedContext scope(context_->get());
+    const cuda::RelaxedCaptureMode relaxed;  // another thread's capture must not refuse a step every rank makes
     (void)decide_symmetric_ctas();
     const int flags = decide_symmetric_kernels().enabled ? NCCL_WIN_COLL_SYMMETRIC : NCCL_WIN_DEFAULT;
     ncclWindow_t window = nullptr;
@@ -144,6 +145,7 @@ class NcclCommunicator final : public Communicator {
   }
   void deregister_window(void* window) override {
     cuda::ScopedContext scope(context_->get());
+    const cuda::RelaxedCaptureMode relaxed;
     check(lib_.ncclCommWindowDeregister(comm_, static_cast<ncclWindow_t>(window)), "ncclCommWindowDeregister", true);
   }
 
@@ -209,6 +211,7 @@ class NcclCommunicator final : public Communicator {
     refuse_if_broken("agreement");
     const cuda::Driver& d = cuda::driver();
     cuda::ScopedContext scope(context_->get());
+    const cuda::RelaxedCaptureMode relaxed;  // another thread's global-mode capture: see RelaxedCaptureMode
     std::lock_guard lock(mutex_);
     GatherSlot& slot = free_slot();
     const auto deadline = Clock::now() + options_.agreement_timeout;
@@ -339,6 +342,7 @@ NcclPendingGather::~NcclPendingGather() {
 bool NcclPendingGather::ready() {
   if (read_ || comm_.broken() || Clock::now() > deadline_) return true;
   cuda::ScopedContext scope(comm_.context_->get());
+  const cuda::RelaxedCaptureMode relaxed;
   return cuda::driver().cuEventQuery(slot_.done) != CUDA_ERROR_NOT_READY;
 }
 
@@ -347,6 +351,7 @@ std::vector<AgreementRecord> NcclPendingGather::wait() {
   read_ = true;
   const cuda::Driver& d = cuda::driver();
   cuda::ScopedContext scope(comm_.context_->get());
+  const cuda::RelaxedCaptureMode relaxed;
   for (;;) {
     comm_.refuse_if_broken("agreement result");
     const CUresult q = d.cuEventQuery(slot_.done);

@@ -2,6 +2,7 @@
 // "device" costs nothing until touched), a capacity that behaves like device memory, and fault
 // injection. Streams are ids; SimStreamOrdering records the dependencies the pool asks for.
 
+#include <algorithm>
 #include <ncclpool/errors.hpp>
 #include <ncclpool/sim.hpp>
 
@@ -15,6 +16,20 @@
 namespace ncclpool {
 
 // ---- SimStreamOrdering ----
+
+void SimStreamOrdering::set_capturing(bool capturing) {
+  std::lock_guard lock(capturers_mutex_);
+  const auto me = std::find(capturers_.begin(), capturers_.end(), std::this_thread::get_id());
+  if (capturing && me == capturers_.end()) capturers_.push_back(std::this_thread::get_id());
+  if (!capturing && me != capturers_.end()) capturers_.erase(me);
+  capturing_.store(static_cast<int>(capturers_.size()));
+}
+
+bool SimStreamOrdering::thread_capturing() {
+  if (capturing_.load() == 0) return false;
+  std::lock_guard lock(capturers_mutex_);
+  return std::find(capturers_.begin(), capturers_.end(), std::this_thread::get_id()) != capturers_.end();
+}
 
 bool SimStreamOrdering::publish(stream_t stream) {
   if (fail_publishes_ > 0) {
