@@ -31,7 +31,7 @@ as_nodes() {  # ranks, seconds, log file, program [args]: torchrun --no-python b
 as_nodes_rows() {  # log file, label: its RESULT line, then a row per CHECK line (status, then the check)
   local result
   result=$(grep -m1 '^RESULT' "$1") || result="no RESULT (timeout or crash: see $1)"
-  row "as across nodes: $2" "${result:0:260}"
+  row "as across nodes: $2" "${result:0:260}" "$(row_verdict "$2; $result")"  # the label holds the rc
   while IFS=$'\t' read -r status name; do row "  $status" "$name" "$( [[ "$status" == FAILED* ]] && echo fail || echo ok)"; done < <(
     grep '^CHECK ' "$1" | sed -E 's/^CHECK (.*): (ok|FAILED|skipped)(.*)$/\2\3\t\1/' | cut -c1-240)
 }

@@ -16,7 +16,8 @@ py="$work/venv/bin/python"
 cd "$work"  # away from the checkout: the installed package must be the one imported
 "$py" -m ncclpool info >"$work/info.txt" || fail "python -m ncclpool info"
 grep -q '^ncclpool 0\.' "$work/info.txt" || fail "python -m ncclpool info printed: $(head -3 "$work/info.txt")"
-"$work/venv/bin/ncclpool" info --json | "$py" -c 'import json, sys; j = json.load(sys.stdin); assert "simulator" in j, j' ||
+# "simulator" says whether an auto pool here runs on the simulator: exactly when there is no CUDA device.
+"$work/venv/bin/ncclpool" info --json | "$py" -c 'import json, sys; j = json.load(sys.stdin); assert j["simulator"] is (not j["cuda"]["available"]), j' ||
   fail "the ncclpool console script"
 version=$(sed -n 's/^project(ncclpool VERSION \([0-9.]*\).*/\1/p' "$repo/CMakeLists.txt")
 [ -n "$version" ] || fail "no project(ncclpool VERSION ...) line in CMakeLists.txt"

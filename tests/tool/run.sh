@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # The `ncclpool` command end to end: exit codes, text and JSON output, error messages.
+# Every check can fail (issue 49): each ends in `|| fail` (or is expect_rc/json_ok, which fail), never
+# `grep ... && check`, which skips the check when the grep finds nothing. tests/tool/mutants.sh proves
+# it: a copy with any one expected text or exit code changed must fail.
 set -uo pipefail
 tool=$1 data=$2
 tmp=$(mktemp -d)
@@ -14,6 +17,16 @@ json_ok() { python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$1" || f
 
 expect_rc 0 "$tool" info;                 grep -q "registration kinds" "$tmp/out" || fail "info text"
 grep -q "auto pools route .*built-in routes" "$tmp/out" || fail "info: auto routes"
+# Where the built-in routes come from, as it is: never "measured" on this machine; on the simulator not measured at all.
+grep -q "measured on H200" "$tmp/out" && fail "info: built-in routes said measured on H200"
+"$tool" info --json >"$tmp/info.json" || fail "info --json"
+python3 - "$tmp/info.json" <<'PY' || fail "info --json: simulator and the routes' origin"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["simulator"] is (not j["cuda"]["available"]), j["simulator"]
+routes = j["registration"]["auto_routes"]
+assert ("not measured here: no GPU" in routes) is j["simulator"], routes
+PY
 expect_rc 0 "$tool" info --json;          json_ok "$tmp/out"
 expect_rc 0 "$tool" version
 # A misused command prints its own usage, not the top-level one (an unknown command gets that).
@@ -21,8 +34,10 @@ usage_of() {  # the usage line a usage error printed, and no list of commands
   grep -q "^usage: ncclpool $1" "$tmp/err" && ! grep -q "^commands:" "$tmp/err" || { cat "$tmp/err"; fail "usage of '$1' after: $2"; }
 }
 expect_rc 2 "$tool" replay;                 usage_of "replay TRACE" "replay without a trace"
-expect_rc 2 "$tool" info --verbose;         grep -q "unknown option --verbose" "$tmp/err" && usage_of "info" "info --verbose"
-expect_rc 2 "$tool" info extra;             grep -q "info takes no arguments, not 'extra'" "$tmp/err" && usage_of "info" "info extra"
+expect_rc 2 "$tool" info --verbose;         grep -q "unknown option --verbose" "$tmp/err" || fail "info --verbose: the message"
+usage_of "info" "info --verbose"
+expect_rc 2 "$tool" info extra;             grep -q "info takes no arguments, not 'extra'" "$tmp/err" || fail "info extra: the message"
+usage_of "info" "info extra"
 expect_rc 0 "$tool" info --help;            grep -q "^usage: ncclpool info" "$tmp/out" || fail "info --help"
 expect_rc 2 "$tool" version now;            usage_of "version" "version now"
 expect_rc 2 "$tool" bench;                  usage_of "bench alloc|scope|coll|memory" "bench without a suite"
@@ -59,7 +74,7 @@ for line in "NCCLPOOL_GROWTH_CHUNK='abc' is not a number of bytes" "NCCLPOOL_MIN
             "NCCLPOOL_SYMMETRIC_KERNELS='maybe' is not auto, on or off"; do
   grep -qF "  $line" "$tmp/out" || { cat "$tmp/out"; fail "info: no line '$line'"; }
 done
-NCCLPOOL_SYM_CTAS=0 "$tool" info --json >"$tmp/out" && json_ok "$tmp/out"
+expect_rc 0 env NCCLPOOL_SYM_CTAS=0 "$tool" info --json; json_ok "$tmp/out"
 grep -q '"environment_problems":\[{"variable":"NCCLPOOL_SYM_CTAS","value":"0"' "$tmp/out" || fail "info --json: environment"
 expect_rc 2 "$tool";                      grep -q "usage" "$tmp/err" || fail "usage on stderr"
 expect_rc 2 "$tool" frobnicate;           grep -q "unknown command 'frobnicate'" "$tmp/err" || fail "unknown command"
@@ -87,7 +102,9 @@ expect_rc 2 "$tool" replay "$data/two_groups.csv" --scale nan; grep -q "scale mu
 expect_rc 0 "$tool" bench memory --layers 4 --steps 1 --json; json_ok "$tmp/out"
 # bench alloc / scope on the simulator; coll needs GPUs and says so.
 expect_rc 0 "$tool" bench alloc --sim --sizes 4K,2M --repeats 1 --min-ms 1 --growth-iters 2
-grep -q "ncclpool (sim)" "$tmp/out" && grep -q "cross stream" "$tmp/out" && grep -q "growth" "$tmp/out" || fail "bench alloc table"
+grep -q "ncclpool (sim)" "$tmp/out" || fail "bench alloc table: ncclpool (sim)"
+grep -q "cross stream" "$tmp/out" || fail "bench alloc table: cross stream"
+grep -q "growth" "$tmp/out" || fail "bench alloc table: growth"
 expect_rc 0 "$tool" bench alloc --sim --sizes 4K --repeats 1 --min-ms 1 --growth-iters 2 --json; json_ok "$tmp/out"
 expect_rc 0 "$tool" bench scope --sim --segments 2,64 --groups 2 --uses 100 --megatron-uses 2 --chunk-mib 2
 grep -q "S = 64, G = 2 (symmetric): a use costs" "$tmp/out" || fail "bench scope target line"
@@ -126,9 +143,11 @@ printf '{' >"$tmp/broken.json"
 expect_rc 1 "$tool" tune --from "nccl=$tmp/broken.json"; grep -q "broken.json: JSON" "$tmp/err" || fail "broken --from file"
 expect_rc 1 "$tool" tune --from "nccl=$runs/coll-nccl-1.json" --out "$tmp/p.json"; grep -q "give --gpu" "$tmp/err" || fail "tune without facts"
 expect_rc 0 "$tool" tune --from "nccl=$runs/coll-nccl-1.json,32=$runs/coll-ncclpool-1.json" --gpu "NVIDIA H200" --nccl-version 22809 --ranks 2 --out "$tmp/p.json"
-grep -q "profile written to $tmp/p.json" "$tmp/out" && json_ok "$tmp/p.json" || fail "tune --from"
+grep -q "profile written to $tmp/p.json" "$tmp/out" || fail "tune --from"
+json_ok "$tmp/p.json"
 grep -q '"symmetric_ctas": 32' "$tmp/p.json" || fail "tune picked $(grep symmetric_ctas "$tmp/p.json")"
 grep -q '"copy_engine_all_gather": false' "$tmp/p.json" || fail "tune without ce runs chose copy engines"
+grep -q '"measured": "unknown (the runs do not say when they were made)"' "$tmp/p.json" || fail "tune --from: $(grep '"measured"' "$tmp/p.json"), not the runs' time"
 grep -q "copy-engine all-gather: not chosen" "$tmp/out" || fail "tune: the copy-engine note"
 # the profile as the library reads it: an auto pool here would route as it says (info reads $NCCLPOOL_PROFILE)
 NCCLPOOL_PROFILE="$tmp/p.json" "$tool" info >"$tmp/out" 2>&1 || fail "info with a profile"

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -133,11 +134,19 @@ TEST(BenchAlloc, SimTargetMeasuresEveryPattern) {
   AllocTarget t = make_sim_alloc_target();
   ASSERT_EQ(t.strategies.size(), 1u);
   AllocStrategy& s = *t.strategies[0];
+  std::vector<std::size_t> calls;  // the count of each call of the body: calibration, then the rounds
   const auto rounds = time_rounds(2, 0.001, [&](std::size_t n) {
+    calls.push_back(n);
     for (std::size_t i = 0; i < n; ++i) s.deallocate(s.allocate(4096, t.streams[i % 2]), t.streams[i % 2]);
   });
+  // What is checked is what was run, not a timing (any timing passes "> 0" once the clock ticks):
+  // both rounds ran the count the calibration settled on, and each gave a per-operation time.
   ASSERT_EQ(rounds.size(), 2u);
-  EXPECT_GT(rounds[0], 0.0);
+  ASSERT_GE(calls.size(), 3u);
+  EXPECT_GE(calls.front(), 16u);
+  EXPECT_EQ(calls[calls.size() - 1], calls[calls.size() - 3]);
+  EXPECT_EQ(calls[calls.size() - 2], calls[calls.size() - 3]);
+  for (double r : rounds) EXPECT_TRUE(std::isfinite(r) && r >= 0) << r;
   s.release_cached();  // growth starts from an empty pool
   void* p = s.allocate(1 << 20, t.streams[0]);
   EXPECT_NE(p, nullptr);
@@ -188,6 +197,34 @@ std::vector<CollRun> recorded_coll_runs() {
   return runs;
 }
 }  // namespace
+
+// tune --from reads runs made before: the profile says when they were made (here: not said), never
+// the time it was built; and a count is "measured" only where symmetric times were (issue 49).
+TEST(Tune, ProfileFromRecordedRunsKeepsTheirTimeAndWhatWasMeasured) {
+  std::vector<CollRun> runs = recorded_coll_runs();
+  Report report;
+  ncclpool::Profile p = build_profile(runs, {"NVIDIA H200", 22809, 2}, report);
+  EXPECT_EQ(p.measured, ncclpool::tool::kUnknownWhen);
+  EXPECT_TRUE(p.symmetric_ctas_measured);
+  Json when;
+  when.type = Json::Type::string;
+  when.string = "2026-11-23T06:00:00Z";
+  runs[3].doc.object["facts"].object["measured"] = when;
+  when.string = "2026-11-22T06:00:00Z";
+  runs[5].doc.object["facts"].object["measured"] = when;
+  Report dated;
+  EXPECT_EQ(build_profile(runs, {"NVIDIA H200", 22809, 2}, dated).measured, "2026-11-23T06:00:00Z");  // the latest run's
+  // No symmetric times at any size (windows refused): NCCL's count kept, and not said to be measured.
+  for (CollRun& run : runs)
+    for (Json& table : run.doc.object["tables"].array)
+      for (Json& row : table.object["rows"].array) row.object.erase("symmetric_us");
+  Report none;
+  p = build_profile(runs, {"NVIDIA H200", 22809, 2}, none);
+  EXPECT_EQ(p.symmetric_ctas, 0);
+  EXPECT_FALSE(p.symmetric_ctas_measured);
+  EXPECT_NE(none.text().find("symmetric was not measured at every size"), std::string::npos) << none.text();
+  EXPECT_FALSE(ncclpool::parse_profile(ncclpool::profile_to_json(p), "t").symmetric_ctas_measured);
+}
 
 TEST(Tune, ProfileFromRecordedRuns) {
   const std::vector<CollRun> runs = recorded_coll_runs();

@@ -129,8 +129,12 @@ int cmd_info(const Args& args) {
     const std::string nccl_why = !nccl.available ? nccl.why_not : "NCCL " + nccl_version_text(nccl.version) + " has no window API (needs >= 2.27)";
     windows_routed = auto_routes_windows(vmm_windows, nccl.available && nccl.windows, nccl_why, kernels.enabled, &no_windows_why);
   }
-  const std::string builtin_text = builtin_routes(windows_routed).describe() + " (built-in routes, measured on H200" +
-                                   (!cuda ? "; no GPU: an auto pool here is on the simulator" : windows_routed ? "" : "; without windows: " + no_windows_why) +
+  // Where the built-in routes come from, said as it is: measured on H200, never on this machine (a
+  // profile is what measures it); on the simulator they are not measured at all.
+  const std::string builtin_text = builtin_routes(windows_routed).describe() +
+                                   (!cuda ? " (built-in routes, not measured here: no GPU, an auto pool here is on the simulator"
+                                          : " (built-in routes from H200 measurements, not measured on this machine (`ncclpool tune` measures it)" +
+                                                (windows_routed ? std::string() : "; without windows: " + no_windows_why)) +
                                    (profile.profile && !lookup.why_not.empty() ? "; the profile is not used: " + lookup.why_not : std::string()) + ")";
   const std::string routes_text =
       lookup.profile ? routes_from_profile(*lookup.profile, windows_routed).describe() + " (from the profile, at the first attach of a communicator of " +
@@ -174,8 +178,9 @@ int cmd_info(const Args& args) {
     for (std::size_t i = 0; i < env_problems.size(); ++i)
       o << (i ? "," : "") << "{\"variable\":" << json_quote(env_problems[i].variable) << ",\"value\":" << json_quote(env_problems[i].value)
         << ",\"message\":" << json_quote(env_problems[i].message) << "}";
+    // simulator: whether an auto pool (and source "auto") here runs on the simulator, i.e. no CUDA device.
     o << "]"
-      << ",\"simulator\":true}";
+      << ",\"simulator\":" << (cuda ? "false" : "true") << "}";
     std::puts(o.str().c_str());
     return 0;
   }

@@ -302,8 +302,14 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   profile.nccl_version = machine.nccl_version;
   profile.ranks = machine.ranks;
   profile.symmetric_ctas = best == "nccl" || kernels_off ? 0 : std::stoi(best);
-  profile.symmetric_ctas_measured = !kernels_off;
-  profile.measured = utc_now();
+  // Measured only where the runs had the kernels on and symmetric times at every size (else the
+  // profile keeps NCCL's count or the library's default, and says so above).
+  profile.symmetric_ctas_measured = !kernels_off && symmetric_measured;
+  // When the runs were made: their own "measured" fact (the latest), never the time of this call
+  // (tune --from reads runs made before). Runs without it: unknown; cmd_tune stamps the runs it made.
+  for (const CollRun& run : runs)
+    if (const std::string when = fact(run.doc, "measured"); when > profile.measured) profile.measured = when;
+  if (profile.measured.empty()) profile.measured = kUnknownWhen;
   std::map<std::size_t, ProfileClass> classes;
   std::vector<double> noise_small, noise_large;  // spread of the chosen kind, below and from 256 KiB
   for (const auto& [op, sizes] : samples) {
@@ -402,6 +408,7 @@ int cmd_tune(const Args& a) {
   std::vector<CollRun> runs;
   std::vector<std::string> plan_notes;  // what the runs measure and risk here (plan_tune_runs)
   MachineFacts given;
+  std::string measuring_started;  // when the runs made here began (not set for --from)
   given.gpu = a.get("gpu", "");
   given.nccl_version = static_cast<int>(a.get_int("nccl-version", 0, 0, 1 << 30));
   given.ranks = static_cast<int>(a.get_int("ranks", 0, 0, 1024));
@@ -453,6 +460,7 @@ int cmd_tune(const Args& a) {
     if (ec) throw BackendError("tune: cannot find this program (/proc/self/exe): " + ec.message());
     int done = 0;
     const auto start = std::chrono::steady_clock::now();
+    measuring_started = utc_now();
     for (int r = 1; r <= rounds; ++r)
       for (const auto& c : plan.ctas) {
         std::fprintf(stderr, "tune: round %d/%d, symmetric CTAs %s (%d of %zu runs, %.0f s so far)\n", r, rounds, c.c_str(), ++done,
@@ -472,7 +480,8 @@ int cmd_tune(const Args& a) {
   Report report;
   report.suite = "tune";
   report.notes = plan_notes;
-  const Profile profile = build_profile(runs, given, report);
+  Profile profile = build_profile(runs, given, report);
+  if (!a.has("from") && profile.measured == kUnknownWhen) profile.measured = measuring_started;  // the runs made here
   const std::string path = a.get("out", profile_path());
   if (path.empty()) throw UsageError("no place for the profile: give --out (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME are unset)");
   if (const auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) std::filesystem::create_directories(parent);

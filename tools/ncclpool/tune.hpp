@@ -26,13 +26,19 @@ struct MachineFacts {
   int ranks = 0;
 };
 
+/// Profile::measured of a profile built from runs that do not say when they were made (bench coll
+/// runs record no date; `tune --from` must not stamp them with the time it reads them).
+inline constexpr const char* kUnknownWhen = "unknown (the runs do not say when they were made)";
+
 /// Builds the profile from the runs (pure: tested on CPU with runs recorded on GPUs) and fills
 /// `report` with the medians, spreads and choices. `given` fills facts the runs lack.
 /// Rules: the CTA count whose symmetric times have the smallest geometric mean over the ops and sizes
 /// whose runs agree within 5% (every point if none does), among the counts whose steps with compute
 /// beside (runs of bench coll --compute, where there are) are within 1% of the best; NCCL's own
 /// choice when within 1% of it. Per op and size the cheapest kind to hold (none < local < symmetric)
-/// unless a costlier one's median is >= 2% faster.
+/// unless a costlier one's median is >= 2% faster. `measured`: the latest of the runs' "measured"
+/// facts, else kUnknownWhen; `symmetric_ctas_measured` only where symmetric times were measured at
+/// every size with the kernels on.
 /// @throws InvalidArgument when runs disagree on the machine or lack what is needed.
 Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& given, Report& report);
 
