@@ -7,15 +7,24 @@
 // Two parts:
 //  * Lockstep.*: one focused test per hole of issue 27 (items 1-5), each stating what every rank must
 //    see. They fail on c7ebd93, by design.
-//  * LockstepFuzz.*: a cross-rank fault-injection fuzzer. 2-4 loopback ranks (threads) in NCCL pairing
-//    mode run the same random program, step by step behind a barrier; one rank gets one local fault.
-//    After every step the harness compares the ranks' collective call logs, the places of live blocks
-//    in windows, and pool/registry invariants; at the end, that every rank ended in an error where one
-//    did in a collective step, and that registrations count back to zero.
+//  * LockstepFuzz.*: a cross-rank fault-injection fuzzer (tests/unit/lockstep_fuzz/). 2-4 loopback
+//    ranks (threads) in NCCL pairing mode run the same random program, step by step behind a barrier;
+//    one rank gets one local fault. Layouts: one world communicator (also with the last rank on
+//    another node), or two partly overlapping groups A = {0,1}, B = {1,2} with every pool attached to
+//    both. After every step the harness compares each group's collective call logs, the places of
+//    live blocks in windows, pool/registry invariants, and that no group timed out (a broken group:
+//    a call left unmatched, a hang on NCCL); at the end, that every member of a group ended in an
+//    error where one got an error about that group in a collective step, and that registrations count
+//    back to zero. Each seed says whether its fault fired (its call came); in CI's seed set every
+//    fault kind must fire.
+//  * LockstepFuzzHarness.*: the fuzzer's own checks can fail.
+//  * LockstepAttack.*: holes found by attacking the lockstep change, kept as regressions.
 //
-// Environment: NCCLPOOL_FUZZ_SEEDS=N runs seeds 1..N (default kCiSeeds), NCCLPOOL_FUZZ_SEED=s replays
-// one seed, NCCLPOOL_FUZZ_FAULT=<name> forces one fault kind, NCCLPOOL_FUZZ_VERBOSE=1 prints every
-// seed's program. scripts/fuzz-lockstep.sh runs a longer campaign.
+// Environment: NCCLPOOL_FUZZ_SEEDS=N runs seeds 1..N (default: CI's set), NCCLPOOL_FUZZ_SEED=s replays
+// one seed, NCCLPOOL_FUZZ_FAULT=<name> forces one fault kind (each in every LockstepFuzz test, so a
+// replay hint names its test), NCCLPOOL_FUZZ_VERBOSE=1 prints every seed's program.
+// scripts/fuzz-lockstep.sh runs a longer campaign; scripts/fuzz-rule-breaks.sh shows that the fuzzer
+// catches rule breaks put in on purpose (tests/unit/rule_breaks/).
 
 #include <gtest/gtest.h>
 
@@ -28,7 +37,9 @@
 
 #include "common/lockstep_support.hpp"
 #include "common/registry_ranks.hpp"
+#include "common/scoped_env.hpp"
 #include "common/scoped_profile.hpp"
+#include "unit/lockstep_fuzz/campaign.hpp"
 
 #include <atomic>
 #include <barrier>
@@ -49,125 +60,7 @@
 namespace ncclpool {
 namespace {
 
-constexpr std::size_t KiB = 1u << 10;
-constexpr auto kTimeout = std::chrono::milliseconds(300);  // short: a missing rank costs 300 ms, not 60 s
 
-std::string shorten(const std::string& text, std::size_t most = 400) {
-  return text.size() <= most ? text : text.substr(0, most) + "...";
-}
-
-std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
-  return out;
-}
-
-// "" when every rank in `ranks` made the same collective calls; else where they first differ. A rank in
-// `may_lag` (one that stopped calling) may have made only a prefix of the others' calls.
-std::string call_log_difference(const LoopbackGroup& group, const std::vector<bool>& may_lag = {}) {
-  std::vector<std::vector<std::string>> logs;
-  for (int r = 0; r < group.size(); ++r) logs.push_back(group.call_log(r));
-  const auto lags = [&](int r) { return !may_lag.empty() && may_lag[static_cast<std::size_t>(r)]; };
-  int reference = -1;
-  for (int r = 0; r < group.size() && reference < 0; ++r)
-    if (!lags(r)) reference = r;
-  if (reference < 0) return "";
-  const auto& ref = logs[static_cast<std::size_t>(reference)];
-  std::ostringstream msg;
-  bool differ = false;
-  for (int r = 0; r < group.size(); ++r) {
-    const auto& mine = logs[static_cast<std::size_t>(r)];
-    const bool equal = lags(r) ? mine.size() <= ref.size() && std::equal(mine.begin(), mine.end(), ref.begin()) : mine == ref;
-    if (!equal) differ = true;
-  }
-  if (!differ) return "";
-  std::size_t first = 0;  // the first call where some rank differs from the reference
-  while (true) {
-    bool same = true;
-    for (const auto& l : logs)
-      if (first >= l.size() || first >= ref.size() || l[first] != ref[first]) same = false;
-    if (!same) break;
-    ++first;
-  }
-  msg << "collective call logs differ from call #" << first << ":";
-  for (int r = 0; r < group.size(); ++r) {
-    const auto& l = logs[static_cast<std::size_t>(r)];
-    std::vector<std::string> tail(l.begin() + static_cast<long>(std::min(first, l.size())), l.end());
-    msg << " rank " << r << " made " << l.size() << " call(s)" << (tail.empty() ? "" : ", then " + join(tail)) << ";";
-  }
-  return msg.str();
-}
-
-// ------------------------------------------------------------------------------------------------
-// Steps behind a barrier: every rank finishes step k before any rank starts step k+1, and after each
-// step the call logs are compared (while no rank runs). The group holds completions: a rank that does
-// not wait for an all-gather sees it complete only from the next step on, whatever the thread timing.
-// ------------------------------------------------------------------------------------------------
-
-struct StepOutcome {
-  std::vector<std::string> errors;  // per rank, "" = no error
-  std::string log_difference;       // "" = every rank made the same collective calls so far
-};
-
-std::vector<StepOutcome> run_in_steps(LoopbackGroup& group, const std::vector<std::function<void(int)>>& steps) {
-  const int n = group.size();
-  std::vector<StepOutcome> out(steps.size(), StepOutcome{std::vector<std::string>(static_cast<std::size_t>(n)), ""});
-  std::size_t current = 0;
-  auto after_step = [&]() noexcept {
-    out[current].log_difference = call_log_difference(group);
-    group.release_completions();
-    ++current;
-  };
-  group.hold_completions(true);
-  std::barrier sync(n, after_step);
-  (void)on_ranks(n, [&](int rank) {
-    for (std::size_t k = 0; k < steps.size(); ++k) {
-      try {
-        steps[k](rank);
-      } catch (const std::exception& e) {
-        out[k].errors[static_cast<std::size_t>(rank)] = describe_error(e);
-      }
-      sync.arrive_and_wait();
-    }
-  });
-  return out;
-}
-
-std::shared_ptr<LoopbackGroup> nccl_group(int size) {
-  return std::make_shared<LoopbackGroup>("world", size, kTimeout, LoopbackMatching::nccl);
-}
-
-// ------------------------------------------------------------------------------------------------
-// Profiles and auto pools
-// ------------------------------------------------------------------------------------------------
-
-// A profile for the simulator's machine key ("ncclpool simulator", NCCL 0, `ranks` ranks): classes of
-// (from bytes, kind name), the same kind for every collective.
-Profile sim_profile(int ranks, const std::vector<std::pair<std::size_t, std::string>>& classes) {
-  std::vector<std::pair<std::size_t, RegistrationKind>> kinds;
-  for (const auto& [from, kind] : classes) kinds.emplace_back(from, *registration_kind_from_string(kind));
-  return testing_support::profile_for("ncclpool simulator", 0, ranks, kinds);
-}
-using testing_support::ScopedProfile;
-
-// An auto pool whose three parts are deterministic sim pools with 2 MiB chunks; `sources` gets each
-// part's source, by RegistrationKind (for OOM injection).
-std::unique_ptr<RegisteredPool> make_auto_pool(const std::string& name, const SizeRoutes& routes, RegistryOptions options,
-                                           std::vector<std::shared_ptr<SimSource>>* sources = nullptr) {
-  auto make_part = [&](RegistrationKind placement) {
-    auto source = std::make_shared<SimSource>(SimSourceConfig{});
-    if (sources) sources->push_back(source);
-    PoolConfig config;
-    config.name = name + "/" + to_string(placement);
-    config.growth_chunk = 2 * MiB;
-    config.deterministic = true;
-    return std::make_shared<Pool>(source, config);
-  };
-  return std::make_unique<AutoPool>(name, make_part, routes, "set by the test", options);
-}
-
-// local below 1 MiB, symmetric from 1 MiB: an auto pool whose routes use two registered parts.
-SizeRoutes local_then_symmetric() { return SizeRoutes({{0, RegistrationKind::local}, {MiB, RegistrationKind::symmetric}}); }
 
 // ------------------------------------------------------------------------------------------------
 // Item 1: a late-found error must not make a rank skip the next agreement's outcome.
@@ -410,659 +303,92 @@ TEST(Lockstep, PartialAttachAllOrNothing) {
     if (pool(r).attached(*comms[static_cast<std::size_t>(r)])) pool(r).forget(*comms[static_cast<std::size_t>(r)]);
 }
 
-// ================================================================================================
-// The fuzzer
-// ================================================================================================
-
-enum class Fault { none, oom, register_local, register_window, scope_throw, profile, trim_race, stop };
-constexpr Fault kFaults[] = {Fault::none, Fault::oom, Fault::register_local, Fault::register_window,
-                             Fault::scope_throw, Fault::profile, Fault::trim_race, Fault::stop};
-
-const char* fault_name(Fault f) {
-  switch (f) {
-    case Fault::none: return "none";
-    case Fault::oom: return "oom";
-    case Fault::register_local: return "register_local";
-    case Fault::register_window: return "register_window";
-    case Fault::scope_throw: return "scope_throw";
-    case Fault::profile: return "profile";
-    case Fault::trim_race: return "trim_race";
-    case Fault::stop: return "stop";
-  }
-  return "?";
-}
-
-std::optional<Fault> fault_from_name(const std::string& name) {
-  for (Fault f : kFaults)
-    if (name == fault_name(f)) return f;
-  return std::nullopt;
-}
-
-// How a pool of the program is made and attached.
-enum class PoolKind { single_symmetric, single_local, auto_placed, auto_symmetric };
-const char* pool_kind_name(PoolKind k) {
-  switch (k) {
-    case PoolKind::single_symmetric: return "single pool, symmetric";
-    case PoolKind::single_local: return "single pool, local";
-    case PoolKind::auto_placed: return "auto pool, kind by routes";
-    case PoolKind::auto_symmetric: return "auto pool, kind symmetric";
-  }
-  return "?";
-}
-
-enum class OpKind { attach, detach, alloc, free, scope_use, commit, trim, user_collective, final_commit, teardown };
-
-struct Alloc {
-  int id = 0;
-  std::size_t bytes = 0;
-  stream_t stream = 0;
-};
-
-struct Op {
-  OpKind kind = OpKind::commit;
-  int pool = 0;
-  Alloc alloc;                // alloc: the block; free: id and stream
-  std::vector<Alloc> inside;  // scope_use: allocations made inside the scope
-};
-
-std::string describe_op(const Op& op) {
-  std::ostringstream o;
-  switch (op.kind) {
-    case OpKind::attach: o << "attach pool " << op.pool; break;
-    case OpKind::detach: o << "detach pool " << op.pool; break;
-    case OpKind::alloc: o << "alloc #" << op.alloc.id << " of " << op.alloc.bytes << " bytes on stream " << op.alloc.stream << " from pool " << op.pool; break;
-    case OpKind::free: o << "free #" << op.alloc.id << " on stream " << op.alloc.stream; break;
-    case OpKind::scope_use:
-      o << "scope on pool " << op.pool << " allocating";
-      for (const Alloc& a : op.inside) o << " #" << a.id << " (" << a.bytes << " bytes, stream " << a.stream << ")";
-      if (op.inside.empty()) o << " nothing";
-      break;
-    case OpKind::commit: o << "commit pool " << op.pool; break;
-    case OpKind::trim: o << "trim pool " << op.pool; break;
-    case OpKind::user_collective: o << "application collective"; break;
-    case OpKind::final_commit: o << "final commit of every pool"; break;
-    case OpKind::teardown: o << "teardown (detach every pool, destroy)"; break;
-  }
-  return o.str();
-}
-
-struct Program {
-  std::uint64_t seed = 0;
-  int ranks = 2;
-  std::vector<PoolKind> pools;
-  CheckLevel check = CheckLevel::off;
-  bool profile_has_windows = true;  // the profile: local below 1 MiB, symmetric above; else none/local only
-  std::vector<Op> ops;
-  Fault fault = Fault::none;
-  std::vector<std::uint64_t> nodes;  // by rank, LoopbackGroup::set_node (empty: every rank on this host)
-  int fault_rank = 0;
-  std::size_t fault_step = 0;
-  int oom_pool = 0;
-  RegistrationKind oom_part = RegistrationKind::symmetric;
-
-  std::string describe() const {
-    std::ostringstream o;
-    o << "seed " << seed << ": " << ranks << " ranks, fault " << fault_name(fault) << " on rank " << fault_rank << " at step " << fault_step
-      << ", check " << to_string(check) << ", profile " << (profile_has_windows ? "local<1MiB/symmetric" : "none<64KiB/local") << "; pools:";
-    for (std::size_t i = 0; i < pools.size(); ++i) o << " [" << i << "] " << pool_kind_name(pools[i]) << ";";
-    if (fault == Fault::oom) o << " OOM in pool " << oom_pool << " (" << to_string(oom_part) << " part if auto)";
-    o << "\n";
-    for (std::size_t k = 0; k < ops.size(); ++k) o << "  step " << k << ": " << describe_op(ops[k]) << "\n";
-    return o.str();
-  }
-};
-
-constexpr std::size_t kSizes[] = {4 * KiB, 64 * KiB, 256 * KiB, MiB, 1536 * KiB, 2 * MiB, 3 * MiB};
-
-// The same program for every rank, from the seed alone. `forced` overrides the fault kind.
-Program make_program(std::uint64_t seed, std::optional<Fault> forced) {
-  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + 1);
-  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
-  Program p;
-  p.seed = seed;
-  p.ranks = 2 + static_cast<int>(pick(3));
-  const std::size_t pool_count = 1 + pick(2);
-  for (std::size_t i = 0; i < pool_count; ++i) p.pools.push_back(static_cast<PoolKind>(pick(4)));
-  p.check = pick(4) == 0 ? CheckLevel::layout : CheckLevel::off;
-  p.profile_has_windows = pick(2) == 0;
-
-  std::vector<bool> attached(pool_count, false);
-  std::vector<std::pair<int, int>> live;  // (id, pool)
-  int next_id = 0;
-  auto new_alloc = [&](int pool) {
-    Alloc a{next_id++, kSizes[pick(std::size(kSizes))], static_cast<stream_t>(pick(3))};
-    live.emplace_back(a.id, pool);
-    return a;
-  };
-  for (std::size_t i = 0; i < pool_count; ++i) {
-    p.ops.push_back(Op{OpKind::attach, static_cast<int>(i), {}, {}});
-    attached[i] = true;
-  }
-  const std::size_t length = 18 + pick(20);
-  for (std::size_t k = 0; k < length; ++k) {
-    const int pool = static_cast<int>(pick(pool_count));
-    const std::size_t roll = pick(100);
-    Op op{OpKind::commit, pool, {}, {}};
-    if (roll < 30) {
-      op.kind = OpKind::alloc;
-      op.alloc = new_alloc(pool);
-    } else if (roll < 48 && !live.empty()) {
-      op.kind = OpKind::free;
-      const std::size_t which = pick(live.size());
-      op.alloc.id = live[which].first;
-      op.alloc.stream = static_cast<stream_t>(pick(3));
-      live.erase(live.begin() + static_cast<long>(which));
-    } else if (roll < 63) {
-      op.kind = OpKind::scope_use;
-      const std::size_t inside = pick(3);
-      for (std::size_t i = 0; i < inside; ++i) op.inside.push_back(new_alloc(pool));
-    } else if (roll < 75) {
-      op.kind = OpKind::commit;
-    } else if (roll < 81) {
-      op.kind = OpKind::trim;
-    } else if (roll < 87) {
-      op.kind = OpKind::user_collective;
-    } else if (roll < 94) {
-      op.kind = attached[static_cast<std::size_t>(pool)] ? OpKind::detach : OpKind::attach;
-      attached[static_cast<std::size_t>(pool)] = !attached[static_cast<std::size_t>(pool)];
-    } else {
-      op.kind = OpKind::commit;
-    }
-    p.ops.push_back(op);
-  }
-
-  p.fault = forced ? *forced : kFaults[seed % std::size(kFaults)];  // a fixed seed set covers every kind
-  p.fault_rank = static_cast<int>(pick(static_cast<std::size_t>(p.ranks)));
-  p.fault_step = pool_count + pick(p.ops.size() - pool_count);  // after the first attaches
-  p.oom_pool = static_cast<int>(pick(pool_count));
-  p.oom_part = pick(3) == 0 ? RegistrationKind::local : RegistrationKind::symmetric;
-  // Faults that act in a kind of step get one at their step, so that they always fire.
-  if (p.fault == Fault::scope_throw && p.ops[p.fault_step].kind != OpKind::scope_use) {
-    Op op{OpKind::scope_use, p.ops[p.fault_step].pool, {}, {}};
-    op.inside.push_back(Alloc{next_id++, 64 * KiB, 0});
-    p.ops.insert(p.ops.begin() + static_cast<long>(p.fault_step), op);
-  }
-  if (p.fault == Fault::trim_race && p.ops[p.fault_step].kind != OpKind::trim)
-    p.ops.insert(p.ops.begin() + static_cast<long>(p.fault_step), Op{OpKind::trim, p.ops[p.fault_step].pool, {}, {}});
-  p.ops.push_back(Op{OpKind::final_commit, 0, {}, {}});  // the agreement point where late errors surface
-  p.ops.push_back(Op{OpKind::teardown, 0, {}, {}});
-  return p;
-}
-
-bool is_auto(PoolKind k) { return k == PoolKind::auto_placed || k == PoolKind::auto_symmetric; }
-
-std::optional<RegistrationKind> attach_kind(PoolKind k) {
-  switch (k) {
-    case PoolKind::single_symmetric: return RegistrationKind::symmetric;
-    case PoolKind::single_local: return RegistrationKind::local;
-    case PoolKind::auto_placed: return std::nullopt;
-    case PoolKind::auto_symmetric: return RegistrationKind::symmetric;
-  }
-  return std::nullopt;
-}
-
-// One rank's state: its pools (each with its parts' sources) and its live blocks by allocation id.
-struct FuzzRank {
-  std::shared_ptr<LoopbackCommunicator> comm;
-  std::vector<std::unique_ptr<RegisteredPool>> pools;
-  std::vector<std::vector<std::shared_ptr<SimSource>>> sources;  // per pool: by RegistrationKind (auto) or the one source
-  std::map<int, std::pair<int, void*>> live;                      // id -> (pool, block)
-  bool stopped = false;                                            // the "stop" fault: this rank calls nothing more
-  std::size_t forgotten_registrations = 0;                        // dropped by forget (an abort would release them)
-  bool racer_ran = false;                                          // the trim_race fault's thread made requests
-};
-
-std::unique_ptr<RegisteredPool> make_fuzz_pool(const Program& p, int index, std::vector<std::shared_ptr<SimSource>>& sources) {
-  const RegistryOptions options{p.check, 3};  // scope period 3: scheduled and unscheduled scope ends both occur
-  const std::string name = "fuzz" + std::to_string(index);
-  if (is_auto(p.pools[static_cast<std::size_t>(index)]))
-    return make_auto_pool(name, builtin_routes(true), options, &sources);
-  auto source = std::make_shared<SimSource>(SimSourceConfig{});
-  sources.push_back(source);
-  PoolConfig config;
-  config.name = name;
-  config.growth_chunk = 2 * MiB;
-  config.deterministic = true;
-  return std::make_unique<SinglePool>(std::make_shared<Pool>(source, config), options);
-}
-
-// Where block `ptr` of pool `rp` sits as a symmetric kernel sees it: its window (the loopback's window
-// id is the same on every rank for the same collective registration) and offset; nullopt when its
-// part has no window for comm.
-std::optional<std::string> window_place(const RegisteredPool& rp, const void* ptr, const Communicator& comm) {
-  const PoolPart* part = rp.part_of(ptr);
-  if (part == nullptr) return std::nullopt;
-  try {
-    if (part->registry->stats(comm).kind != RegistrationKind::symmetric) return std::nullopt;
-  } catch (const InvalidArgument&) {
-    return std::nullopt;  // that part is not attached to comm
-  }
-  void* window = part->registry->handle_of(ptr, comm);
-  const auto loc = part->pool->locate(ptr);
-  if (window == nullptr || !loc) return std::nullopt;
-  return std::string(to_string(part->kind)) + " part, window " + std::to_string(reinterpret_cast<std::uintptr_t>(window)) + " (segment " +
-         std::to_string(loc->segment_sequence) + ") offset " + std::to_string(loc->offset);
-}
-
-struct FuzzResult {
-  std::vector<std::string> violations;
-  std::string program;
-};
-
-class FuzzRun {
- public:
-  explicit FuzzRun(const Program& p) : p_(p), n_(p.ranks) {}
-
-  FuzzResult run() {
-    const ScopedProfile profile(p_.profile_has_windows ? sim_profile(n_, {{0, "local"}, {MiB, "symmetric"}})
-                                                       : sim_profile(n_, {{0, "none"}, {64 * KiB, "local"}}));
-    group_ = std::make_shared<LoopbackGroup>("world", n_, kTimeout, LoopbackMatching::nccl);
-    if (p_.fault == Fault::profile) group_->set_machine_gpu(p_.fault_rank, "another GPU");  // the profile misses this node
-    for (std::size_t r = 0; r < p_.nodes.size(); ++r) group_->set_node(static_cast<int>(r), p_.nodes[r]);
-    group_->hold_completions(true);  // what a rank that does not wait sees depends on the steps only
-    ranks_.resize(static_cast<std::size_t>(n_));
-    for (int r = 0; r < n_; ++r) {
-      FuzzRank& fr = ranks_[static_cast<std::size_t>(r)];
-      fr.comm = std::make_shared<LoopbackCommunicator>(group_, r);
-      fr.sources.resize(p_.pools.size());
-      for (std::size_t i = 0; i < p_.pools.size(); ++i) fr.pools.push_back(make_fuzz_pool(p_, static_cast<int>(i), fr.sources[i]));
-    }
-    errors_.assign(p_.ops.size(), std::vector<std::string>(static_cast<std::size_t>(n_)));
-    collective_.assign(p_.ops.size(), false);
-    log_sizes_.assign(static_cast<std::size_t>(n_), 0);
-    if (p_.fault_step == 0) inject(0);
-    step_started_ = std::chrono::steady_clock::now();
-
-    std::barrier sync(n_, [this]() noexcept { after_step(); });
-    (void)on_ranks(n_, [&](int rank) {
-      for (std::size_t k = 0; k < p_.ops.size(); ++k) {
-        if (!program_over_ || p_.ops[k].kind == OpKind::teardown) {
-          try {
-            execute(rank, k);
-          } catch (const std::exception& e) {
-            errors_[k][static_cast<std::size_t>(rank)] = describe_error(e);
-          }
-        }
-        sync.arrive_and_wait();
-      }
-    });
-    final_checks();
-    return FuzzResult{violations_, p_.describe()};
-  }
-
- private:
-  FuzzRank& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
-
-  void execute(int r, std::size_t k) {
-    FuzzRank& fr = rank(r);
-    const Op& op = p_.ops[k];
-    if (p_.fault == Fault::stop && r == p_.fault_rank && k >= p_.fault_step) fr.stopped = true;
-    if (op.kind == OpKind::teardown) return teardown(fr);
-    if (fr.stopped) return;  // a rank that stops calling (died, hung, took another branch)
-    RegisteredPool& rp = *fr.pools[static_cast<std::size_t>(op.pool)];
-    switch (op.kind) {
-      case OpKind::attach:
-        // A rank takes the step it believes it must: attach what its own calls left unattached.
-        if (!rp.attached(*fr.comm)) rp.attach(fr.comm, attach_kind(p_.pools[static_cast<std::size_t>(op.pool)]));
-        break;
-      case OpKind::detach:
-        if (rp.attached(*fr.comm)) rp.detach(*fr.comm);
-        break;
-      case OpKind::alloc:
-        fr.live[op.alloc.id] = {op.pool, rp.allocate(op.alloc.bytes, op.alloc.stream)};
-        break;
-      case OpKind::free: {
-        auto it = fr.live.find(op.alloc.id);
-        if (it == fr.live.end()) break;  // its allocation failed on this rank
-        fr.pools[static_cast<std::size_t>(it->second.first)]->deallocate(it->second.second, op.alloc.stream);
-        fr.live.erase(it);
-        break;
-      }
-      case OpKind::scope_use: {
-        RegisteredPool::ScopeSet scope(rp);
-        for (const Alloc& a : op.inside) fr.live[a.id] = {op.pool, rp.allocate(a.bytes, a.stream)};
-        // The fault: an exception inside the scope, which is destroyed without close().
-        if (p_.fault == Fault::scope_throw && r == p_.fault_rank && k == p_.fault_step) throw std::runtime_error("injected exception inside a scope");
-        scope.close();
-        break;
-      }
-      case OpKind::commit:
-        rp.commit();
-        break;
-      case OpKind::trim:
-        if (p_.fault == Fault::trim_race && r == p_.fault_rank && k == p_.fault_step) return trim_with_racer(fr, rp);
-        (void)rp.trim();
-        break;
-      case OpKind::user_collective:
-        fr.comm->user_collective(k);
-        break;
-      case OpKind::final_commit: {
-        std::string first;
-        for (auto& pool : fr.pools) {  // every pool, whatever fails: all are agreement points
-          try {
-            pool->commit();
-          } catch (const std::exception& e) {
-            if (first.empty()) first = describe_error(e);
-          }
-        }
-        if (!first.empty()) throw std::runtime_error(first);
-        break;
-      }
-      case OpKind::teardown: break;
-    }
-  }
-
-  // Another thread of this rank allocates and frees while the trim runs. Trim withholds the empty
-  // segments first, so the racer cannot land in one; it may grow the pool, and its requests make this
-  // rank's program differ from the others' (which later agreements must report).
-  void trim_with_racer(FuzzRank& fr, RegisteredPool& rp) {
-    std::atomic<bool> stop{false};
-    std::thread racer([&] {
-      while (!stop.load()) {
-        try {
-          rp.deallocate(rp.allocate(4 * KiB, 7), 7);
-        } catch (const Error&) {
-        }
-        std::this_thread::yield();
-      }
-    });
-    std::exception_ptr error;
-    try {
-      (void)rp.trim();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    stop = true;
-    racer.join();
-    // Whether or not it grew the pool, the racer's blocks (freed on its own stream) change where this
-    // rank places later requests: the program differs from here on, only agreements can tell.
-    fr.racer_ran = true;
-    if (error) std::rethrow_exception(error);
-  }
-
-  // Detach what is attached (collective); forget what cannot be detached (as after an abort), then
-  // check the parts' invariants and destroy the pools.
-  void teardown(FuzzRank& fr) {
-    std::string first;
-    for (auto& pool : fr.pools) {
-      if (!pool->attached(*fr.comm)) continue;
-      if (!fr.stopped && !group_->broken()) {
-        try {
-          pool->detach(*fr.comm);
-        } catch (const std::exception& e) {
-          if (first.empty()) first = describe_error(e);
-        }
-      }
-      if (pool->attached(*fr.comm)) forget_every_part(fr, *pool);
-    }
-    if (!first.empty()) throw std::runtime_error(first);
-  }
-
-  // Forgets comm part by part, counting the registrations each part drops (a part not attached to
-  // comm says so, and is passed over).
-  static void forget_every_part(FuzzRank& fr, RegisteredPool& pool) {
-    for (const PoolPart& part : pool.parts()) {
-      try {
-        fr.forgotten_registrations += part.registry->stats(*fr.comm).registered_segments;
-        part.registry->forget(*fr.comm);
-      } catch (const InvalidArgument&) {
-        // this part is not attached to comm
-      }
-    }
-  }
-
-  // The faults that are set up between steps (while no rank runs).
-  void inject(std::size_t k) {
-    if (k != p_.fault_step) return;
-    FuzzRank& fr = rank(p_.fault_rank);
-    switch (p_.fault) {
-      case Fault::oom: {
-        auto& sources = fr.sources[static_cast<std::size_t>(p_.oom_pool)];
-        (sources.size() == 1 ? sources[0] : sources[static_cast<std::size_t>(p_.oom_part)])->inject_oom(1);
-        break;
-      }
-      case Fault::register_local: group_->inject_failure(LoopbackOp::register_local, p_.fault_rank, 1); break;
-      case Fault::register_window: group_->inject_failure(LoopbackOp::register_window, p_.fault_rank, 1); break;
-      default: break;
-    }
-  }
-
-  void violation(std::size_t k, const std::string& what) {
-    violations_.push_back("step " + std::to_string(k) + " (" + describe_op(p_.ops[k]) + "): " + what);
-  }
-
-  // Runs on one thread once every rank finished step current_: compares the ranks, then prepares the next step.
-  void after_step() noexcept {
-    const std::size_t k = current_++;
-    try {
-      const auto now = std::chrono::steady_clock::now();
-      const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(now - step_started_);
-      step_started_ = now;
-      // Nothing may hang: a step waits at most for one timeout (then the group is broken, and later
-      // calls fail at once); allow slack for slow sanitizer builds.
-      if (took > 4 * kTimeout + std::chrono::seconds(2)) violation(k, "took " + std::to_string(took.count()) + " ms");
-      std::vector<bool> lagging(static_cast<std::size_t>(n_));
-      for (int r = 0; r < n_; ++r) lagging[static_cast<std::size_t>(r)] = rank(r).stopped;
-      for (int r = 0; r < n_; ++r) {
-        const std::size_t size = group_->call_log(r).size();
-        if (size != log_sizes_[static_cast<std::size_t>(r)]) collective_[k] = true;
-        log_sizes_[static_cast<std::size_t>(r)] = size;
-      }
-      // (a) every collective call made by every rank, in the same order.
-      if (!logs_differed_) {
-        const std::string diff = call_log_difference(*group_, lagging);
-        if (!diff.empty()) {
-          logs_differed_ = true;  // reported once: later steps only repeat it
-          violation(k, diff + errors_after(k));
-        }
-      }
-      note_divergence(k);
-      if (p_.ops[k].kind != OpKind::teardown) {
-        check_places(k);
-        check_invariants(k);
-      }
-      if (group_->broken()) program_over_ = true;  // a timed-out communicator is aborted: teardown only
-      group_->release_completions();
-      inject(k + 1);
-    } catch (const std::exception& e) {
-      violations_.push_back("harness error after step " + std::to_string(k) + ": " + e.what());
-    }
-  }
-
-  std::string errors_after(std::size_t k) const {
-    std::string out;
-    for (int r = 0; r < n_; ++r)
-      if (!errors_[k][static_cast<std::size_t>(r)].empty()) out += " rank " + std::to_string(r) + " got " + shorten(errors_[k][static_cast<std::size_t>(r)]) + ";";
-    return out.empty() ? " (no rank got an error in this step)" : " errors:" + out;
-  }
-
-  // Ranks whose requests differ (an allocation that failed on some ranks only, a racing thread's
-  // requests) legitimately place later blocks elsewhere: their agreements must fail, but the places of
-  // blocks are not comparable any more.
-  void note_divergence(std::size_t k) {
-    const OpKind kind = p_.ops[k].kind;
-    if (kind == OpKind::alloc || kind == OpKind::scope_use || kind == OpKind::free) {
-      int failed = 0;
-      for (int r = 0; r < n_; ++r) failed += errors_[k][static_cast<std::size_t>(r)].empty() ? 0 : 1;
-      if (failed != 0 && failed != n_) diverged_ = true;
-      // Every rank may have an error in a step (one's allocation failed, the others' scope end heard
-      // its "no") and still hold other buffers from then on.
-      for (int r = 1; r < n_; ++r) {
-        const auto& a = rank(0).live;
-        const auto& b = rank(r).live;
-        const bool same_ids = a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) { return x.first == y.first; });
-        if (!same_ids) diverged_ = true;
-      }
-    }
-    for (int r = 0; r < n_; ++r) diverged_ = diverged_ || rank(r).racer_ran || rank(r).stopped;
-    if (p_.fault == Fault::profile) diverged_ = true;  // requests route to other parts on one rank
-  }
-
-  // (b) a block in a window on every rank sits in the same window at the same offset everywhere.
-  void check_places(std::size_t k) {
-    if (diverged_) return;
-    bool all_failed = true;
-    for (int r = 0; r < n_; ++r) all_failed = all_failed && !errors_[k][static_cast<std::size_t>(r)].empty();
-    if (all_failed) return;
-    for (const auto& [id, where] : rank(0).live) {
-      std::vector<std::string> places;
-      for (int r = 0; r < n_; ++r) {
-        FuzzRank& fr = rank(r);
-        auto it = fr.live.find(id);
-        if (it == fr.live.end()) break;
-        const auto place = window_place(*fr.pools[static_cast<std::size_t>(it->second.first)], it->second.second, *fr.comm);
-        if (!place) break;
-        places.push_back("rank " + std::to_string(r) + ": " + *place);
-      }
-      if (places.size() != static_cast<std::size_t>(n_)) continue;
-      bool same = true;
-      for (std::size_t r = 1; r < places.size(); ++r)
-        same = same && places[r].substr(places[r].find(':')) == places[0].substr(places[0].find(':'));
-      if (!same) {
-        violation(k, "block #" + std::to_string(id) + " sits in windows at other places (a symmetric kernel reads wrong data): " + join(places, "; ") + errors_after(k));
-        diverged_ = true;  // reported once
-        return;
-      }
-    }
-  }
-
-  void check_invariants(std::size_t k) {
-    for (int r = 0; r < n_; ++r) {
-      for (auto& pool : rank(r).pools) {
-        try {
-          pool->check_invariants();
-        } catch (const std::exception& e) {
-          violation(k, "rank " + std::to_string(r) + ": " + e.what());
-          return;
-        }
-      }
-    }
-  }
-
-  void final_checks() {
-    // (c) an error in a step with collective calls ends in an error on every rank (at that step, or
-    // at a later agreement point of that rank: a rank with nothing to do learns after the fact).
-    for (std::size_t k = 0; k < p_.ops.size(); ++k) {
-      if (!collective_[k]) continue;
-      int failed = -1;
-      for (int r = 0; r < n_ && failed < 0; ++r)
-        if (!errors_[k][static_cast<std::size_t>(r)].empty()) failed = r;
-      if (failed < 0) continue;
-      for (int r = 0; r < n_; ++r) {
-        if (rank(r).stopped) continue;
-        bool heard = false;
-        for (std::size_t later = k; later < p_.ops.size() && !heard; ++later) heard = !errors_[later][static_cast<std::size_t>(r)].empty();
-        if (!heard) {
-          violation(k, "rank " + std::to_string(failed) + " got " + shorten(errors_[k][static_cast<std::size_t>(failed)]) + ", but rank " + std::to_string(r) +
-                           " never got an error, to the end of the program");
-          break;
-        }
-      }
-    }
-    // A rank that stops calling: every other rank that made a collective call afterwards ends in an
-    // AgreementError (the timeout), not in a hang.
-    if (p_.fault == Fault::stop) {
-      for (int r = 0; r < n_; ++r) {
-        if (r == p_.fault_rank) continue;
-        bool agreement_error = false;
-        for (std::size_t k = p_.fault_step; k < p_.ops.size(); ++k) agreement_error = agreement_error || has(errors_[k][static_cast<std::size_t>(r)], "AgreementError");
-        const bool called_after = group_->call_log(r).size() > group_->call_log(p_.fault_rank).size();
-        if (called_after && !agreement_error) violation(p_.fault_step, "rank " + std::to_string(r) + " made collective calls after rank " + std::to_string(p_.fault_rank) + " stopped, and never got an AgreementError");
-      }
-    }
-    // Registrations count back to zero once the pools are gone, except those forget dropped (an
-    // aborted communicator releases them).
-    std::size_t forgotten = 0;
-    for (auto& fr : ranks_) {
-      forgotten += fr.forgotten_registrations;
-      fr.pools.clear();
-    }
-    if (group_->live_registrations() != static_cast<std::int64_t>(forgotten))
-      violations_.push_back("after teardown: " + std::to_string(group_->live_registrations()) + " registrations live in the loopback, " +
-                            std::to_string(forgotten) + " dropped by forget");
-  }
-
-  const Program& p_;
-  const int n_;
-  std::shared_ptr<LoopbackGroup> group_;
-  std::vector<FuzzRank> ranks_;
-  std::vector<std::vector<std::string>> errors_;  // [step][rank]
-  std::vector<bool> collective_;                  // [step]: some rank made a collective call
-  std::vector<std::size_t> log_sizes_;
-  std::size_t current_ = 0;
-  std::chrono::steady_clock::time_point step_started_;
-  bool program_over_ = false;  // written between steps only
-  bool logs_differed_ = false;
-  bool diverged_ = false;
-  std::vector<std::string> violations_;
-};
-
-// CI: a fixed seed set, every fault kind in turn (about 4 s in the default build).
-constexpr int kCiSeeds = 48;
-
-std::optional<std::uint64_t> env_number(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::strtoull(v, nullptr, 10);
-}
-
-// Runs one seed; a failure message says how to replay it.
-bool run_seed(std::uint64_t seed, std::optional<Fault> forced, bool verbose, bool across_nodes = false) {
-  Program program = make_program(seed, forced);
-  if (across_nodes) {  // the last rank alone on another node: auto pools whose routes open at an attach drop windows
-    program.nodes.assign(static_cast<std::size_t>(program.ranks), 0x4e4f4445ull);
-    program.nodes.back() = 0x4e4f4446ull;
-  }
-  const FuzzResult result = FuzzRun(program).run();
-  if (verbose) std::printf("%s", result.program.c_str());
-  if (result.violations.empty()) return true;
-  std::ostringstream msg;
-  msg << "seed " << seed << " (fault " << fault_name(program.fault) << " on rank " << program.fault_rank << " at step " << program.fault_step
-      << (across_nodes ? "; across nodes" : "") << "; replay: NCCLPOOL_FUZZ_SEED=" << seed << (forced ? std::string(" NCCLPOOL_FUZZ_FAULT=") + fault_name(*forced) : "") << " NCCLPOOL_FUZZ_VERBOSE=1):\n";
-  for (const std::string& v : result.violations) msg << "  " << v << "\n";
-  ADD_FAILURE() << msg.str() << result.program;
-  return false;
-}
 
 // Seeds (with a forced fault) that found issue 27's holes at c7ebd93, kept as regressions:
 // 10/oom: a late-found error at detach (item 1); 21/profile: one-sided routes agreement (item 2);
 // 19/oom: OOM recovery moved a block in a window on one rank (item 3); 193/oom: RegisteredPool::commit
 // stopped at the first part (item 4); 45/register_local: partial auto attach (item 5).
+// ================================================================================================
+// The fuzzer (tests/unit/lockstep_fuzz/: programs, one run and its oracle, campaigns)
+// ================================================================================================
+
 TEST(LockstepFuzz, SeedsThatFoundIssue27) {
   const std::pair<std::uint64_t, Fault> pinned[] = {
       {10, Fault::oom}, {21, Fault::profile}, {19, Fault::oom}, {193, Fault::oom}, {45, Fault::register_local}};
   const bool verbose = env_number("NCCLPOOL_FUZZ_VERBOSE").value_or(0) != 0;
-  for (const auto& [seed, fault] : pinned) (void)run_seed(seed, fault, verbose);
+  const FuzzSetup setup{Layout::world, false, "SeedsThatFoundIssue27", /*ensure_firing=*/false};  // the programs as found
+  for (const auto& [seed, fault] : pinned) (void)run_seed(seed, fault, verbose, setup);
 }
 
-TEST(LockstepFuzz, EveryRankInStepUnderOneFault) {
-  std::optional<Fault> forced;
-  if (const char* f = std::getenv("NCCLPOOL_FUZZ_FAULT"); f != nullptr && *f != '\0') {
-    forced = fault_from_name(f);
-    ASSERT_TRUE(forced) << "NCCLPOOL_FUZZ_FAULT=" << f << " is not one of none, oom, register_local, register_window, scope_throw, profile, trim_race, stop";
-  }
-  std::vector<std::uint64_t> seeds;
-  if (const auto one = env_number("NCCLPOOL_FUZZ_SEED")) {
-    seeds.push_back(*one);
-  } else {
-    const std::uint64_t count = env_number("NCCLPOOL_FUZZ_SEEDS").value_or(kCiSeeds);
-    for (std::uint64_t s = 1; s <= count; ++s) seeds.push_back(s);
-  }
-  const bool verbose = env_number("NCCLPOOL_FUZZ_VERBOSE").value_or(0) != 0;
-  int failed = 0;
-  for (std::uint64_t seed : seeds) failed += run_seed(seed, forced, verbose) ? 0 : 1;
-  std::printf("lockstep fuzz: %zu seed(s), %d with violations\n", seeds.size(), failed);
+// CI: a fixed seed set per setup, every fault kind in turn (seed % 8), each kind firing in some seed.
+constexpr std::uint64_t kCiSeeds = 48;
+constexpr std::uint64_t kCiOverlappingSeeds = 48;
+
+TEST(LockstepFuzz, EveryRankInStepUnderOneFault) { (void)run_campaign(FuzzSetup{Layout::world, false, "EveryRankInStepUnderOneFault"}, kCiSeeds); }
+
+// The last rank on another node (issue: an auto pool's routes across nodes): the routes agreement
+// tells every rank the node count, and every rank stays in step.
+TEST(LockstepFuzz, EveryRankInStepAcrossNodes) { (void)run_campaign(FuzzSetup{Layout::world, true, "EveryRankInStepAcrossNodes"}, kCiSeeds / 2); }
+
+// Two partly overlapping groups, A = {0,1} and B = {1,2}, every pool attached to both (issue 44 item
+// 6): a "no" that rank 1 hears in one group must reach the other group's ranks in the same step, which
+// one world communicator cannot show (its every rank hears every no).
+TEST(LockstepFuzz, EveryRankInStepOverlappingGroups) {
+  (void)run_campaign(FuzzSetup{Layout::overlapping, false, "EveryRankInStepOverlappingGroups"}, kCiOverlappingSeeds);
 }
 
-// The same seeds with the last rank on another node (issue: an auto pool's routes across nodes): the
-// routes agreement tells every rank the node count, and every rank stays in step.
-TEST(LockstepFuzz, EveryRankInStepAcrossNodes) {
-  const std::uint64_t count = env_number("NCCLPOOL_FUZZ_SEEDS").value_or(kCiSeeds / 2);
-  const bool verbose = env_number("NCCLPOOL_FUZZ_VERBOSE").value_or(0) != 0;
-  int failed = 0;
-  for (std::uint64_t seed = 1; seed <= count; ++seed) failed += run_seed(seed, std::nullopt, verbose, /*across_nodes=*/true) ? 0 : 1;
-  std::printf("lockstep fuzz across nodes: %llu seed(s), %d with violations\n", static_cast<unsigned long long>(count), failed);
+// ------------------------------------------------------------------------------------------------
+// The fuzzer's own checks can fail (issue 49, items 8-10).
+// ------------------------------------------------------------------------------------------------
+
+// A failing seed's replay hint replays it with its own setup: the environment it names selects that
+// seed (and fault) in the test it names, the across-nodes and overlapping tests included (the
+// across-nodes test read neither variable, so its hint replayed the seed without the second node).
+TEST(LockstepFuzzHarness, ReplayHintSelectsTheSeedInItsOwnTest) {
+  using testing_support::ScopedEnv;
+  const FuzzSetup setups[] = {{Layout::world, false, "EveryRankInStepUnderOneFault"},
+                          {Layout::world, true, "EveryRankInStepAcrossNodes"},
+                          {Layout::overlapping, false, "EveryRankInStepOverlappingGroups"}};
+  for (const FuzzSetup& setup : setups) {
+    const std::string hint = replay_hint(setup, 77, Fault::oom);
+    EXPECT_TRUE(has(hint, std::string("--gtest_filter=LockstepFuzz.") + setup.test)) << hint;
+    const ScopedEnv seed("NCCLPOOL_FUZZ_SEED", "77"), fault("NCCLPOOL_FUZZ_FAULT", "oom"), seeds("NCCLPOOL_FUZZ_SEEDS", "");
+    EXPECT_TRUE(has(hint, "NCCLPOOL_FUZZ_SEED=77") && has(hint, "NCCLPOOL_FUZZ_FAULT=oom")) << hint;
+    const Selection s = select_seeds(kCiSeeds / 2);
+    EXPECT_EQ(s.seeds, std::vector<std::uint64_t>{77}) << setup.test;
+    EXPECT_EQ(s.forced, Fault::oom) << setup.test;
+    EXPECT_FALSE(s.ci) << "a replay is not CI's set: the coverage assertion does not apply";
+    const Program program = program_for(77, Fault::oom, setup);
+    EXPECT_EQ(program.layout, setup.layout);
+    EXPECT_EQ(!program.nodes.empty(), setup.across_nodes) << setup.test << ": the replay must put the last rank on another node too";
+  }
 }
+
+// Coverage: a kind that ran and never fired is named; one that fired is not.
+TEST(LockstepFuzzHarness, KindsThatNeverFiredAreNamed) {
+  Coverage coverage;
+  coverage[Fault::none] = {6, 0, 0};
+  coverage[Fault::oom] = {6, 2, 2};
+  coverage[Fault::trim_race] = {6, 0, 0};
+  EXPECT_EQ(never_fired(coverage), std::vector<Fault>{Fault::trim_race});
+}
+
+// A hang is found by the group's state, not by a wall clock (a step that is only slow, as under TSan,
+// is no violation): a rank that skips a collective leaves its partners' call unmatched; it times out
+// and breaks the group, which the harness reports even where no other check would.
+TEST(LockstepFuzzHarness, TimedOutCollectiveIsAViolation) {
+  Program program = make_program(3, Fault::none);
+  program.ops.insert(program.ops.begin() + static_cast<long>(program.groups.size() * program.pools.size()),
+                     Op{OpKind::user_collective, 0, {}, {}, 0});
+  program.skip_collective_rank = 0;  // the harness's own fault: rank 0 skips that application collective
+  program.timeout = std::chrono::milliseconds(50);
+  const FuzzResult result = FuzzRun(program).run();
+  std::string all;
+  for (const auto& v : result.violations) all += v + "\n";
+  EXPECT_TRUE(has(all, "timed out (a rank never made its partner call): the group is broken")) << all;
+}
+
+
 
 // ------------------------------------------------------------------------------------------------
 // Found by attacking the lockstep change on the loopback (one rank failing where it hurts most): they
