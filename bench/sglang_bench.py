@@ -20,7 +20,8 @@ The driver starts, through torchrun (one process per GPU):
   creation, SGLang's JIT build in it, warm-up and capture).
 * the failure cases of bench/sglang_cases.py on both allocators: growth at run time on one rank
   (SGLang #36943) and buffers at other offsets in a capture (SGLang #33037), with and without
-  SGLANG_DEBUG_SYMM_MEM=1.
+  SGLANG_DEBUG_SYMM_MEM=1; on ncclpool.sglang alone, out of memory on one rank and another kind on one
+  rank (issue 44 items 1 and 4: an error on every rank, the next all-reduce right).
 
 Each rank of a run writes its part; the driver prints each run's table or outcomes as it ends and
 rewrites --json after every run (a stopped driver leaves what finished).
@@ -42,7 +43,8 @@ MODES = ("plain", "ncclpool", "sglang")  # setup order (see the docstring)
 DEFAULT_CONFIGS = ("NCCLPOOL_SYMMETRIC_KERNELS=on;NCCLPOOL_SYMMETRIC_KERNELS=on,NCCLPOOL_SYM_CTAS=nccl;"
                    "NCCLPOOL_SYMMETRIC_KERNELS=auto")
 CASES = (("growth", "sglang", False), ("growth", "ncclpool", False), ("offsets", "sglang", False),
-         ("offsets", "sglang", True), ("offsets", "ncclpool", False), ("offsets", "ncclpool", True))
+         ("offsets", "sglang", True), ("offsets", "ncclpool", False), ("offsets", "ncclpool", True),
+         ("oom", "ncclpool", False), ("kind", "ncclpool", False))  # oom, kind: issue 44 items 1 and 4
 
 
 def parse_size(text):
@@ -314,7 +316,10 @@ def driver(args):
             out["perf"].append(dict(config=config, ranks=ranks))
             print("\n".join(summarize_perf(out["perf"][-1])) + "\n", flush=True)
             save()
+        chosen = set(args.cases.split(",")) if args.cases else None
         for case, allocator, debug in ([] if args.no_cases else CASES):
+            if chosen is not None and case not in chosen:
+                continue
             name = f"{case}-{allocator}{'-debug' if debug else ''}"
             env = dict(os.environ, SGLANG_DEBUG_SYMM_MEM="1" if debug else "0", NCCLPOOL_AGREEMENT_TIMEOUT_S="20")
             print(f"sglang_bench: case {name}", file=sys.stderr, flush=True)
@@ -347,6 +352,7 @@ def main():
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument("--case-timeout", type=int, default=30, help="seconds after which a failure case counts as a hang")
     ap.add_argument("--no-cases", action="store_true")
+    ap.add_argument("--cases", default="", help="only these failure cases (comma-separated: growth,offsets,oom,kind)")
     ap.add_argument("--warm-jit", action="store_true", help="keep SGLang's JIT build cache (default: the first run builds cold)")
     ap.add_argument("--cold-jit", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true")

@@ -10,6 +10,12 @@
                    checked as SGLang checks it (debug_check_symmetric_mempool), then SGLang's
                    finalize point (prealloc_symmetric_memory_pool) runs, then the graph is replayed
                    and its result compared with the right one.
+  --case oom       (ncclpool only; issue 44 item 1) rank 0 holds most of its GPU's free memory in plain
+                   torch tensors, then every rank asks allocate_symmetric_buffer for the same 2 GiB:
+                   out of memory on rank 0 alone must end in an error on every rank, at the same commit.
+  --case kind      (ncclpool only; issue 44 item 4) NCCLPOOL_SGLANG_KIND=local on rank 0, the default
+                   (auto) on the others: every rank must end in an error at the group's first use.
+  Each ends with SGLang's all-reduce, which must pair and be right on every rank.
 
     torchrun --nproc-per-node 2 bench/sglang_cases.py --case growth|offsets --allocator sglang|ncclpool
              --json-dir DIR --name NAME [--timeout 60]      (SGLANG_DEBUG_SYMM_MEM=1: SGLang's debug mode)
@@ -108,9 +114,46 @@ def offsets(torch, api, group, rank, world, events):
     return f"no error; WRONG results: {got[:4]} instead of {expect:g} (silent)"
 
 
+def _all_reduce_right(torch, group, world) -> bool:
+    """SGLang's all-reduce after a failure: it pairs (nothing of ncclpool's left unmatched) and is right."""
+    x = torch.ones(1024, dtype=torch.float32, device="cuda")
+    common.all_reduce(group, x)
+    torch.cuda.synchronize()
+    return x.unique().tolist() == [float(world)]
+
+
+def oom(torch, api, group, rank, world, events):
+    hog = None
+    if rank == 0:  # most of the free memory: the pool cannot grow by 2 GiB here
+        free, _ = torch.cuda.mem_get_info()
+        hog = torch.empty(max(free - (1 << 30), 0), dtype=torch.uint8, device="cuda")
+    try:
+        api.allocate_symmetric_buffer(group.pynccl_comm, 2 << 30)
+        outcome = "no error"
+    except Exception as e:  # noqa: BLE001 (the outcome)
+        record(events, "allocate_symmetric_buffer", e)
+        outcome = f"error: {type(e).__name__}"
+    del hog
+    return f"{outcome}; next all-reduce {'right' if _all_reduce_right(torch, group, world) else 'WRONG'}"
+
+
+def kind(torch, api, group, rank, world, events):
+    try:
+        with api.use_symmetric_memory(group):
+            torch.empty(MiB, dtype=torch.uint8, device="cuda")
+        outcome = "no error"
+    except Exception as e:  # noqa: BLE001 (the outcome)
+        record(events, "first use", e)
+        outcome = f"error: {type(e).__name__}"
+    return f"{outcome}; next all-reduce {'right' if _all_reduce_right(torch, group, world) else 'WRONG'}"
+
+
+CASES = {"growth": growth, "offsets": offsets, "oom": oom, "kind": kind}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=("growth", "offsets"), required=True)
+    ap.add_argument("--case", choices=tuple(CASES), required=True)
     ap.add_argument("--allocator", choices=("sglang", "ncclpool"), required=True)
     ap.add_argument("--json-dir", required=True)
     ap.add_argument("--name", required=True)
@@ -119,6 +162,10 @@ def main():
     common.prepare_paths()
     import torch
     rank, world, local = common.init_distributed()
+    if args.case == "kind" and rank == 0:
+        os.environ["NCCLPOOL_SGLANG_KIND"] = "local"  # read when the pool is made (below): rank 0 alone
+    if args.case == "oom":  # windows, so that the commit is collective (a pool without any has no agreement to fail)
+        os.environ.setdefault("NCCLPOOL_SGLANG_KIND", "symmetric")
     toolchain = common.jit_toolchain()
     group = common.make_tp_group(rank, world, local)
     events = []
@@ -140,7 +187,7 @@ def main():
 
     watchdog = common.Watchdog(args.timeout, hung)
     try:
-        outcome = (growth if args.case == "growth" else offsets)(torch, api, group, rank, world, events)
+        outcome = CASES[args.case](torch, api, group, rank, world, events)
     except Exception as e:  # noqa: BLE001 (the outcome)
         record(events, "case", e)
         outcome = f"error: {type(e).__name__}: {str(e)[:240]}"

@@ -70,6 +70,7 @@ namespace ncclpool::cuda {
 void CudaStreamOrdering::on_new_stream(stream_t stream) {
   std::lock_guard lock(known_mutex_);
   known_streams_.push_back(stream);
+  first_served_by_.push_back(std::this_thread::get_id());  // thread_capturing() reads it by the same index
 }
 
 // The default stream answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream captures
