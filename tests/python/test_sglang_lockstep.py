@@ -285,12 +285,18 @@ def make_program(seed):
             ops.append(("capture", kind, [rng.choice(_SIZES[1:])]))
         else:
             ops.append(("debug", kind, None))
-    if rng.random() < 0.3 or fault == "prealloc":
+    if rng.random() < 0.5:  # past the pool's first 16 scope ends: most later ones are not agreement points
+        ops.insert(0, ("warm", "tp", 17))
+    if rng.random() < 0.4 or fault in ("prealloc", "oom", "exception"):
         ops.insert(rng.randint(1, len(ops)), ("prealloc", "tp", None))
     at = rng.randrange(len(ops))
-    if fault in ("oom", "exception"):  # on an op that can meet it: a context (made to allocate) or a buffer
-        kind = ops[at][1]
+    if fault in ("oom", "exception") and rng.random() < 0.5:  # half of them where the preallocation is, or a capture
+        at = next((i for i, op in enumerate(ops) if op[0] in ("prealloc", "capture")), at)
+    if fault in ("oom", "exception") and ops[at][0] not in ("ctx", "buf", "capture", "prealloc"):
+        kind = ops[at][1]  # an op that can meet it: a context (made to allocate), a buffer, a capture, the preallocation
         ops[at] = ("ctx", kind, [8 * MiB, 24 * MiB]) if fault == "exception" or rng.random() < 0.5 else ("buf", kind, 24 * MiB)
+    elif fault in ("oom", "exception") and ops[at][0] == "ctx" and not any(ops[at][2]):
+        ops[at] = ("ctx", ops[at][1], [24 * MiB])
     return {"seed": seed, "fault": fault, "rank": rng.randrange(4), "at": at, "ops": ops}
 
 
@@ -305,6 +311,23 @@ def run_program(sg, per_rank, monkeypatch, program):
     fault, faulty, at = program["fault"], program["rank"], program["at"]
     if fault in ("kind", "debug", "prealloc"):
         per_rank(fault, {faulty: {"kind": "local", "debug": True, "prealloc": 1}[fault]})
+    # Only SGLang's debug switch differs (the check mode it would bring is asked on every rank), and a
+    # preallocation allocates (so a fault can land inside it) unless its size is the fault.
+    for name, value in (("NCCLPOOL_CHECK", "layout" if fault == "debug" else None),
+                        ("SGLANG_SYMM_MEM_PREALLOC_GB_SIZE", "1" if fault != "prealloc" else None)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    torch = sys.modules["torch"]
+    plain_empty = torch.empty
+    boom = threading.local()  # the exception fault inside the preallocation: torch.empty raises there
+
+    def empty(*args, **kwargs):
+        if getattr(boom, "on", False):
+            raise KeyError(f"a kernel failed on rank {faulty}")
+        return plain_empty(*args, **kwargs)
+    monkeypatch.setattr(torch, "empty", empty)
     monkeypatch.setattr(sg.parallel_state, "get_tp_group", lambda: groups[("tp", threading.current_thread().rank)][2])
     coverage = {}
 
@@ -338,10 +361,26 @@ def run_program(sg, per_rank, monkeypatch, program):
                 with capture(t, m):
                     with m.use_symmetric_memory(coordinator):
                         t.empty((arg[0],))
+                        if raise_inside:
+                            raise KeyError(f"a kernel failed on rank {r} during the capture")
+            elif op == "warm":  # arg uses on every rank, whatever one of them raised (each is one use, as an op)
+                first = None
+                for _ in range(arg):
+                    try:
+                        with m.use_symmetric_memory(coordinator):
+                            pass
+                    except Exception as e:  # noqa: BLE001 - the op's error, after all of its uses
+                        first = first or e
+                if first is not None:
+                    raise first
             elif op == "debug" and kind in last:
                 m.debug_check_symmetric_mempool(coordinator, {"input": last[kind]}, "all_reduce")
             elif op == "prealloc":
-                m.prealloc_symmetric_memory_pool(is_draft_worker=False, enable_symm_mem=True, device="cuda", forward_stream=None)
+                boom.on = raise_inside
+                try:
+                    m.prealloc_symmetric_memory_pool(is_draft_worker=False, enable_symm_mem=True, device="cuda", forward_stream=None)
+                finally:
+                    boom.on = False
 
         for i, (op, kind, arg) in enumerate(program["ops"]):
             if r == faulty and i == at:
@@ -388,6 +427,7 @@ def run_program(sg, per_rank, monkeypatch, program):
                 m._pool.poll()
         except Exception as e:  # noqa: BLE001
             outcome["errors"].append(("end", "poll", type(e).__name__, str(e)))
+        outcome["scope_ends"] = m._pool.stats_json()["scope_ends"] if m._pool is not None else 0
         return outcome
 
     try:
@@ -401,6 +441,10 @@ def run_program(sg, per_rank, monkeypatch, program):
     raised = [bool(res["errors"]) for res in results]
     coverage[fault] = raised[faulty]
     problems = []
+    # The program is the same on every rank (each op's uses made whatever raised): the pool's schedule
+    # of agreement points, a function of its scope ends, is the same on every rank only then.
+    if len({res["scope_ends"] for res in results}) != 1:
+        problems.append(f"the ranks' programs differ: scope ends per rank {[res['scope_ends'] for res in results]}")
     for r, res in enumerate(results):
         for where, message in res["app_errors"]:
             problems.append(f"rank {r}: the application's collective at {where} failed: {message}")
@@ -414,6 +458,26 @@ def run_program(sg, per_rank, monkeypatch, program):
         if raised[r] and not any(raised[q] for q in partners):
             problems.append(f"rank {r} raised alone: none of the ranks it shares a group with ({sorted(partners)}) did")
     return problems, results, coverage
+
+
+def test_fuzzer_a_failed_group_makes_every_use_of_a_repeated_op(sg, per_rank, monkeypatch):
+    """Seed 53's minimal case: rank 3's preallocation setting differs, so every attach of tp1 {2,3}
+    fails on both of its ranks. A repeated op (17 context uses on tp, past the first 16 scope ends)
+    makes all of its uses there too: had ranks 2 and 3 stopped at the first error, their pools would
+    count 16 scope ends fewer than those of ranks 0 and 1, whose scheduled scope ends then differ from
+    theirs while dp {0,2} and {1,3} are attached (rank 2 joined an agreement of dp0 at a context exit
+    of tp where rank 0 did not, and rank 0's next user collective of dp0 met it)."""
+    program = {"seed": None, "fault": "prealloc", "rank": 3, "at": 0,
+               "ops": [("warm", "tp", 17), ("buf", "dp", 2 * MiB), ("buf", "dp", 2 * MiB), ("ctx", "tp", []), ("user", "dp", None)]}
+    try:
+        problems, results, _ = run_program(sg, per_rank, monkeypatch, program)
+    finally:
+        per_rank("prealloc", {})
+    assert not problems, "\n".join(problems) + "\n" + "\n".join(f"rank {r}: {res['errors']}" for r, res in enumerate(results))
+    assert [res["scope_ends"] for res in results] == [18] * 4
+    warm = [[e for e in res["errors"] if e[0] == 0] for res in results]
+    assert [bool(w) for w in warm] == [False, False, True, True], warm
+    assert all(w[0][2] == "AgreementError" and "prealloc_gib" in w[0][3] for w in warm[2:]), warm
 
 
 def test_python_layers_fuzzer(sg, per_rank, monkeypatch):
