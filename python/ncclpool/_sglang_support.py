@@ -68,23 +68,6 @@ class Settings:
                 + (" (unreadable settings on this rank)" if self.problem else ""))
 
 
-def _read_settings() -> _Settings:
-    """This rank's settings; a value it cannot read becomes its "no" (never a raise before the collective
-    attach the other ranks are heading for)."""
-    problems = []
-
-    def read(what, default):
-        try:
-            return what()
-        except Exception as e:  # noqa: BLE001 - kept as this rank's vote
-            problems.append(str(e))
-            return default
-    kind = read(_environment.sglang_kind, "auto")
-    debug = bool(read(debug_enabled, False))
-    gib = read(prealloc_gib, -1)
-    return _Settings(kind, debug, gib, "; ".join(problems))
-
-
 @dataclass
 class Attachment:
     """ncclpool.sglang's attachment of a group's communicator to its pool (made at the group's first use)."""
@@ -135,6 +118,48 @@ def release_buffer(logger, pool, ptr: int, device) -> None:
         pool.free(ptr)
     except Exception:  # noqa: BLE001 (a finalizer: report, never raise)
         logger.exception("ncclpool.sglang: could not return a symmetric buffer to the pool")
+
+
+class CollectiveSteps:
+    """The collective steps of ncclpool.sglang's pool, one module's (a process's): `current` says which
+    runs now (SGLang's watchdog asks), and `collective` fences each on the device.
+
+    SGLang makes its communicators with graphUsageMode=1 when symmetric memory is on: NCCL then does
+    not order a launch outside a graph after an outstanding graph launch of the same communicator, and
+    the agreement runs on a stream of ncclpool's. So the current stream is drained before the step and
+    the device after it (not after a failed step). A rank with nothing to register does not wait in the
+    step; after the fence its result has arrived, and poll() raises a mismatch at the same point as on
+    the rank that waited. A drain that fails is this rank's "no" in the step, which it still takes."""
+
+    def __init__(self, pool_of):
+        self._pool_of = pool_of  # the module's pool (made at first use)
+        self.current = None      # (comm pointer, group name, step) while one runs
+
+    def step(self, comm_ptr, label, what, fn, *args):
+        self.current = (comm_ptr, label, what)
+        try:
+            return fn(*args)
+        finally:
+            self.current = None
+
+    def collective(self, comm_ptr, label, what, fn, *args, poll: bool = True):
+        pool = self._pool_of()
+        fenced = not torch.cuda.is_current_stream_capturing()
+        fence_error = None
+        if fenced:
+            try:
+                torch.cuda.current_stream().synchronize()
+            except BaseException as e:  # noqa: BLE001 - kept as this rank's vote
+                fence_error = e
+                pool.vote_no(f"{what}: draining the current stream failed on this rank: {type(e).__name__}: {e}")
+        result = self.step(comm_ptr, label, what, fn, *args)  # an error (a mismatch, a timeout) skips the fence
+        if fence_error is not None:                          # after: a step that timed out left a kernel
+            raise fence_error                                # that never ends
+        if fenced:
+            torch.cuda.synchronize()
+            if poll:
+                self.step(comm_ptr, label, f"{what} (its outcome)", pool.poll)
+        return result
 
 
 def comm_pointer(communicator, label: str) -> int:

@@ -59,7 +59,6 @@ _pool = None              # the ncclpool.Pool behind it
 _graph_pool_id = None
 _cur_device = None
 _active_symmetric_memory_context = None
-_registration = None      # (comm pointer, group name, step) while a collective step of the pool runs
 _creation_lock = threading.Lock()
 _commit_after_capture = False  # a context left during a capture: its segments' windows wait for the next use
 _debug_seen_traces: set = set()
@@ -107,40 +106,15 @@ def get_nccl_mem_pool():
 def describe_registration_in_progress():
     """What collective step of the pool runs now (for SGLang's watchdog), or None. A rank waiting for
     the others inside one raises AgreementError after NCCLPOOL_AGREEMENT_TIMEOUT_S."""
-    step = _registration
+    step = _steps.current
     if step is None:
         return None
     comm_ptr, label, what = step
     return f"comm={comm_ptr} group={label} ({what}, ncclpool pool '{POOL_NAME}')"
 
 
-def _step(comm_ptr, label, what, fn, *args):
-    global _registration
-    _registration = (comm_ptr, label, what)
-    try:
-        return fn(*args)
-    finally:
-        _registration = None
-
-
-def _collective(comm_ptr, label, what, fn, *args, poll: bool = True):
-    """A collective step of the pool (an agreement, and windows after it), fenced on this device.
-
-    SGLang makes its communicators with graphUsageMode=1 when symmetric memory is on: NCCL then does
-    not order a launch outside a graph after an outstanding graph launch of the same communicator, and
-    the agreement runs on a stream of ncclpool's. So the current stream is drained before the step and
-    the device after it (not after a failed step). A rank with nothing to register does not wait in the
-    step; after the fence its result has arrived, and poll() raises a mismatch at the same point as on
-    the rank that waited."""
-    fenced = not torch.cuda.is_current_stream_capturing()
-    if fenced:
-        torch.cuda.current_stream().synchronize()
-    result = _step(comm_ptr, label, what, fn, *args)  # an error (a mismatch, a timeout) skips the fence after:
-    if fenced:                                        # a step that timed out left a kernel that never ends
-        torch.cuda.synchronize()
-        if poll:
-            _step(comm_ptr, label, f"{what} (its outcome)", _pool.poll)
-    return result
+_steps = _support.CollectiveSteps(lambda: _pool)  # this module's collective steps, fenced (its docstring)
+_step, _collective = _steps.step, _steps.collective
 
 
 def _attachment(comm_ptr: int, label: str, what: str) -> _Attachment:
@@ -427,13 +401,22 @@ def prealloc_symmetric_memory_pool(*, is_draft_worker: bool, enable_symm_mem: bo
     if problem is not None:
         _pool.vote_no(str(problem))
     try:
-        with torch.get_device_module(device).stream(forward_stream):
+        stream = None
+        try:  # a stream that cannot be entered is this rank's "no" inside the context, never a skipped one
+            stream = torch.get_device_module(device).stream(forward_stream)
+            stream.__enter__()
+        except BaseException as e:
+            stream, problem = None, problem or e
+        try:
             with context:
                 if problem is not None:
                     raise problem
                 if gib > 0:
                     logger.info(f"Pre-allocating symmetric memory pool with {gib} GiB (ncclpool pool '{POOL_NAME}')")
                     torch.empty((gib << 30,), dtype=torch.uint8, device=device)
+        finally:
+            if stream is not None:
+                stream.__exit__(None, None, None)
     except BaseException:  # the commit every rank makes next, voting no
         _collective(context._comm_ptr, context._label, "commit after the preallocation, after an error on this rank",
                     _pool._commit_after_error, poll=False)

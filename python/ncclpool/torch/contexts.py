@@ -45,30 +45,47 @@ class _PoolContext:
     def _torch_context(self):
         return torch.cuda.use_mem_pool(self.pool, device=self.device)
 
-    def _before_scope(self, npool) -> None:
-        """Runs after the groups are registered, before the scope and the torch context open."""
+    def _before_scope(self, npool, problem) -> None:
+        """Runs after the groups are registered, before the scope and the torch context open; `problem`:
+        what failed on this rank so far (its collective steps here are still taken, voting no)."""
+
+    def _after_failed_enter(self, npool) -> None:
+        """The collective steps every rank takes at this context's exit that __exit__ takes no more
+        (graph: the commit after the capture), after __enter__ failed on this rank."""
 
     # Every use of a context comes through __enter__ and __exit__: plain calls, no ExitStack or
-    # generator, and registered groups found by identity (_attachment_of).
+    # generator, and registered groups found by identity (_attachment_of). Whatever fails on this rank
+    # in __enter__, it still takes every collective step the other ranks take in this use (each
+    # group's attach, the scope end, graph's commits), voting no, then raises.
     def __enter__(self):
         if not self.enabled:
             return self
         binding = _binding(self.pool)
+        problem = None
         if self.register:
             kind = _kind_for(binding, self.symmetric)
-            for group in self.groups:
-                attachment = _attachment_of(binding, group)
-                if attachment is None or attachment.kind != kind:  # register_mem_pool attaches, or says why not
-                    register_mem_pool(self.pool, group, self.symmetric)
+            for group in self.groups:  # every group, whatever an earlier one did: each attach is a step of its own
+                try:
+                    attachment = _attachment_of(binding, group)
+                    if attachment is None or attachment.kind != kind:  # register_mem_pool attaches, or says why not
+                        register_mem_pool(self.pool, group, self.symmetric)
+                except BaseException as e:
+                    problem = problem or e
         npool = binding.pool
-        self._before_scope(npool)
+        try:
+            self._before_scope(npool, problem)
+        except BaseException as e:
+            problem = problem or e
         self._failures = library().ncclpool_torch_failures()
         npool._scope_begin(self.collective)
         try:
+            if problem is not None:
+                raise problem
             context = self._torch_context()
             context.__enter__()
         except BaseException:
             self._finish(npool, failed=True)  # the scope does not outlive a torch context that failed to enter
+            self._after_failed_enter(npool)
             raise
         self._open = (npool, context)
         return self
@@ -168,7 +185,10 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     def _created_in_capture(npool) -> int:
         return sum(c.stats()["segments_created_in_capture"] for c in npool.communicators)
 
-    def _before_scope(self, npool) -> None:
+    def _before_scope(self, npool, problem) -> None:
+        if problem is not None:  # the commit before the capture, as on every rank, voting no
+            npool._commit_after_error()
+            raise problem
         try:
             if self.reserve:
                 s = npool.stats()
@@ -182,6 +202,8 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
         npool.commit()
         self._in_capture_before = self._created_in_capture(npool)
 
+    def _after_failed_enter(self, npool) -> None:
+        npool._commit_after_error()  # the commit after the capture, which __exit__ will not make
     def __exit__(self, exc_type, exc, tb):
         npool = _binding(self.pool).pool
         try:

@@ -105,9 +105,15 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
     if not modules:
         raise ValueError("ncclpool.torch.fsdp.enable: no FSDPModule in the module tree (call fully_shard first)")
     zeros = {}  # id(shard group) -> its copy-engine group or None: every vote before any module changes
-    for _, shard in modules:
+    problem = None
+    for _, shard in modules:  # every group's vote, whatever an earlier one raised: each is a step of its own
         if shard is not None and id(shard) not in zeros:
-            zeros[id(shard)] = _copy_engine_for(pool, shard, copy_engine, windowless)
+            try:
+                zeros[id(shard)] = _copy_engine_for(pool, shard, copy_engine, windowless)
+            except BaseException as e:
+                zeros[id(shard)], problem = None, problem or e
+    if problem is not None:
+        raise problem
     for m, shard in modules:
         zero = zeros.get(id(shard)) if shard is not None else None
         gs = groups if groups is not None else [shard if shard is not None else dist.group.WORLD]
