@@ -7,7 +7,8 @@
            header missing from that table is an error, so a new one must be placed there.
   lines    No source file outside tests/ (src, include, tools, bench, python, scripts, examples) is
            over 500 lines.
-  getenv   In src/ and tools/, only src/core/environment.cpp reads or sets the environment.
+  getenv   In src/ and tools/, only src/core/environment.cpp reads or sets the environment; in
+           python/ncclpool/, only python/ncclpool/_environment.py (os.environ, os.getenv, os.putenv).
   sources  No CMake file outside src/ compiles a library source (src/**.c, .cpp): the library's loaders
            and JSON reader exist once per process, in libncclpool (src/CMakeLists.txt says why).
   figures  Every measured number in README.md and docs/ is generated from docs/benchmarks/data or
@@ -42,6 +43,8 @@ SKIP_DIRS = {".git", "__pycache__", "build", "dist", ".pytest_cache", ".venv"}
 
 ENVIRONMENT_FILE = "src/core/environment.cpp"
 ENVIRONMENT_CALL = re.compile(r"\b(?:secure_getenv|getenv|setenv|unsetenv|putenv|clearenv)\s*\(")
+PYTHON_ENVIRONMENT_FILE = "python/ncclpool/_environment.py"
+PYTHON_ENVIRONMENT_USE = re.compile(r"\bos\s*\.\s*(?:environ|getenv|putenv|unsetenv)\b|\bfrom\s+os\s+import\s+[^#]*\b(?:environ|getenv)\b")
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 LIBRARY_SOURCE = re.compile(r"(?<![\w.-])(?:\$\{\w+\}/|(?:\.\./)+)?src/[\w/.+-]+\.(?:c|cc|cpp|cxx)\b")
 
@@ -140,6 +143,16 @@ def check_getenv(root):
         for number, line in enumerate(read_lines(root, path), 1):
             if ENVIRONMENT_CALL.search(line):
                 problems.append(f"{path}:{number}: reads or sets the environment: only {ENVIRONMENT_FILE} does "
+                                f"(add an accessor there, and the variable to docs/environment.md)")
+    # The Python package: one file, so that a variable changing what a rank does collectively is read
+    # once, where it becomes part of what the ranks agree on (issue 44). The .pth start-up line is not
+    # under python/ncclpool/ (it checks NCCLPOOL_SGLANG without importing anything).
+    for path in walk(root, "python/ncclpool"):
+        if path == PYTHON_ENVIRONMENT_FILE or not path.endswith(".py"):
+            continue
+        for number, line in enumerate(read_lines(root, path), 1):
+            if PYTHON_ENVIRONMENT_USE.search(line.split("#", 1)[0]):
+                problems.append(f"{path}:{number}: reads or sets the environment: only {PYTHON_ENVIRONMENT_FILE} does "
                                 f"(add an accessor there, and the variable to docs/environment.md)")
     return problems
 

@@ -111,6 +111,17 @@ def test_getenv_fails_outside_the_environment_file(tree, path, call):
     assert f"{path}:1: reads or sets the environment: only src/core/environment.cpp does" in out, out
 
 
+@pytest.mark.parametrize("line", ['x = os.environ.get("NCCLPOOL_SGLANG_KIND")', 'os.environ["NCCLPOOL_SGLANG"] = "1"',
+                                  'x = os.getenv("NCCLPOOL_CHECK")', "from os import environ"])
+def test_getenv_fails_in_the_python_package_outside_its_environment_file(tree, line):
+    write(tree, "python/ncclpool/_environment.py", 'import os\nx = os.environ.get("A")\n')
+    write(tree, "python/ncclpool/sglang.py", "import os\n# os.environ in a comment is fine\n" + line + "\n")
+    code, out = run(tree, "getenv")
+    assert code == 1, out
+    assert "python/ncclpool/sglang.py:3: reads or sets the environment: only python/ncclpool/_environment.py does" in out, out
+    assert "_environment.py" not in out.split("only")[0] and ":2:" not in out, out
+
+
 @pytest.mark.parametrize("line", ["add_executable(t main.cpp ${PROJECT_SOURCE_DIR}/src/backends/cuda/driver.cpp)",
                                   "target_sources(t PRIVATE ../src/core/json.cpp)",
                                   "  src/backends/nccl/library.cpp"])
