@@ -143,3 +143,163 @@ def test_graph_capture_failing_to_begin_on_one_rank(torch_layer, monkeypatch):
     assert failures == [None] * 2, failures
     assert all(app is None for _, app in results), results
     assert all(err for err, _ in results) or not any(err for err, _ in results), results
+
+
+# ---- the cross-rank fault fuzzer over ncclpool.torch ----
+# As test_sglang_lockstep.py's, through the torch layer's contexts over its stand-in: 4 ranks, tp {0,1}
+# {2,3} and dp {0,2} {1,3}, one pool per rank registered with both of its groups; random programs of
+# context uses (one group, both), commits, captures (graph()) and the application's collectives; one
+# fault on one rank. Oracle: the application's collectives pair, no timeout, no rank raises alone.
+
+import os  # noqa: E402
+import random  # noqa: E402
+
+TORCH_FAULTS = ("oom", "exception", "register_window", "kind", "check", "capture")
+TORCH_FUZZ_SEEDS = int(os.environ.get("NCCLPOOL_PY_FUZZ_SEEDS", "30"))
+
+
+def torch_program(seed):
+    rng = random.Random(seed)
+    fault = TORCH_FAULTS[seed % len(TORCH_FAULTS)]
+    ops = []
+    for _ in range(rng.randint(5, 10)):
+        roll, kinds = rng.random(), rng.choice((("tp",), ("dp",), ("tp", "dp")))
+        if roll < 0.5:
+            ops.append(("ctx", kinds, [rng.choice((0, 2 * MiB, 8 * MiB)) for _ in range(rng.randint(0, 2))]))
+        elif roll < 0.65:
+            ops.append(("commit", kinds, None))
+        elif roll < 0.85:
+            ops.append(("user", kinds[:1], None))
+        else:
+            ops.append(("graph", kinds[:1], 2 * MiB))
+    at = rng.randrange(len(ops))
+    if fault in ("oom", "exception") and ops[at][0] != "ctx":
+        ops[at] = ("ctx", ops[at][1], [8 * MiB])
+    if fault == "capture" and ops[at][0] != "graph":
+        ops[at] = ("graph", ops[at][1][:1], 2 * MiB)
+    return {"seed": seed, "fault": fault, "rank": rng.randrange(4), "at": at, "ops": ops}
+
+
+def run_torch_program(layer, monkeypatch, program):
+    g = rig(layer, monkeypatch, {"tp0": 2, "tp1": 2, "dp0": 2, "dp1": 2})
+    where = {"tp": {0: ("tp0", 0), 1: ("tp0", 1), 2: ("tp1", 0), 3: ("tp1", 1)},
+             "dp": {0: ("dp0", 0), 1: ("dp1", 0), 2: ("dp0", 1), 3: ("dp1", 1)}}
+    fault, faulty, at = program["fault"], program["rank"], program["at"]
+    mempools = {}
+    for r in range(4):  # the pools, in the same order on every rank (their names are matched)
+        kind = "local" if fault == "kind" and r == faulty else "symmetric"
+        check = "layout" if fault == "check" and r == faulty else "off"
+        mempools[r] = layer.create_nccl_mem_pool(kind=kind, source="sim", name="shared", growth_chunk=8 * MiB, check=check)
+    who = threading.local()
+    failing_capture = threading.local()
+
+    @contextlib.contextmanager
+    def capture(cuda_graph, pool=None, **kwargs):
+        if getattr(failing_capture, "on", False):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        npool = layer.ncclpool_pool(mempools[who.r])
+        ncclpool.sim_set_capturing(npool, True)
+        try:
+            yield
+        finally:
+            ncclpool.sim_set_capturing(npool, False)
+    monkeypatch.setattr(sys.modules["torch"].cuda, "graph", capture, raising=False)
+    lib = ncclpool.library()
+
+    def rank(r):
+        who.r = r
+        mp = mempools[r]
+        npool = layer.ncclpool_pool(mp)
+        errors_seen, app_errors, kept = [], [], []
+
+        def handle(kind):
+            name, position = where[kind][r]
+            return g[name][1][position]
+
+        def allocate(size):
+            ptr = lib.ncclpool_torch_alloc(size, 0, None)
+            if not ptr:
+                raise MemoryError(f"CUDA out of memory (stand-in): {ncclpool.last_error()}")
+            kept.append(ptr)
+
+        for i, (op, kinds, arg) in enumerate(program["ops"]):
+            mine = r == faulty and i == at
+            if mine and fault == "oom":
+                ncclpool.sim_inject_oom(npool, 1)
+            if mine and fault == "register_window":
+                name, position = where[kinds[0]][r]
+                g[name][0].inject_failure("register_window", rank=position, nth=1)
+            failing_capture.on = mine and fault == "capture"
+            try:
+                if op == "ctx":
+                    with layer.MultiGroupMemPoolAllocator(mp, [handle(k) for k in kinds]):
+                        for size in arg:
+                            if size:
+                                allocate(size)
+                        if mine and fault == "exception":
+                            raise KeyError(f"a kernel failed on rank {r}")
+                elif op == "commit":
+                    npool.commit()
+                elif op == "graph":
+                    with layer.graph(object(), mp, groups=[handle(kinds[0])]):
+                        allocate(arg)
+                elif op == "user":
+                    name, position = where[kinds[0]][r]
+                    try:
+                        App(g[name][0], position).collective(1000 + i)
+                    except errors.Error as e:
+                        app_errors.append((i, str(e)[:300]))
+            except Exception as e:  # noqa: BLE001 - the oracle's input
+                errors_seen.append((i, op, type(e).__name__, str(e)[:300]))
+            finally:
+                failing_capture.on = False
+        try:
+            npool.commit()
+        except Exception as e:  # noqa: BLE001
+            errors_seen.append(("end", "commit", type(e).__name__, str(e)[:300]))
+        for kind in ("tp", "dp"):
+            name, position = where[kind][r]
+            try:
+                App(g[name][0], position).collective(99)
+            except errors.Error as e:
+                app_errors.append(("end", str(e)[:300]))
+        try:
+            npool.poll()
+        except Exception as e:  # noqa: BLE001
+            errors_seen.append(("end", "poll", type(e).__name__, str(e)[:300]))
+        return {"errors": errors_seen, "app_errors": app_errors, "scope_ends": npool.stats_json()["scope_ends"]}
+
+    try:
+        results, failures = run_ranks(4, rank)
+    finally:
+        for r in range(4):
+            for c in list(layer.ncclpool_pool(mempools[r]).communicators):
+                c.forget()
+    assert failures == [None] * 4, (program, failures)
+    problems = []
+    raised = [bool(res["errors"]) for res in results]
+    for r, res in enumerate(results):
+        problems += [f"rank {r}: the application's collective at {w} failed: {m}" for w, m in res["app_errors"]]
+        problems += [f"rank {r}: {op} at {w} timed out: {m}" for w, op, _, m in res["errors"] if "did not complete within" in m]
+        partners = {q for kind in ("tp", "dp") for q in range(4) if q != r and where[kind][q][0] == where[kind][r][0]}
+        if raised[r] and not any(raised[q] for q in partners):
+            problems.append(f"rank {r} raised alone")
+    if len({res["scope_ends"] for res in results}) > 1:
+        problems.append(f"the ranks counted different scope ends: {[res['scope_ends'] for res in results]}")
+    return problems, results, raised[faulty]
+
+
+def test_torch_layer_fuzzer(torch_layer, monkeypatch):
+    """TORCH_FUZZ_SEEDS programs (NCCLPOOL_PY_FUZZ_SEEDS; replay one: NCCLPOOL_PY_FUZZ_SEED=s); every
+    fault kind must fire (the faulty rank raised) in some program."""
+    only = os.environ.get("NCCLPOOL_PY_FUZZ_SEED")
+    fired = {f: 0 for f in TORCH_FAULTS}
+    for seed in ([int(only)] if only else range(TORCH_FUZZ_SEEDS)):
+        program = torch_program(seed)
+        problems, results, fault_fired = run_torch_program(torch_layer, monkeypatch, program)
+        assert not problems, (f"seed {seed} (replay: NCCLPOOL_PY_FUZZ_SEED={seed}): {program}\n" + "\n".join(problems)
+                              + "\n" + "\n".join(f"rank {r}: {res['errors']}" for r, res in enumerate(results)))
+        fired[program["fault"]] += int(fault_fired)
+    print("torch layer fuzzer: programs per fault kind where the faulty rank raised:", fired)
+    if not only:
+        assert all(fired.values()), f"a fault kind never fired in {TORCH_FUZZ_SEEDS} seeds: {fired}"

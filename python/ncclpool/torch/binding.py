@@ -116,7 +116,10 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
     matched across ranks by name: the default names count pools in creation order, the same on every
     rank of a program that creates them in the same order. ``agreed_settings``: text naming the
     caller's settings that change what it does collectively (ncclpool.Pool's agreed_settings): every
-    attach of the pool, the local kind included, is then an agreement that compares them across ranks."""
+    attach of the pool, the local kind included, is then an agreement that compares them across ranks.
+    By default the pool's kind (``ncclpool.torch registration=...``): a group's first registration is
+    then always an agreement, so a rank whose pool was made local while another's is symmetric or auto
+    fails every rank there, instead of registering alone while the others wait in an agreement."""
     init()
     device = _device_index(device)
     if growth_chunk is None:
@@ -129,7 +132,8 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
         # torch's caching allocator asks for coarse segments and caches them itself: the pool grows
         # by their own sizes within its segment budget, so it holds about what torch holds (docs/pool.md).
         pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk, min_segment=min_segment,
-                        name=name or f"torch-pool-{_pools_created}", check=check, agreed_settings=agreed_settings)
+                        name=name or f"torch-pool-{_pools_created}", check=check,
+                        agreed_settings=agreed_settings or f"ncclpool.torch registration={registration}")
         _pools_created += 1
         if pool.check_level == "collectives":
             from .checks import check_collectives  # here, not at the top: checks reads this module's table
