@@ -20,7 +20,8 @@ the calling thread (graph capture included); outside any scope, to the single po
 
 The layer's parts: ncclpool/torch/binding.py (allocator set-up, pools, registration of groups, the
 destroy hook), contexts.py (the context managers and graph()), checks.py (check mode 'collectives'),
-copy_engine.py (copy_engine_group: the zero-SM all-gather's group, agreed by every rank); megatron.py
+copy_engine.py (copy_engine_group: the zero-SM all-gather's group, agreed by every rank), versions.py
+(process_group_implementation: classic ProcessGroupNCCL or nccl2); megatron.py
 and fsdp.py plug it into Megatron and FSDP2.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .checks import _COLLECTIVES, _checked, _originals, _symmetric_comm_of, _ten
 from .copy_engine import CopyEngineDecision, copy_engine_group
 from .contexts import (MemPoolAllocatorWithoutRegistration, MultiGroupMemPoolAllocator, PerformanceWarning,
                        _groups, _PoolContext, graph, nccl_mem, use_mem_pool)
+from .versions import process_group_implementation
 
 # What changes at run time is read and set on the module that owns it, not here (a name here is a copy
 # that would not follow): binding._allocator, binding._pools_created, contexts._commit_at_every_exit
@@ -49,5 +51,5 @@ __all__ = [
     "init", "create_nccl_mem_pool", "register_mem_pool", "deregister_mem_pool", "forget_group", "nccl_mem",
     "MultiGroupMemPoolAllocator", "MemPoolAllocatorWithoutRegistration", "use_mem_pool", "ncclpool_pool",
     "stats", "memory_summary", "release_mem_pool", "graph", "check_collectives", "PerformanceWarning",
-    "copy_engine_group", "CopyEngineDecision",
+    "copy_engine_group", "CopyEngineDecision", "process_group_implementation",
 ]

@@ -170,6 +170,11 @@ def _comm_ptr(group, device: int) -> int:
     if group is None:
         group = dist.group.WORLD
     backend = group._get_backend(torch.device("cuda", device))
+    if not hasattr(backend, "_comm_ptr"):  # before any collective: every rank so configured refuses alike
+        raise errors.Unsupported(
+            f"process group {group}: its backend {type(backend).__name__} gives no communicator address (_comm_ptr), "
+            "which ncclpool.torch needs: torch 2.14's opt-in nccl2 (TORCH_DIST_USE_NCCL2=1) has none. Run with "
+            "TORCH_DIST_USE_NCCL2=0 (torch's classic ProcessGroupNCCL), or torch 2.15, whose nccl2 has it")
     ptr = backend._comm_ptr()
     if not ptr:
         # Lazily initialized group: one tiny collective creates the communicator on every rank.

@@ -98,14 +98,14 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
     if copy_engine not in (None, True, False):
         raise errors.InvalidArgument(f"copy_engine must be True, False or None (auto), not {copy_engine!r}")
     windowless = _kind_for(_binding(pool), symmetric) == "local"
+    problem = None  # raised after the votes, which every rank takes (a local pool votes as copy_engine=False)
     if copy_engine is True and windowless:
-        raise errors.InvalidArgument("ncclpool.torch.fsdp.enable(copy_engine=True): copy engines need windows, and this "
-                                     "pool registers locally: use create_nccl_mem_pool(symmetric=True), or symmetric=True")
+        problem = errors.InvalidArgument("ncclpool.torch.fsdp.enable(copy_engine=True): copy engines need windows, and this "
+                                         "pool registers locally: use create_nccl_mem_pool(symmetric=True), or symmetric=True")
     modules = [(m, _shard_group(m)) for m in module.modules() if isinstance(m, FSDPModule)]
     if not modules:
         raise ValueError("ncclpool.torch.fsdp.enable: no FSDPModule in the module tree (call fully_shard first)")
     zeros = {}  # id(shard group) -> its copy-engine group or None: every vote before any module changes
-    problem = None
     for _, shard in modules:  # every group's vote, whatever an earlier one raised: each is a step of its own
         if shard is not None and id(shard) not in zeros:
             try:
@@ -144,9 +144,36 @@ def _copy_engine_for(pool, shard, copy_engine, windowless):
 def _shard_group(module):
     """The module's FSDP shard group; None for a module without parameters of its own (FSDP2 runs
     no all-gather for it: no copy-engine vote either); the world group if FSDP2's internals are not
-    there."""
+    there. A module with several parameter groups (torch 2.14+: per-parameter meshes, a
+    shard_placement_fn returning ShardPlacementResult) is refused here, before any vote: FSDP2's
+    set_custom_all_gather refuses it too (ValueError), and its ``_fsdp_param_group`` property raises
+    AssertionError there (read on the real 2.14.1 and 2.15.0: docs/benchmarks/data/*-torch-matrix-cpu)."""
     try:
-        param_group = module._get_fsdp_state()._fsdp_param_group
-        return param_group.mesh_info.shard_process_group if param_group is not None else None
+        state = module._get_fsdp_state()
     except AttributeError:
         return dist.group.WORLD
+    param_groups = getattr(state, "_fsdp_param_groups", None)  # torch 2.14+: the list; 2.11: absent
+    if param_groups is None:
+        try:
+            param_group = state._fsdp_param_group
+        except AttributeError:
+            return dist.group.WORLD
+        except AssertionError as e:  # the property of a torch with several groups but no list we know
+            raise _several_groups(module, str(e)) from e
+        param_groups = [param_group] if param_group is not None else []
+    if len(param_groups) > 1:
+        raise _several_groups(module, f"{len(param_groups)} parameter groups")
+    if not param_groups:
+        return None
+    try:
+        return param_groups[0].mesh_info.shard_process_group
+    except AttributeError:
+        return dist.group.WORLD
+
+
+def _several_groups(module, what) -> errors.Unsupported:
+    return errors.Unsupported(
+        f"ncclpool.torch.fsdp.enable: FSDP module {type(module).__name__} has several parameter groups ({what}; "
+        "per-parameter meshes from a shard_placement_fn returning ShardPlacementResult): FSDP2 takes no custom "
+        "all-gather or reduce-scatter for such a module (set_custom_all_gather raises). Shard it with one mesh, or "
+        "leave it out of the module tree given to enable()")
