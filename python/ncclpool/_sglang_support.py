@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ncclpool import InvalidArgument, _environment
+from ncclpool import AgreementError, InvalidArgument, _environment
 
 def torch_release() -> tuple:
     """(2, 11, 0) for torch 2.11.0+cu130."""
@@ -112,12 +112,15 @@ class SegmentIndex:
 
 
 def release_buffer(logger, pool, ptr: int, device) -> None:
-    """A symmetric buffer's finalizer: back to the pool once work queued on any stream is done."""
+    """A symmetric buffer's finalizer: back to the pool once work queued on any stream is done. A block
+    that could not go back would place this rank's later buffers elsewhere than the others': its "no"
+    at the pool's next agreement point."""
     try:
         torch.cuda.synchronize(device)
         pool.free(ptr)
-    except Exception:  # noqa: BLE001 (a finalizer: report, never raise)
+    except Exception as e:  # noqa: BLE001 (a finalizer: report, never raise)
         logger.exception("ncclpool.sglang: could not return a symmetric buffer to the pool")
+        pool.vote_no(f"a symmetric buffer could not go back to the pool on this rank: {type(e).__name__}: {e}")
 
 
 class CollectiveSteps:
@@ -156,10 +159,39 @@ class CollectiveSteps:
         if fence_error is not None:                          # after: a step that timed out left a kernel
             raise fence_error                                # that never ends
         if fenced:
-            torch.cuda.synchronize()
+            try:
+                torch.cuda.synchronize()
+            except BaseException as e:  # noqa: BLE001 - the step is done on every rank: this rank's "no" at the next
+                pool.vote_no(f"after {what}: the device fence failed on this rank: {type(e).__name__}: {e}")
+                return result  # one, and the caller keeps what the step made (an attachment)
             if poll:
                 self.step(comm_ptr, label, f"{what} (its outcome)", pool.poll)
         return result
+
+
+def verify_buffers(collective, attachment, comm_ptr: int, op_name: str, ptrs, when: str) -> None:
+    """Debug mode: a collective's buffers sit at the same offset of the same window on every rank
+    (collective over the attachment's group, through ncclpool.sglang's fenced `collective`)."""
+    try:
+        collective(comm_ptr, attachment.label, f"buffer check of {op_name}", attachment.comm.verify_buffers, *ptrs)
+    except AgreementError as e:
+        raise AgreementError(f"{op_name} on group '{attachment.label}'{when}: {e}") from e
+
+
+def verify_captured(collective, attachment, comm_ptr: int) -> None:
+    """Buffers checked during a capture, now that nothing captures (collective over the group; every
+    rank recorded the same checks). Every check on every rank, whatever an earlier one raised: each is
+    a collective step of its own; the first error is raised after the last."""
+    checks, attachment.captured_checks = attachment.captured_checks, []
+    first = None
+    for n, (op_name, ptrs) in enumerate(checks):
+        try:
+            verify_buffers(collective, attachment, comm_ptr, op_name, ptrs,
+                           f" (captured in a CUDA graph, check {n + 1} of {len(checks)})")
+        except BaseException as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def comm_pointer(communicator, label: str) -> int:

@@ -92,8 +92,15 @@ def get_nccl_mem_pool():
                 settings = _support.read_settings()
                 # Debug mode: the pool compares live blocks at every scope end (NCCLPOOL_CHECK may ask for more).
                 check = "layout" if settings.debug and _environment.check_mode() in ("", "off", "0") else None
-                mempool = _layer.create_nccl_mem_pool(kind=settings.kind, name=POOL_NAME, check=check,
-                                                      agreed_settings=settings.agreed)
+                try:
+                    mempool = _layer.create_nccl_mem_pool(kind=settings.kind, name=POOL_NAME, check=check,
+                                                          agreed_settings=settings.agreed)
+                except InvalidArgument as e:  # a pool setting this rank cannot read (NCCLPOOL_GROWTH_CHUNK,
+                    mempool = _layer.create_nccl_mem_pool(  # NCCLPOOL_CHECK): a pool all the same, to vote no with
+                        kind=settings.kind, name=POOL_NAME, check="off", growth_chunk=0, min_segment=0,
+                        agreed_settings=settings.agreed + " (pool settings unreadable on this rank)")
+                    settings = _support.Settings(settings.kind, settings.debug, settings.prealloc_gib,
+                                                 "; ".join(p for p in (settings.problem, str(e)) if p))
                 _pool = _layer.ncclpool_pool(mempool)
                 if settings.problem:  # every rank fails at this pool's first attach, this one saying why
                     _pool.vote_no(f"ncclpool.sglang: {settings.problem}")
@@ -334,18 +341,11 @@ def is_tensor_in_symmetric_mempool(tensor) -> bool:
 
 
 def _verify(attachment: _Attachment, comm_ptr: int, op_name: str, ptrs, when: str) -> None:
-    try:
-        _collective(comm_ptr, attachment.label, f"buffer check of {op_name}", attachment.comm.verify_buffers, *ptrs)
-    except AgreementError as e:
-        raise AgreementError(f"{op_name} on group '{attachment.label}'{when}: {e}") from e
+    _support.verify_buffers(_collective, attachment, comm_ptr, op_name, ptrs, when)
 
 
 def _verify_captured(attachment: _Attachment, comm_ptr: int) -> None:
-    """Buffers checked during a capture, now that nothing captures (collective over the group; every
-    rank recorded the same checks)."""
-    checks, attachment.captured_checks = attachment.captured_checks, []
-    for n, (op_name, ptrs) in enumerate(checks):
-        _verify(attachment, comm_ptr, op_name, ptrs, f" (captured in a CUDA graph, check {n + 1} of {len(checks)})")
+    _support.verify_captured(_collective, attachment, comm_ptr)
 
 
 def debug_check_symmetric_mempool(group_coordinator, tensors: dict, op_name: str) -> None:
@@ -363,12 +363,24 @@ def debug_check_symmetric_mempool(group_coordinator, tensors: dict, op_name: str
         comm_ptr = _support.comm_pointer(pynccl, group_coordinator.unique_name)
         attachment = _attachments.get(comm_ptr)
         if attachment is not None:  # a group never used in a context has no window to be wrong in
-            ptrs = [t.data_ptr() for t in tensors.values()]
+            problem = None
+            try:
+                ptrs = [t.data_ptr() for t in tensors.values()]
+            except BaseException as e:  # no buffers to bring: the check still runs, and differs
+                ptrs, problem = [], e
             if torch.cuda.is_current_stream_capturing():
                 attachment.captured_checks.append((op_name, ptrs))
             else:
-                _verify_captured(attachment, comm_ptr)
-                _verify(attachment, comm_ptr, op_name, ptrs, "")
+                try:
+                    _verify_captured(attachment, comm_ptr)
+                except BaseException as e:
+                    problem = problem or e
+                try:
+                    _verify(attachment, comm_ptr, op_name, ptrs, "")
+                except BaseException as e:
+                    problem = problem or e
+            if problem is not None:
+                raise problem
     if group_coordinator.is_first_rank:
         _support.warn_outside_pool(logger, _debug_seen_traces, tensors, op_name, is_tensor_in_symmetric_mempool)
 
@@ -430,8 +442,9 @@ def allocate_symmetric_buffer(comm, nbytes: int):
     window of `comm` (on every NCCL version: ncclpool refuses what is no real window). Every rank must
     request the same sizes in the same order. An agreement point: ranks whose requests grew the pool
     differently get AgreementError. The memory returns to the pool when the last view dies."""
+    bad_size = None  # this rank's "no" at the steps below, which every rank takes
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-        raise InvalidArgument(f"allocate_symmetric_buffer: nbytes must be a positive int, not {nbytes!r}")
+        bad_size = InvalidArgument(f"allocate_symmetric_buffer: nbytes must be a positive int, not {nbytes!r}")
     device = getattr(comm, "device", None)
     if not isinstance(device, torch.device):
         raise InvalidArgument(f"allocate_symmetric_buffer: {comm!r} is not a PyNcclCommunicator (no torch.device `device`)")
@@ -439,8 +452,10 @@ def allocate_symmetric_buffer(comm, nbytes: int):
     comm_ptr = _support.comm_pointer(comm, label)
     with torch.cuda.device(device):
         get_nccl_mem_pool()
-        problem = None
-        if device.index is not None and device.index != _pool.device:
+        problem = bad_size
+        if problem is not None:
+            _pool.vote_no(str(problem))
+        if problem is None and device.index is not None and device.index != _pool.device:
             problem = InvalidState(f"allocate_symmetric_buffer: {label}, the symmetric pool '{POOL_NAME}' is on cuda:{_pool.device}")
             _pool.vote_no(str(problem))  # this rank's "no" at the attach or the commit below
         try:
@@ -452,19 +467,21 @@ def allocate_symmetric_buffer(comm, nbytes: int):
             _collective(comm_ptr, label, "commit of a symmetric buffer, after an error on this rank",
                         _pool._commit_after_error, poll=False)
             raise
-        release = None
         try:
             _collective(comm_ptr, label, "commit of a symmetric buffer", _pool.commit)
+        except BaseException:  # failed on every rank: every rank gives its block back
+            _pool.free(ptr)
+            raise
+        release = None
+        try:
             owner = _support.BufferOwner(ptr, nbytes)
             release = weakref.finalize(owner, _support.release_buffer, logger, _pool, ptr, device)
             release.atexit = False  # at process exit the pool goes with the process
             buf = torch.as_tensor(owner)
             buf.zero_()
-        except BaseException:
-            if release is None:
-                _pool.free(ptr)
-            else:
-                release()
+        except BaseException as e:  # this rank alone gives its block back: its placement now differs
+            _pool.vote_no(f"a symmetric buffer failed on this rank after its commit: {type(e).__name__}: {e}")
+            _pool.free(ptr) if release is None else release()
             raise
     return buf, bool(attachment.comm.window_of(ptr))
 
