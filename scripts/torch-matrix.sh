@@ -24,7 +24,7 @@ for v in $versions; do
   echo "== torch $v ($target)"
   {
     echo "# scripts/torch-matrix.py under torch $v: PYTHONPATH=$target python3 scripts/torch-matrix.py"
-    echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- python scripts/torch-matrix.py || echo '+changes'), $(uname -srm), $(nproc) CPUs, $(python3 --version), no GPU"
+    echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- python/ncclpool/torch scripts/torch-matrix.py || echo '+changes'), $(uname -srm), $(nproc) CPUs, $(python3 --version), no GPU"
     PYTHONPATH="$target" python3 scripts/torch-matrix.py --json "$out/torch-$v.json" 2>&1 \
       | grep -v -e "Failed to initialize NumPy" -e "_conversion_method_template" || true
   } > "$out/torch-$v.txt"

@@ -173,3 +173,34 @@ def test_the_report_says_whether_the_layer_can_use_the_default(torch_layer, monk
     report = versions.torch_report()
     assert report["nccl_process_group"] == "ProcessGroupNCCL2" and report["usable"] is usable
     assert __import__("re").search(why, report["why"]), report["why"]
+
+
+# ---- `ncclpool info` (python -m ncclpool / the console script) ----
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_info_through_the_bundled_command_adds_torch(tmp_path, monkeypatch, capfd, as_json):
+    import json
+
+    import ncclpool.__main__ as entry
+    command = tmp_path / "ncclpool"
+    command.write_text('#!/bin/sh\nif [ "$2" = --json ]; then echo \'{"simulator": true}\'; else echo "ncclpool 0.1.0"; fi\nexit 3\n')
+    command.chmod(0o755)
+    monkeypatch.setattr(entry, "_bundled_command", lambda: str(command))
+    report = {"version": "2.15.0+cu132", "cuda": "13.2", "nccl": "2.30.7", "nccl_process_group": "ProcessGroupNCCL2",
+              "usable": True, "why": "nccl2 (torch 2.15's default); TORCH_DIST_USE_NCCL2=0 gives the classic ProcessGroupNCCL"}
+    monkeypatch.setattr(entry, "_torch_report", lambda: report)
+    assert entry.main(["info", "--json"] if as_json else ["info"]) == 3  # the command's exit status
+    out = capfd.readouterr().out
+    if as_json:
+        assert json.loads(out) == {"simulator": True, "torch": report}
+    else:
+        assert out.startswith("ncclpool 0.1.0\n")
+        assert 'torch      2.15.0+cu132 (CUDA 13.2, built with NCCL 2.30.7); init_process_group("nccl") makes ' \
+               "ProcessGroupNCCL2: nccl2 (torch 2.15's default)" in out
+
+
+def test_info_says_when_torch_is_missing_or_fails_to_import():
+    import ncclpool.__main__ as entry
+    assert "torch      not installed" in entry._torch_line(None)
+    assert "`import torch` fails: OSError: libtorch_nvshmem.so: undefined symbol" in entry._torch_line(
+        {"error": "OSError: libtorch_nvshmem.so: undefined symbol: nvshmem_selected_device_transport"})
