@@ -75,10 +75,11 @@ struct EnvironmentProblem {
 
 /// @brief Checks every variable ncclpool reads that takes a value (NCCLPOOL_AGREEMENT_TIMEOUT_S,
 /// NCCLPOOL_AGREEMENT_BUFFERS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, NCCLPOOL_COPY_ENGINE, NCCLPOOL_GROWTH_CHUNK,
-/// NCCLPOOL_MIN_SEGMENT) as the code that reads it would, without NCCL or a GPU: for `ncclpool info` on
-/// any machine. Where they are read, the first two are InvalidArgument, the last two (ncclpool.torch) too, and
-/// the symmetric kernels' two and the copy engine's are ignored with a message (they are read inside a collective attach,
-/// where one rank throwing would leave the others waiting). Never throws.
+/// NCCLPOOL_MIN_SEGMENT, NCCLPOOL_CHECK, NCCLPOOL_SGLANG_KIND) as the code that reads it would, without NCCL or a
+/// GPU: for `ncclpool info` on any machine. Where they are read, the first two are InvalidArgument, the
+/// sizes (ncclpool.torch), NCCLPOOL_CHECK (check_level_from_env, the same parse) and NCCLPOOL_SGLANG_KIND
+/// (ncclpool.sglang) too, and the symmetric kernels' two and the copy engine's are ignored with a message (they
+/// are read inside a collective attach, where one rank throwing would leave the others waiting). Never throws.
 NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();
 
 /// The CTA (thread block) count of NCCL's symmetric kernels, the ones that run on windows.

@@ -64,6 +64,7 @@ std::string profile_path() {
 
 const char* growth_chunk() { return std::getenv("NCCLPOOL_GROWTH_CHUNK"); }
 const char* min_segment() { return std::getenv("NCCLPOOL_MIN_SEGMENT"); }
+const char* sglang_kind() { return std::getenv("NCCLPOOL_SGLANG_KIND"); }
 
 const char* nccl_nvls_enable() { return std::getenv("NCCL_NVLS_ENABLE"); }
 

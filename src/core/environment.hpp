@@ -69,6 +69,9 @@ NCCLPOOL_INTERNAL const char* growth_chunk();
 /// NCCLPOOL_MIN_SEGMENT as set (nullptr: unset); ncclpool.torch.create_nccl_mem_pool reads it itself.
 NCCLPOOL_INTERNAL const char* min_segment();
 
+/// NCCLPOOL_SGLANG_KIND as set (nullptr: unset); ncclpool.sglang reads it itself (_environment.sglang_kind).
+NCCLPOOL_INTERNAL const char* sglang_kind();
+
 // --- Read once per process, for the node a rank runs on (Communicator::node) ---------------------
 
 /// NCCL_HOSTID (NCCL's own) as set (nullptr: unset): NCCL tells nodes apart by it.

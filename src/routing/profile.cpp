@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -116,6 +117,10 @@ ProfileLookup read_profile() {
   out.path = profile_path();
   if (out.path.empty()) {
     out.why_not = "no profile path (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME unset)";
+    return out;
+  }
+  if (std::error_code ec; std::filesystem::is_directory(out.path, ec)) {  // it opens, and reads as empty JSON
+    out.why_not = "profile " + out.path + " is a directory, not a profile file (`ncclpool tune --out FILE` writes one): not used";
     return out;
   }
   std::ifstream in(out.path, std::ios::binary);

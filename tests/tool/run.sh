@@ -98,7 +98,7 @@ grep -q "^groups: torch records none, .*--group-by stream makes one group per st
 grep -q "^trade-off: memory (peak reserved) against registration (count, and time estimated at 15 ms a window" "$tmp/out" || fail "replay: trade-off line"
 expect_rc 0 "$tool" replay "$data/torch_snapshot_small.json" --group-by stream; grep -q "^groups:" "$tmp/out" && fail "groups line with --group-by stream"
 expect_rc 0 "$tool" replay "$data/two_groups.csv" --kind local --scale 2.5; grep -q "sizes x 2.5" "$tmp/out" || fail "replay --scale"
-expect_rc 2 "$tool" replay "$data/two_groups.csv" --scale nan; grep -q "scale must be a number" "$tmp/err" || fail "bad scale"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --scale nan; grep -q "scale must be a finite number" "$tmp/err" || fail "bad scale"
 expect_rc 0 "$tool" bench memory --layers 4 --steps 1 --json; json_ok "$tmp/out"
 # bench alloc / scope on the simulator; coll needs GPUs and says so.
 expect_rc 0 "$tool" bench alloc --sim --sizes 4K,2M --repeats 1 --min-ms 1 --growth-iters 2
@@ -156,4 +156,37 @@ if "$tool" info --json | grep -q '"cuda":{"available":false'; then
   expect_rc 1 "$tool" tune --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune without GPUs"
   expect_rc 1 "$tool" tune --no-copy-engine --out "$tmp/q.json"; grep -q "tune needs GPUs" "$tmp/err" || fail "tune --no-copy-engine without GPUs"
 fi
+# Issue 47: bad input is refused with its reason; never a hang, a lost trace or JSON that is not JSON.
+expect_rc 2 timeout 60 "$tool" bench alloc --min-ms inf --sizes 4K --repeats 1; grep -q "min-ms must be a finite number from 0 to 60000, not 'inf'" "$tmp/err" || fail "bench alloc --min-ms inf"
+expect_rc 2 timeout 60 "$tool" bench alloc --min-ms 1e300 --sizes 4K --repeats 1; grep -q "min-ms must be a finite number from 0 to 60000, not '1e300'" "$tmp/err" || fail "bench alloc --min-ms 1e300"
+cp "$data/two_groups.csv" "$tmp/T.csv"
+expect_rc 2 "$tool" replay "$tmp/T.csv" --convert "$tmp/T.csv"; grep -qF -- "--convert $tmp/T.csv is the trace being replayed" "$tmp/err" || fail "replay --convert onto its trace"
+cmp -s "$data/two_groups.csv" "$tmp/T.csv" || fail "replay --convert: the trace was overwritten"
+expect_rc 2 "$tool" replay "$tmp/T.csv" --timeline "$tmp/../$(basename "$tmp")/T.csv"; grep -q -- "--timeline .*T.csv is the trace being replayed" "$tmp/err" || fail "replay --timeline onto its trace"
+cmp -s "$data/two_groups.csv" "$tmp/T.csv" || fail "replay --timeline: the trace was overwritten"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --window-ms inf --json; grep -q "window-ms must be a finite number from 0 to 1e+07, not 'inf'" "$tmp/err" || fail "replay --window-ms inf"
+expect_rc 0 "$tool" replay "$data/two_groups.csv" --window-ms 0 --json; json_ok "$tmp/out"
+expect_rc 0 env NCCLPOOL_CHECK=everything NCCLPOOL_SGLANG_KIND=foo "$tool" info
+grep -q "^environment  2 variable(s) hold values ncclpool does not accept" "$tmp/out" || { cat "$tmp/out"; fail "info: NCCLPOOL_CHECK and NCCLPOOL_SGLANG_KIND accepted"; }
+grep -qF "  NCCLPOOL_CHECK='everything' is not one of off, layout, collectives" "$tmp/out" || fail "info: NCCLPOOL_CHECK line"
+grep -qF "  NCCLPOOL_SGLANG_KIND='foo' is not one of auto, symmetric, local" "$tmp/out" || fail "info: NCCLPOOL_SGLANG_KIND line"
+expect_rc 2 "$tool" bench alloc extra-positional; grep -q "bench alloc takes no arguments, not 'extra-positional'" "$tmp/err" || fail "bench alloc extra-positional"
+usage_of "bench alloc" "bench alloc extra-positional"
+expect_rc 2 "$tool" tune extra;             grep -q "tune takes no arguments, not 'extra'" "$tmp/err" || fail "tune extra"
+expect_rc 2 "$tool" info --json=no;         grep -q -- "--json takes no value, not 'no'" "$tmp/err" || fail "info --json=no"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --device 5; grep -q -- "--device applies to torch snapshots; .*two_groups.csv is an ncclpool CSV trace" "$tmp/err" || fail "CSV replay --device"
+expect_rc 2 "$tool" replay "$data/two_groups.csv" --level segments; grep -q -- "--level applies to torch snapshots" "$tmp/err" || fail "CSV replay --level"
+expect_rc 2 "$tool" replay "$data/torch_snapshot_small.json" --device -1; grep -q -- "--device must be an integer in 0..1023, not '-1'" "$tmp/err" || fail "snapshot replay --device -1"
+expect_rc 2 "$tool" bench memory --format csv; grep -q -- "--format applies to a trace: give --trace FILE" "$tmp/err" || fail "bench memory --format without --trace"
+printf '{"device_traces": [[{"action": "alloc", "addr": 4096, "size": 512, "stream": 0}, {"action": "alloc", "addr": 4096, "size": 512, "stream": 0}]]}\n' >"$tmp/dup.json"
+expect_rc 1 "$tool" replay "$tmp/dup.json"; grep -q "dup.json: device 0 event 1 (alloc): address 4096 is already live" "$tmp/err" || fail "snapshot: two allocs at one address"
+expect_rc 0 "$tool" version --help;         grep -q "^usage: ncclpool version" "$tmp/out" || fail "version --help"
+expect_rc 1 "$tool" tune --from "32=$tmp";  grep -qF -- "--from: $tmp: is a directory; give a file" "$tmp/err" || fail "tune --from DIR"
+expect_rc 1 "$tool" tune --from "32=/nonexistent.json"; grep -q -- "--from: cannot open /nonexistent.json: No such file or directory" "$tmp/err" || fail "tune --from a missing file"
+NCCLPOOL_PROFILE="$tmp" "$tool" info >"$tmp/out" 2>&1 || fail "info with NCCLPOOL_PROFILE a directory"
+grep -qF "profile $tmp is a directory, not a profile file" "$tmp/out" || { cat "$tmp/out"; fail "info: NCCLPOOL_PROFILE a directory"; }
+expect_rc 1 "$tool" replay "$data/two_groups.csv" --timeline /nonexistent/dir/t.csv
+grep -q "^ncclpool: /nonexistent/dir/t.csv: cannot write the timeline: No such file or directory" "$tmp/err" || fail "replay --timeline in a missing directory"
+expect_rc 1 "$tool" replay "$data/two_groups.csv" --convert /nonexistent/dir/c.csv
+grep -q "^ncclpool: --convert: cannot write /nonexistent/dir/c.csv: No such file or directory" "$tmp/err" || fail "replay --convert in a missing directory"
 echo "tool_cli: all checks passed"

@@ -6,9 +6,17 @@
 #include "trace.hpp"
 #include "workloads.hpp"
 
+#include <ncclpool/errors.hpp>
+#include <ncclpool/nccl.hpp>
+#include <ncclpool/registry.hpp>
+
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -405,4 +413,102 @@ TEST(RecordedTraces, TensorsNeedNoMoreThanPyTorchsAllocator) {
     const std::string text = format_text(r, name);
     EXPECT_EQ(text.find("a lower bound") != std::string::npos, r.recorded_older_segment_peak > 0) << text;
   }
+}
+
+// ---- Issue 47: bad input gets a clear error, never a hang, a lost file or invalid JSON ----------
+
+TEST(TorchSnapshot, TwoAllocsAtOneAddressWithoutAFreeAreRefused) {
+  // The CSV equivalent (an id allocated twice) is refused; a snapshot used to replay with the first block's free lost.
+  const std::string snapshot =
+      "{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 4096, \"size\": 512, \"stream\": 0},"
+      " {\"action\": \"alloc\", \"addr\": 4096, \"size\": 1024, \"stream\": 0}]]}";
+  try {
+    (void)parse_torch_snapshot(snapshot, "s.json", {});
+    ADD_FAILURE() << "accepted two allocs at one address";
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find("s.json: device 0 event 1 (alloc): address 4096 is already live"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_csv_trace("alloc,1,512,0,g\nalloc,1,1024,0,g\n", "t.csv"), TraceError);
+  // Freed in between: the address is reused, a new block.
+  const std::string reused =
+      "{\"device_traces\": [[{\"action\": \"alloc\", \"addr\": 4096, \"size\": 512, \"stream\": 0},"
+      " {\"action\": \"free_completed\", \"addr\": 4096, \"size\": 512, \"stream\": 0},"
+      " {\"action\": \"alloc\", \"addr\": 4096, \"size\": 1024, \"stream\": 0}]]}";
+  EXPECT_EQ(parse_torch_snapshot(reused, "s.json", {}).events.size(), 3u);
+}
+
+TEST(Args, FlagsTakeNoValueAndNumbersAreFinite) {
+  EXPECT_THROW((void)Args::parse({"--json=no"}, {}, {}), UsageError);
+  EXPECT_THROW((void)Args::parse({"--sim=0"}, {}, {"sim"}), UsageError);
+  EXPECT_TRUE(Args::parse({"--json"}, {}, {}).json);
+  for (const char* bad : {"inf", "-inf", "nan", "1e300", "infinity"}) {
+    const Args a = Args::parse({"--min-ms", bad}, {"min-ms"}, {});
+    try {
+      (void)a.get_double("min-ms", 50, 0, 60000);
+      ADD_FAILURE() << "accepted --min-ms " << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--min-ms must be a finite number from 0 to 60000, not '" + std::string(bad) + "'"), std::string::npos)
+          << e.what();
+    }
+    // Without an upper bound still finite: --window-ms inf made "inf" and "-nan" in replay's JSON.
+    if (std::string(bad) != "1e300") {
+      EXPECT_THROW((void)Args::parse({"--window-ms", bad}, {"window-ms"}, {}).get_double("window-ms", 15, 0), UsageError) << bad;
+    }
+  }
+  EXPECT_DOUBLE_EQ(Args::parse({"--min-ms", "1.5"}, {"min-ms"}, {}).get_double("min-ms", 50, 0, 60000), 1.5);
+}
+
+TEST(Replay, JsonIsValidWhateverTheNumbers) {
+  ReplayResult r;
+  r.registration_unit_ms = std::numeric_limits<double>::infinity();
+  r.shared_registration_ms = std::nan("");
+  r.per_group_registration_ms = -std::numeric_limits<double>::infinity();
+  const std::string json = format_json(r);
+  EXPECT_NO_THROW((void)parse_json(json)) << json;
+  EXPECT_EQ(json.find("inf"), std::string::npos) << json;
+  EXPECT_EQ(json.find("nan"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"registration_unit_ms\":null"), std::string::npos) << json;
+}
+
+TEST(Files, ADirectoryOrAMissingFileIsSaidSo) {
+  const std::string dir = NCCLPOOL_TEST_SCRATCH;
+  try {
+    (void)read_input_file(dir, "--from");
+    ADD_FAILURE() << "read a directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "--from: " + dir + ": is a directory; give a file");
+  }
+  try {
+    (void)read_input_file("/nonexistent/x.json", "--from");
+    ADD_FAILURE() << "read a missing file";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "--from: cannot open /nonexistent/x.json: No such file or directory");
+  }
+}
+
+TEST(Environment, InfoAndThePoolReadNcclpoolCheckAlike) {
+  // `ncclpool info` said the values were accepted; a pool then refused them (issue 47). One parse: check_level_from_env.
+  for (const char* variable : {"NCCLPOOL_CHECK", "NCCLPOOL_SGLANG_KIND"}) ::unsetenv(variable);
+  for (const char* good : {"off", "0", "layout", "2", "collectives"}) {
+    ::setenv("NCCLPOOL_CHECK", good, 1);
+    EXPECT_NO_THROW((void)ncclpool::check_level_from_env()) << good;
+    EXPECT_TRUE(ncclpool::environment_problems().empty()) << good;
+  }
+  ::setenv("NCCLPOOL_CHECK", "everything", 1);
+  EXPECT_THROW((void)ncclpool::check_level_from_env(), ncclpool::InvalidArgument);
+  auto problems = ncclpool::environment_problems();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].variable, "NCCLPOOL_CHECK");
+  EXPECT_NE(problems[0].message.find("NCCLPOOL_CHECK='everything' is not one of off, layout, collectives"), std::string::npos) << problems[0].message;
+  ::unsetenv("NCCLPOOL_CHECK");
+  // NCCLPOOL_SGLANG_KIND: ncclpool.sglang reads it (tests/python/test_misuse.py holds the two to one answer).
+  for (const char* good : {"", "auto", "symmetric", "local"}) {
+    ::setenv("NCCLPOOL_SGLANG_KIND", good, 1);
+    EXPECT_TRUE(ncclpool::environment_problems().empty()) << good;
+  }
+  ::setenv("NCCLPOOL_SGLANG_KIND", "foo", 1);
+  problems = ncclpool::environment_problems();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].message.find("NCCLPOOL_SGLANG_KIND='foo' is not one of auto, symmetric, local"), std::string::npos) << problems[0].message;
+  ::unsetenv("NCCLPOOL_SGLANG_KIND");
 }

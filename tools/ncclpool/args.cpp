@@ -2,8 +2,15 @@
 
 #include "commands.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 
 namespace ncclpool::tool {
 
@@ -26,7 +33,9 @@ Args Args::parse(const std::vector<std::string>& argv, const std::vector<std::st
       value = name.substr(eq + 1);
       name.resize(eq);
     }
-    if (name == "json") {
+    if ((name == "json" || in(flags, name)) && eq != std::string::npos) {
+      throw UsageError("--" + name + " takes no value, not '" + value + "' (leave it out for the default)");
+    } else if (name == "json") {
       a.json = true;
     } else if (in(flags, name)) {
       a.options[name] = "1";
@@ -63,11 +72,23 @@ double Args::get_double(const std::string& name, double fallback, double min, do
   const std::string& s = options.at(name);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !(v >= min && v <= max)) {
-    const std::string range = std::isinf(max) ? ">= " + std::to_string(min) : "from " + std::to_string(min) + " to " + std::to_string(max);
-    throw UsageError("--" + name + " must be a number " + range + ", not '" + s + "'");
+  // Never infinite (a round of bench alloc --min-ms inf never ends; replay --window-ms inf made no JSON).
+  if (s.empty() || *end != '\0' || !std::isfinite(v) || !(v >= min && v <= max)) {
+    char range[96];
+    if (std::isinf(max)) std::snprintf(range, sizeof range, ">= %g", min);
+    else std::snprintf(range, sizeof range, "from %g to %g", min, max);
+    throw UsageError("--" + name + " must be a finite number " + range + ", not '" + s + "'");
   }
   return v;
+}
+
+std::string read_input_file(const std::string& path, const std::string& what) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw std::runtime_error(what + ": " + path + ": is a directory; give a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(what + ": cannot open " + path + ": " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace ncclpool::tool

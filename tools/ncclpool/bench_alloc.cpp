@@ -25,7 +25,8 @@ constexpr const char* kHelp =
     "  --live N    before timing, N live 4 KiB blocks and N free ones between them in ncclpool's pools\n"
     "              (the cost must not grow with them)\n"
     "  --comms K   adds a column: an ncclpool pool under a Registry with K communicators attached\n"
-    "              (local registration; on a GPU, K single-rank NCCL communicators)\n";
+    "              (local registration; on a GPU, K single-rank NCCL communicators)\n"
+    "  --min-ms X  the shortest a timed round may take, 0 to 60000 (a round runs at least 16 pairs)\n";
 
 }  // namespace
 
@@ -38,7 +39,7 @@ int cmd_bench_alloc(const Args& a) {
   }
   const std::vector<std::size_t> sizes = parse_byte_list("sizes", a.get("sizes", "4K,1M,64M"));
   const int repeats = static_cast<int>(a.get_int("repeats", 5, 1, 1000));
-  const double min_s = a.get_double("min-ms", 50.0, 0.0) / 1000.0;
+  const double min_s = a.get_double("min-ms", 50.0, 0.0, 60000.0) / 1000.0;
   const int growth_iters = static_cast<int>(a.get_int("growth-iters", 20, 1, 100000));
   const int device = static_cast<int>(a.get_int("device", 0, 0, 1023));
 

@@ -27,10 +27,14 @@ struct Args {
   [[nodiscard]] bool has(const std::string& name) const { return options.count(name) != 0; }
   [[nodiscard]] std::string get(const std::string& name, const std::string& fallback) const;
   [[nodiscard]] long long get_int(const std::string& name, long long fallback, long long min, long long max) const;
-  /// A number in [min, max] (NaN is refused), or fallback when the option is absent.
+  /// A finite number in [min, max] (NaN and infinities are refused), or fallback when the option is absent.
   [[nodiscard]] double get_double(const std::string& name, double fallback, double min,
                                   double max = std::numeric_limits<double>::infinity()) const;
 };
+
+/// The whole of the file at `path` that option `what` names. @throws std::runtime_error (exit 1)
+/// saying it is a directory, or why it cannot be opened.
+std::string read_input_file(const std::string& path, const std::string& what);
 
 /// NCCL's version code as NCCL prints it: 22809 -> "2.28.9" (2708 -> "2.7.8"; below 1000 as is).
 std::string nccl_version_text(int version);

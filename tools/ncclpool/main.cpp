@@ -37,6 +37,12 @@ constexpr const char* kVersionUsage = "usage: ncclpool version\n";
 constexpr const char* kBenchUsage =
     "usage: ncclpool bench alloc|scope|coll|memory [options]   (`ncclpool bench SUITE --help` for a suite's options)\n";
 
+// Commands that take options only: a stray word is an error, not ignored (issue 47).
+ncclpool::tool::Args no_positional(ncclpool::tool::Args a, const std::string& command) {
+  if (!a.positional.empty()) throw ncclpool::tool::UsageError(command + " takes no arguments, not '" + a.positional[0] + "'");
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,8 +59,11 @@ int main(int argc, char** argv) {
   try {
     if (command == "version") {
       usage = kVersionUsage;
-      const Args a = Args::parse(rest, {}, {});
-      if (!a.positional.empty()) throw UsageError("version takes no arguments, not '" + a.positional[0] + "'");
+      const Args a = no_positional(Args::parse(rest, {}, {"help"}), "version");
+      if (a.has("help")) {
+        std::fputs(kVersionUsage, stdout);
+        return 0;
+      }
       std::puts(a.json ? "{\"version\":\"" NCCLPOOL_TOOL_VERSION "\"}" : NCCLPOOL_TOOL_VERSION);
       return 0;
     }
@@ -68,7 +77,7 @@ int main(int argc, char** argv) {
     }
     if (command == "tune") {
       usage = kTuneUsage;
-      return cmd_tune(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep", "run-timeout"}, {"help", "graph", "eager", "no-compute", "copy-engine", "no-copy-engine"}));
+      return cmd_tune(no_positional(Args::parse(rest, {"rounds", "ctas", "min", "max", "factor", "iters", "warmup", "ranks", "out", "from", "gpu", "nccl-version", "replays", "keep", "run-timeout"}, {"help", "graph", "eager", "no-compute", "copy-engine", "no-copy-engine"}), "tune"));
     }
     if (command == "bench") {
       usage = kBenchUsage;
@@ -81,19 +90,19 @@ int main(int argc, char** argv) {
       }
       if (suite == "memory") {
         usage = kBenchMemoryUsage;
-        return cmd_bench_memory(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "min-segment-mib", "window-ms", "timeline", "format", "group-by", "device", "level", "scale"}, {"help"}));
+        return cmd_bench_memory(no_positional(Args::parse(rest, {"trace", "layers", "steps", "kind", "growth-chunk-mib", "min-segment-mib", "window-ms", "timeline", "format", "group-by", "device", "level", "scale"}, {"help"}), "bench memory"));
       }
       if (suite == "alloc") {
         usage = kBenchAllocUsage;
-        return cmd_bench_alloc(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters", "live", "comms"}, {"help", "sim"}));
+        return cmd_bench_alloc(no_positional(Args::parse(rest, {"device", "sizes", "repeats", "min-ms", "growth-iters", "live", "comms"}, {"help", "sim"}), "bench alloc"));
       }
       if (suite == "scope") {
         usage = kBenchScopeUsage;
-        return cmd_bench_scope(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}));
+        return cmd_bench_scope(no_positional(Args::parse(rest, {"segments", "groups", "chunk-mib", "ranks", "kind", "uses", "megatron-uses"}, {"help", "sim"}), "bench scope"));
       }
       if (suite == "coll") {
         usage = kBenchCollUsage;
-        return cmd_bench_coll(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays", "rounds"}, {"help", "no-check", "auto", "auto-pool", "graph", "compute"}));
+        return cmd_bench_coll(no_positional(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays", "rounds"}, {"help", "no-check", "auto", "auto-pool", "graph", "compute"}), "bench coll"));
       }
       throw UsageError("unknown bench suite '" + suite + "' (available: alloc, scope, coll, memory)");
     }

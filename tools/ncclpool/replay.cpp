@@ -3,14 +3,18 @@
 #include "replay.hpp"
 
 #include "json.hpp"
+#include "report.hpp"
 
 #include <ncclpool/loopback.hpp>
 #include <ncclpool/sim.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <unordered_map>
 
 namespace ncclpool::tool {
@@ -113,7 +117,8 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   std::ofstream timeline;
   if (!o.timeline_path.empty()) {
     timeline.open(o.timeline_path);
-    if (!timeline) throw TraceError(o.timeline_path + ": cannot write the timeline");
+    // Not the trace's fault: no "bad trace" (issue 47).
+    if (!timeline) throw std::runtime_error(o.timeline_path + ": cannot write the timeline: " + std::strerror(errno));
     timeline << "event,live_bytes,shared_reserved_bytes,per_group_reserved_bytes\n";
   }
   const std::size_t step = std::max<std::size_t>(1, trace.events.size() / 100);
@@ -243,27 +248,27 @@ std::string format_json(const ReplayResult& r) {
   auto pool = [&](const PoolOutcome& p) {
     out << "{\"name\":" << json_quote(p.name) << ",\"peak_reserved_bytes\":" << p.peak_reserved << ",\"peak_live_bytes\":" << p.peak_live
         << ",\"segments\":" << p.segments << ",\"registrations\":" << p.registrations
-        << ",\"fragmentation_at_peak\":" << p.fragmentation_at_peak << ",\"at_peak\":{\"reserved\":" << p.at_peak.reserved
+        << ",\"fragmentation_at_peak\":" << json_number(p.fragmentation_at_peak) << ",\"at_peak\":{\"reserved\":" << p.at_peak.reserved
         << ",\"requested\":" << p.at_peak.requested << ",\"rounding\":" << p.at_peak.rounding
         << ",\"free_in_used_segments\":" << p.at_peak.free_in_used_segments << ",\"never_used\":" << p.at_peak.never_used
         << ",\"other_streams_only\":" << p.at_peak.other_streams_only << ",\"empty_segments\":" << p.at_peak.empty_segments << "}}";
   };
   out << "{\"events\":" << r.events << ",\"kind\":\"" << to_string(r.kind) << "\",\"growth_chunk\":" << r.growth_chunk
-      << ",\"min_segment\":" << r.min_segment << ",\"registration_unit_ms\":" << r.registration_unit_ms << ",\"groups\":[";
+      << ",\"min_segment\":" << r.min_segment << ",\"registration_unit_ms\":" << json_number(r.registration_unit_ms) << ",\"groups\":[";
   for (std::size_t g = 0; g < r.groups.size(); ++g) out << (g ? "," : "") << json_quote(r.groups[g]);
   out << "],\"shared\":";
   pool(r.shared);
   out << ",\"shared_registrations_per_group\":[";
   for (std::size_t g = 0; g < r.shared_registrations_per_group.size(); ++g) out << (g ? "," : "") << r.shared_registrations_per_group[g];
-  out << "],\"shared_registration_ms\":" << r.shared_registration_ms << ",\"per_group\":[";
+  out << "],\"shared_registration_ms\":" << json_number(r.shared_registration_ms) << ",\"per_group\":[";
   for (std::size_t g = 0; g < r.per_group.size(); ++g) {
     if (g) out << ',';
     pool(r.per_group[g]);
   }
   out << "],\"per_group_peak_reserved_bytes\":" << r.per_group_peak_reserved << ",\"per_group_peak_live_bytes\":" << r.per_group_peak_live
-      << ",\"per_group_registration_ms\":" << r.per_group_registration_ms << ",\"recorded_peak_reserved_bytes\":" << r.recorded_peak_reserved
+      << ",\"per_group_registration_ms\":" << json_number(r.per_group_registration_ms) << ",\"recorded_peak_reserved_bytes\":" << r.recorded_peak_reserved
       << ",\"recorded_older_segment_bytes\":" << r.recorded_older_segment_peak << ",\"recorded_segments\":" << r.recorded_segments
-      << ",\"recorded_registration_ms\":" << r.recorded_registration_ms << "}";
+      << ",\"recorded_registration_ms\":" << json_number(r.recorded_registration_ms) << "}";
   return out.str();
 }
 

@@ -6,10 +6,14 @@
 #include "report.hpp"
 #include "workloads.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdint>
+#include <filesystem>
 #include <set>
 #include <memory>
+#include <stdexcept>
 
 namespace ncclpool::tool {
 namespace {
@@ -44,7 +48,7 @@ ReplayOptions replay_options(const Args& a) {
   // Absent: the pool's default (1 GiB symmetric, 2 MiB local); given, at least 1 MiB.
   o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 1, 1 << 20)) << 20;
   o.min_segment = static_cast<std::size_t>(a.get_int("min-segment-mib", 0, 1, 1 << 20)) << 20;
-  o.window_ms = a.get_double("window-ms", 15.0, 0.0);
+  o.window_ms = a.get_double("window-ms", 15.0, 0.0, 1e7);
   o.timeline_path = a.get("timeline", "");
   auto progress = std::make_shared<Progress>("replaying", 0);  // silent unless stderr is a terminal
   o.progress = [progress](std::size_t done, std::size_t total) {
@@ -65,7 +69,7 @@ TraceOptions trace_options(const Args& a) {
   if (by == "none") t.group_by = GroupBy::none;
   else if (by == "stream") t.group_by = GroupBy::stream;
   else throw UsageError("--group-by must be none or stream, not '" + by + "'");
-  t.device = static_cast<int>(a.get_int("device", -1, -1, 1023));
+  t.device = static_cast<int>(a.get_int("device", -1, 0, 1023));  // absent: -1, the first device with events
   const std::string level = a.get("level", "blocks");
   if (level == "blocks") t.level = TraceLevel::blocks;
   else if (level == "segments") t.level = TraceLevel::segments;
@@ -76,7 +80,7 @@ TraceOptions trace_options(const Args& a) {
 int run(const Trace& trace, const Args& a, const ReplayOptions& options, const std::string& title) {
   if (a.has("convert")) {
     std::FILE* f = std::fopen(a.get("convert", "").c_str(), "w");
-    if (f == nullptr) throw UsageError("cannot write " + a.get("convert", ""));
+    if (f == nullptr) throw std::runtime_error("--convert: cannot write " + a.get("convert", "") + ": " + std::strerror(errno));
     const std::string csv = to_csv(trace);
     std::fwrite(csv.data(), 1, csv.size(), f);
     std::fclose(f);
@@ -93,13 +97,26 @@ int run(const Trace& trace, const Args& a, const ReplayOptions& options, const s
   return 0;
 }
 
+// The options that say how to read a torch snapshot: refused for a CSV trace and without a trace.
+constexpr const char* kTorchOptions[] = {"group-by", "device", "level"};
+
 // Replays the trace at `path` with the replay options (bad ones are reported before the trace is
 // read), its sizes times --scale if given.
 int replay_file(const Args& a, const std::string& path, const std::string& title_prefix) {
   const TraceOptions to = trace_options(a);
   const ReplayOptions options = replay_options(a);
   const double scale = a.get_double("scale", 1.0, 1e-6, 1e6);
+  // An output that is the trace itself would overwrite it (issue 47): refused before anything is written.
+  for (const char* output : {"convert", "timeline"}) {
+    std::error_code ec;
+    if (a.has(output) && std::filesystem::equivalent(path, a.get(output, ""), ec))
+      throw UsageError(std::string("--") + output + " " + a.get(output, "") + " is the trace being replayed; give another file");
+  }
   Trace trace = load_trace(path, to);
+  if (trace.format == "csv")
+    for (const char* option : kTorchOptions)
+      if (a.has(option))
+        throw UsageError(std::string("--") + option + " applies to torch snapshots; " + path + " is an ncclpool CSV trace");
   std::string title = title_prefix + path + " (" + trace.format + ")";
   if (a.has("scale")) {
     scale_sizes(trace, scale);
@@ -141,13 +158,22 @@ int cmd_bench_memory(const Args& a) {
     return 0;
   }
   if (a.has("trace")) return replay_file(a, a.get("trace", ""), "bench memory: ");
+  if (a.has("format")) throw UsageError("--format applies to a trace: give --trace FILE");
+  for (const char* option : kTorchOptions)
+    if (a.has(option)) throw UsageError(std::string("--") + option + " applies to a torch snapshot: give --trace FILE");
   const ReplayOptions options = replay_options(a);
   FsdpEpShape shape;
   shape.layers = static_cast<int>(a.get_int("layers", shape.layers, 1, 10000));
   shape.steps = static_cast<int>(a.get_int("steps", shape.steps, 1, 1000));
-  const Trace trace = make_fsdp_ep_trace(shape);
-  return run(trace, a, options, "bench memory: synthetic FSDP + EP step, " + std::to_string(shape.layers) + " layers x " +
-                           std::to_string(shape.steps) + " steps (one rank)");
+  const double scale = a.get_double("scale", 1.0, 1e-6, 1e6);
+  Trace trace = make_fsdp_ep_trace(shape);
+  std::string title = "bench memory: synthetic FSDP + EP step, " + std::to_string(shape.layers) + " layers x " + std::to_string(shape.steps) +
+                      " steps (one rank)";
+  if (a.has("scale")) {
+    scale_sizes(trace, scale);
+    title += ", sizes x " + a.get("scale", "");
+  }
+  return run(trace, a, options, title);
 }
 
 }  // namespace ncclpool::tool

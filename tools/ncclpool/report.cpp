@@ -67,7 +67,6 @@ std::string Table::text() const {
   return o.str();
 }
 
-namespace {
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
@@ -75,7 +74,6 @@ std::string json_number(double v) {
   else std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
-}  // namespace
 
 std::string Table::json() const {
   std::ostringstream o;

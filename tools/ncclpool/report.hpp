@@ -22,6 +22,8 @@ Cell integer_cell(long long v);
 /// "1 KiB", "64 MiB", "1 GiB" for powers of two; plain bytes otherwise. JSON: the byte count.
 Cell bytes_cell(std::size_t bytes);
 std::string format_bytes(std::size_t bytes);
+/// A JSON number, or null for NaN and infinities (which JSON has no way to write).
+std::string json_number(double v);
 
 struct Table {
   std::string title;

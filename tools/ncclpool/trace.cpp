@@ -251,6 +251,10 @@ Trace parse_torch_snapshot(const std::string& text, const std::string& name, con
         const std::uint64_t id = next_id++;
         const auto size = static_cast<std::size_t>(field(e, "size"));
         if (size == 0) continue;
+        // As the CSV reader refuses an id that is live: replaying it would lose the first block's free.
+        if (live.count(field(e, "addr")) != 0)
+          throw TraceError(where() + ": address " + std::to_string(field(e, "addr")) + " is already live (an alloc there had no " +
+                           free_action + " before this one)");
         add_alloc(e, id, size);
         recorded.tensor_allocated(field(e, "addr"), static_cast<std::int64_t>(size));
       } else if (action->string == free_action) {

@@ -420,12 +420,9 @@ int cmd_tune(const Args& a) {
       const auto eq = item.find('=');
       if (eq == std::string::npos) throw UsageError("--from: '" + item + "' is not CTAS=FILE (CTAS: nccl or a count)");
       const std::string file = item.substr(eq + 1);
-      std::ifstream in(file, std::ios::binary);
-      if (!in) throw UsageError("--from: cannot read " + file);
-      std::ostringstream text;
-      text << in.rdbuf();
+      const std::string text = read_input_file(file, "--from");  // a file that is not there: exit 1 (docs/tool.md)
       try {
-        runs.push_back({ctas_label(item.substr(0, eq), "from"), parse_json(text.str())});
+        runs.push_back({ctas_label(item.substr(0, eq), "from"), parse_json(text)});
       } catch (const JsonError& e) {
         throw InvalidArgument("tune: " + file + ": " + e.what());
       }

@@ -4,6 +4,7 @@
 
 #include <ncclpool/errors.hpp>
 #include <ncclpool/nccl.hpp>
+#include <ncclpool/registry.hpp>
 
 #include "core/environment.hpp"
 
@@ -51,6 +52,21 @@ std::vector<EnvironmentProblem> environment_problems() {
     if (s.find_first_not_of("0123456789") != std::string::npos || errno != 0 || *end != '\0')
       add(variable, v, std::string(variable) + "='" + s + "' is not a number of bytes (an integer from 0 to 2**64 - 1; 0: the pool's default): "
                                                       "ncclpool.torch.create_nccl_mem_pool refuses it");
+  }
+  // Read at each pool's creation with its check level unset: the same parse refuses it there.
+  if (const char* v = environment::check(); v != nullptr) {
+    try {
+      (void)check_level_from_env();
+    } catch (const std::exception& e) {
+      add("NCCLPOOL_CHECK", v, std::string(e.what()) + ": creating a pool (or registry) without a check level fails until it is fixed");
+    }
+  }
+  // Read by ncclpool.sglang (python/ncclpool/_environment.py, sglang_kind), which refuses the same values
+  // (tests/python/test_misuse.py compares the two).
+  if (const char* v = environment::sglang_kind(); v != nullptr) {
+    const std::string s = v;
+    if (!s.empty() && s != "auto" && s != "symmetric" && s != "local")
+      add("NCCLPOOL_SGLANG_KIND", v, "NCCLPOOL_SGLANG_KIND='" + s + "' is not one of auto, symmetric, local (unset: auto): ncclpool.sglang refuses it");
   }
   return out;
 }
