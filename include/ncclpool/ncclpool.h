@@ -261,7 +261,10 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_stats_fields(int kind, const ncclpool_
 /* Attaches a caller-owned ncclComm_t (from the process's NCCL; ncclpool never destroys it) on the
  * pool's device. Local: registers every segment now and every new one as it appears. Symmetric
  * (collective: every rank attaches in the same order): agrees across ranks, registers existing
- * segments as windows; later segments wait for ncclpool_commit / the end of a scope. */
+ * segments as windows; later segments wait for ncclpool_commit / the end of a scope.
+ * INVALID_ARGUMENT for a SIM pool and for a nccl_comm that is NULL, negative (as intptr_t) or not
+ * aligned to a pointer; any other value that is not a live ncclComm_t of the process's NCCL is
+ * undefined behaviour (a communicator pointer cannot be validated). */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_attach_nccl(ncclpool_pool_t pool, void* nccl_comm, ncclpool_registration_t kind, ncclpool_comm_t* comm);
 /* An auto pool (default_registration AUTO) attached with AUTO or DEFAULT registers each part with its
  * placement; its routes are fixed at its first attach (from the profile measured for the communicator's
@@ -392,7 +395,7 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpo
 /* Models a CUDA graph capture by the calling thread on a SIM pool's device (begins or ends it): the
  * calling thread's agreement points (commit, scope end) are skipped under it; another thread's are not. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing);
-/* The next `count` segment allocations of a SIM pool fail with out of memory. */
+/* The next `count` (>= 0; 0: none) segment allocations of a SIM pool fail with out of memory. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_inject_oom(ncclpool_pool_t pool, int count);
 
 #ifdef __cplusplus

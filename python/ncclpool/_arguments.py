@@ -43,6 +43,36 @@ def _size(value, what: str) -> c_size_t:
     return c_size_t(value)
 
 
+_INT_MAX = 2**31 - 1
+
+
+def _int(value, what: str, low: int = -_INT_MAX - 1, high: int = _INT_MAX) -> int:
+    """A C int from a Python int in low .. high, refusing what ctypes would wrap silently (2**32 -> 0)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{what} = {value} is outside {low} .. {high}")
+    return value
+
+
+def _address(value, what: str) -> c_void_p:
+    """A non-null address (a block from alloc, an ncclComm_t) from a Python int in 1 .. 2**64 - 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{what} must be an int address, not {type(value).__name__} {value!r}")
+    if not 0 < value <= _SIZE_MAX:
+        raise InvalidArgument(f"{what} = {value} is not an address (1 .. 2**64 - 1)")
+    return c_void_p(value)
+
+
+def _text(value, what: str) -> bytes:
+    """A C string from a Python str (no NUL inside)."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgument(f"{what} {value!r} holds a NUL character")
+    return value.encode()
+
+
 def _check_level(check) -> int:
     if check not in CHECK_LEVELS:
         raise InvalidArgument(f"check {check!r} is not one of None (NCCLPOOL_CHECK), 'off', 'layout', 'collectives', 0, 1, 2")

@@ -8,8 +8,8 @@ import json
 from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import TYPE_CHECKING
 
-from ._arguments import (_CHECK_NAMES, _KIND_NAMES, _SOURCE_NAMES, REGISTRATIONS, SOURCES, _check_level, _collective, _kind,
-                         _size, _stream)
+from ._arguments import (_CHECK_NAMES, _KIND_NAMES, _SOURCE_NAMES, REGISTRATIONS, SOURCES, _address, _check_level, _collective, _int,
+                         _kind, _size, _stream, _text)
 from ._capi import PoolOptions, call, library, raise_last, read_stats
 from .communicator import Communicator
 from .errors import InvalidArgument, InvalidState
@@ -63,8 +63,8 @@ class Pool:
         lib = library()
         options = PoolOptions()
         lib.ncclpool_pool_options_init(byref(options))
-        options.name = name.encode()
-        options.device = device
+        options.name = _text(name, "name")
+        options.device = _int(device, "device", 0)
         options.source = SOURCES[source]
         options.default_registration = REGISTRATIONS[registration]
         options.growth_chunk = _size(growth_chunk, "growth_chunk")
@@ -137,11 +137,13 @@ class Pool:
         return ptr.value
 
     def free(self, ptr: int, stream=None) -> None:
-        """Frees a block. `stream`: where it was last used; None = the stream it was allocated on."""
+        """Frees a block. `stream`: where it was last used; None = the stream it was allocated on.
+        `ptr` must be an address alloc returned: None, 0 or anything but an int is InvalidArgument."""
+        address = _address(ptr, "free: ptr")
         if stream is None:
-            call("ncclpool_free_on_alloc_stream", self.handle, c_void_p(ptr))
+            call("ncclpool_free_on_alloc_stream", self.handle, address)
         else:
-            call("ncclpool_free", self.handle, c_void_p(ptr), _stream(stream))
+            call("ncclpool_free", self.handle, address, _stream(stream))
 
     def publish_frees(self, stream=0) -> None:
         """Makes the blocks freed on `stream` so far reusable by other streams now (records an event
@@ -165,13 +167,22 @@ class Pool:
 
     # -- communicators --
     def attach_nccl(self, nccl_comm: int, kind: str | None = None) -> "Communicator":
-        """Attaches a caller-owned ncclComm_t (an int address). Symmetric attach is collective."""
+        """Attaches a caller-owned ncclComm_t (an int address). Symmetric attach is collective.
+        InvalidArgument on a simulator pool and for an address that is 0, negative, past 2**64 - 1 or not
+        aligned to 8 bytes; any other int that is not a live ncclComm_t of the process's NCCL is undefined
+        behaviour (a communicator pointer cannot be validated)."""
+        address = _address(nccl_comm, "nccl_comm")
         out = c_void_p()
-        call("ncclpool_attach_nccl", self.handle, c_void_p(nccl_comm), _kind(kind), byref(out))
+        call("ncclpool_attach_nccl", self.handle, address, _kind(kind), byref(out))
         return self._adopt(out, f"nccl comm {nccl_comm:#x}")
 
     def attach_sim(self, group: "SimGroup", rank: int, kind: str | None = None) -> "Communicator":
         """Attaches rank `rank` of a simulated group."""
+        from .sim import SimGroup
+
+        if not isinstance(group, SimGroup):
+            raise InvalidArgument(f"attach_sim: group must be a SimGroup, not {type(group).__name__}")
+        rank = _int(rank, "attach_sim: rank")
         out = c_void_p()
         call("ncclpool_attach_sim", self.handle, group.handle, rank, _kind(kind), byref(out))
         return self._adopt(out, f"sim group '{group.name}' rank {rank}")

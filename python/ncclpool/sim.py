@@ -5,6 +5,7 @@ from __future__ import annotations
 from ctypes import byref, c_uint64, c_void_p
 from typing import TYPE_CHECKING
 
+from ._arguments import _int, _text
 from ._capi import call
 from .errors import InvalidArgument, InvalidState
 
@@ -22,8 +23,11 @@ class SimGroup:
     def __init__(self, name: str, size: int, timeout_ms: int = 5000, matching: str = "strict"):
         if matching not in self.MATCHING:
             raise InvalidArgument(f"matching {matching!r} is not 'strict' or 'nccl'")
+        encoded = _text(name, "SimGroup: name")
+        size = _int(size, "SimGroup: size", 1)
+        timeout_ms = _int(timeout_ms, "SimGroup: timeout_ms", 1)
         handle = c_void_p()
-        call("ncclpool_sim_group_create_matching", name.encode(), size, timeout_ms, self.MATCHING[matching], byref(handle))
+        call("ncclpool_sim_group_create_matching", encoded, size, timeout_ms, self.MATCHING[matching], byref(handle))
         self._handle = handle
         self.name = name
         self.size = size
@@ -57,12 +61,14 @@ class SimGroup:
         """Makes the nth call of `op` on `rank` (-1: every rank) fail."""
         if op not in self.OPS:
             raise InvalidArgument(f"op {op!r} is not one of {sorted(self.OPS)}")
-        call("ncclpool_sim_group_inject_failure", self.handle, self.OPS[op], rank, nth)
+        call("ncclpool_sim_group_inject_failure", self.handle, self.OPS[op], _int(rank, "inject_failure: rank"),
+             _int(nth, "inject_failure: nth"))
 
     def set_symmetric_kernels(self, rank: int, setting: int) -> None:
         """What `rank`'s (-1: every rank's) communicators report as their symmetric kernel setting (the
         CTA count; -1: nothing), compared across ranks at a symmetric attach."""
-        call("ncclpool_sim_group_set_symmetric_kernels", self.handle, rank, setting)
+        call("ncclpool_sim_group_set_symmetric_kernels", self.handle, _int(rank, "set_symmetric_kernels: rank"),
+             _int(setting, "set_symmetric_kernels: setting"))
 
 
 def sim_set_capturing(pool: Pool, capturing: bool) -> None:
@@ -71,5 +77,5 @@ def sim_set_capturing(pool: Pool, capturing: bool) -> None:
 
 
 def sim_inject_oom(pool: Pool, count: int = 1) -> None:
-    """Simulator only: the next `count` segment allocations fail with out of memory."""
-    call("ncclpool_sim_inject_oom", pool.handle, count)
+    """Simulator only: the next `count` (>= 0) segment allocations fail with out of memory."""
+    call("ncclpool_sim_inject_oom", pool.handle, _int(count, "sim_inject_oom: count", 0))

@@ -7,6 +7,8 @@
 #include <ncclpool/profile.hpp>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <utility>
 
@@ -89,9 +91,21 @@ extern "C" {
 ncclpool_status_t ncclpool_attach_nccl(ncclpool_pool_t pool, void* nccl_comm, ncclpool_registration_t kind, ncclpool_comm_t* out) {
   return guarded("ncclpool_attach_nccl", [&] {
     require(pool, "pool");
-    require(nccl_comm, "nccl_comm");
     require(out, "comm (output)");
     *out = nullptr;
+    // A simulator pool has no GPU for an NCCL communicator; a null, negative (upper-half) or misaligned
+    // value is no ncclComm_t (NCCL allocates it). Anything else cannot be checked: it must be a live
+    // ncclComm_t of the process's NCCL (undefined behaviour otherwise, as in NCCL's own calls).
+    const auto address = reinterpret_cast<std::uintptr_t>(nccl_comm);
+    if (nccl_comm == nullptr || static_cast<std::intptr_t>(address) < 0 || address % alignof(void*) != 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%#jx", static_cast<std::uintmax_t>(address));
+      throw InvalidArgument(std::string("nccl_comm ") + text + " is not an ncclComm_t (null, negative or not aligned to " +
+                            std::to_string(alignof(void*)) + " bytes)");
+    }
+    if (pool->options.source == NCCLPOOL_SOURCE_SIM)
+      throw InvalidArgument("pool '" + pool->name + "' is a simulator (SIM) pool: an NCCL communicator needs a pool on a GPU source; "
+                            "attach a simulated group with ncclpool_attach_sim");
     NcclCommunicatorOptions options;  // the backend reads no profile: the C ABI looks it up for it
     options.profile_lookup = [](const MachineKey& m) { return find_profile(m.gpu, m.nccl_version, m.ranks); };
     capi::attach(*pool, make_nccl_communicator(nccl_comm, options), kind, out);

@@ -92,6 +92,7 @@ ncclpool_status_t ncclpool_sim_set_capturing(ncclpool_pool_t pool, int capturing
 
 ncclpool_status_t ncclpool_sim_inject_oom(ncclpool_pool_t pool, int count) {
   return guarded("ncclpool_sim_inject_oom", [&] {
+    if (count < 0) throw InvalidArgument("ncclpool_sim_inject_oom: count " + std::to_string(count) + " is negative");
     for (SimSource* sim : sim_sources_of(*require(pool, "pool"), "ncclpool_sim_inject_oom")) sim->inject_oom(count);
   });
 }

@@ -505,6 +505,25 @@ static void test_votes_settings_and_reserve_bounds(void) {
   OK(ncclpool_sim_group_destroy(group));
 }
 
+/* Issue 47 defect 1: attach_nccl refuses what is surely no ncclComm_t, and any value on a SIM pool
+ * (it used to hand 0xdeadbeef to NCCL, a segmentation fault in a build with NCCL). */
+static void test_attach_nccl_refusals(void) {
+  ncclpool_pool_t pool = make_sim_pool("attach_nccl_refusals", NCCLPOOL_REGISTRATION_LOCAL);
+  ncclpool_comm_t comm = NULL;
+  void* bad[] = {NULL, (void*)(size_t)0xdeadbeef, (void*)(ptrdiff_t)-1, (void*)(ptrdiff_t)-4096};
+  size_t i;
+  for (i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    EXPECT(ncclpool_attach_nccl(pool, bad[i], NCCLPOOL_REGISTRATION_LOCAL, &comm) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+    EXPECT(strstr(ncclpool_last_error(), "is not an ncclComm_t") != NULL);
+    EXPECT(comm == NULL);
+  }
+  EXPECT(ncclpool_attach_nccl(pool, (void*)(size_t)0x10000, NCCLPOOL_REGISTRATION_LOCAL, &comm) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  EXPECT(strstr(ncclpool_last_error(), "is a simulator (SIM) pool") != NULL);
+  EXPECT(ncclpool_sim_inject_oom(pool, -1) == NCCLPOOL_ERROR_INVALID_ARGUMENT);
+  OK(ncclpool_sim_inject_oom(pool, 0));
+  OK(ncclpool_pool_destroy(pool));
+}
+
 int main(void) {
   test_status_and_version();
   test_copy_engine_vote();
@@ -515,6 +534,7 @@ int main(void) {
   test_auto_pool();
   test_stats_structs();
   test_votes_settings_and_reserve_bounds();
+  test_attach_nccl_refusals();
   printf("test_capi: %d checks passed\n", checks);
   return 0;
 }
