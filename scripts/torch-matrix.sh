@@ -28,6 +28,11 @@ for v in $versions; do
     PYTHONPATH="$target" python3 scripts/torch-matrix.py --json "$out/torch-$v.json" 2>&1 \
       | grep -v -e "Failed to initialize NumPy" -e "_conversion_method_template" || true
   } > "$out/torch-$v.txt"
+  # what `ncclpool info` says about this torch (the checkout's package: python -m ncclpool), unset and both values
+  for flag in "" 0 1; do
+    echo "# TORCH_DIST_USE_NCCL2=${flag:-(unset)} PYTHONPATH=python:$target python3 -m ncclpool info | tail -1"
+    env ${flag:+TORCH_DIST_USE_NCCL2=$flag} PYTHONPATH="python:$target" python3 -m ncclpool info 2>/dev/null | tail -1
+  done > "$out/info-$v.txt"
   tail -1 "$out/torch-$v.txt"
   grep -q '^summary: .* 0 FAIL' "$out/torch-$v.txt" || status=1
   if [ "${TORCH_MATRIX_KEEP:-1}" = 0 ]; then rm -rf "$target"; fi
