@@ -240,6 +240,8 @@ class Pool:
         keep the same schedule) and, at a scheduled one, this rank votes no, so every rank fails there
         together instead of one rank's agreement pairing with another's next collective."""
         if not commit:
+            if failed:  # no scope end here, but the failure is still this rank's "no" at the next agreement point
+                self.vote_no("a scope left without a scope end ended with an error on this rank")
             call("ncclpool_scope_leave", self.handle)
         else:
             call("ncclpool_scope_end_after_error" if failed else "ncclpool_scope_end", self.handle)

@@ -71,8 +71,7 @@ _attachments: dict = {}  # ncclComm_t address -> _Attachment
 _unattached_in_capture: set = set()  # groups first used during a capture (warned once)
 
 
-def is_symmetric_memory_enabled():
-    return _support.symmetric_memory_enabled()
+is_symmetric_memory_enabled = _support.symmetric_memory_enabled
 
 
 def set_graph_pool_id(graph_pool_id):
@@ -299,9 +298,7 @@ class SymmetricMemoryContext:
         _active_symmetric_memory_context = self
 
 
-def _pause_graph_pool() -> None:
-    if _graph_pool_id is None:
-        raise InvalidState("graph_pool_id is not set under graph capture: call set_graph_pool_id(pool) before capturing")
+def _pause_graph_pool() -> None:  # graph_pool_id is set: a context under capture refuses to enter otherwise
     torch._C._cuda_endAllocateToPool(_cur_device, _graph_pool_id)
 
 
@@ -340,10 +337,6 @@ def is_tensor_in_symmetric_mempool(tensor) -> bool:
     return _mem_pool is not None and _segments.holds(_pool, _mem_pool, tensor.untyped_storage().data_ptr())
 
 
-def _verify(attachment: _Attachment, comm_ptr: int, op_name: str, ptrs, when: str) -> None:
-    _support.verify_buffers(_collective, attachment, comm_ptr, op_name, ptrs, when)
-
-
 def _verify_captured(attachment: _Attachment, comm_ptr: int) -> None:
     _support.verify_captured(_collective, attachment, comm_ptr)
 
@@ -376,13 +369,16 @@ def debug_check_symmetric_mempool(group_coordinator, tensors: dict, op_name: str
                 except BaseException as e:
                     problem = problem or e
                 try:
-                    _verify(attachment, comm_ptr, op_name, ptrs, "")
+                    _support.verify_buffers(_collective, attachment, comm_ptr, op_name, ptrs, "")
                 except BaseException as e:
                     problem = problem or e
             if problem is not None:
                 raise problem
-    if group_coordinator.is_first_rank:
-        _support.warn_outside_pool(logger, _debug_seen_traces, tensors, op_name, is_tensor_in_symmetric_mempool)
+    if group_coordinator.is_first_rank:  # a warning on one rank: it never raises (the collective comes next)
+        try:
+            _support.warn_outside_pool(logger, _debug_seen_traces, tensors, op_name, is_tensor_in_symmetric_mempool)
+        except Exception:  # noqa: BLE001
+            logger.exception("ncclpool.sglang: the debug check's warning about tensors outside the pool failed")
 
 
 # ---- preallocation and standalone symmetric buffers ----
@@ -479,11 +475,12 @@ def allocate_symmetric_buffer(comm, nbytes: int):
             release.atexit = False  # at process exit the pool goes with the process
             buf = torch.as_tensor(owner)
             buf.zero_()
+            in_window = bool(attachment.comm.window_of(ptr))
         except BaseException as e:  # this rank alone gives its block back: its placement now differs
             _pool.vote_no(f"a symmetric buffer failed on this rank after its commit: {type(e).__name__}: {e}")
             _pool.free(ptr) if release is None else release()
             raise
-    return buf, bool(attachment.comm.window_of(ptr))
+    return buf, in_window
 
 
 # ---- switching SGLang over ----
