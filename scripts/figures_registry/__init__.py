@@ -36,7 +36,8 @@ class Run:
     def __init__(self, path):
         self.path = path
         top = path.split("/")[0]
-        m = re.match(r"(\d{4}-\d{2}-\d{2})-(.*)$", top)
+        top_name = re.sub(r"\.(jsonl|json|txt)$", "", top)  # a run that is one file: its name
+        m = re.match(r"(\d{4}-\d{2}-\d{2})-(.*)$", top_name)
         self.date = m.group(1) if m else "?"
         rest = m.group(2).split("-") if m else []
         self.device = "?"
@@ -46,6 +47,8 @@ class Run:
                 self.device = (f"{d.group(1)}x " if d.group(1) else "") + d.group(2).upper()
             elif part == "sim":
                 self.device = "simulator"
+            elif part == "cpu" and self.device == "?":
+                self.device = "CPU"
         commits = [p for p in rest if re.fullmatch(r"[0-9a-f]{7}", p) and re.search(r"[a-f]", p)]
         self.commit = RUN_COMMITS.get(top) or (commits[0] if commits else "?")
 
@@ -63,9 +66,17 @@ def _full(path):
     return os.path.join(_ROOT[0], DATA, path)
 
 
+_TEXT = {}
+
+
 def text(path):
-    with open(_full(path), encoding="utf-8") as f:
-        return f.read()
+    full = _full(path)
+    st = os.stat(full)
+    key = (full, st.st_mtime_ns, st.st_size)
+    if key not in _TEXT:  # figures read the same files many times: once while unchanged
+        with open(full, encoding="utf-8") as f:
+            _TEXT[key] = f.read()
+    return _TEXT[key]
 
 
 def data(path):
