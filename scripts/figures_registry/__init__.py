@@ -79,9 +79,17 @@ def text(path):
     return _TEXT[key]
 
 
+_JSON = {}
+
+
 def data(path):
-    """The JSON file at docs/benchmarks/data/path."""
-    return json.loads(text(path))
+    """The JSON file at docs/benchmarks/data/path (parsed once while unchanged: treat it as read-only)."""
+    raw = text(path)
+    key = (path, id(raw))
+    if key not in _JSON:
+        _JSON.clear() if len(_JSON) > 512 else None
+        _JSON[key] = (raw, json.loads(raw))
+    return _JSON[key][1]
 
 
 def jsonl(path, prefix=""):

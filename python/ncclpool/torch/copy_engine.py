@@ -51,9 +51,11 @@ class CopyEngineDecision:
 
     @property
     def used(self) -> bool:
+        """Whether the all-gathers run on the copy-engine group (``group`` is not None)."""
         return self.group is not None
 
     def as_dict(self) -> dict:
+        """``{"requested": "on"|"auto"|"off", "used", "why", "ranks"}``: what stats() reports."""
         asked = {True: "on", None: "auto", False: "off"}[self.requested]
         return {"requested": asked, "used": self.used, "why": self.why, "ranks": self.ranks}
 
