@@ -15,9 +15,25 @@
 
 namespace {
 
-int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--source auto|sim|cuda|vmm] [--device N] [--json]\n", argv0);
+void print_usage(std::FILE* out, const char* argv0) {
+  std::fprintf(out, "usage: %s [--source auto|sim|cuda|vmm] [--device N] [--json]\n", argv0);
+}
+
+// A refused command line: the reason first, then the usage, on stderr; exit status 2.
+int usage(const char* argv0, const std::string& why) {
+  std::fprintf(stderr, "ncclpool_demo: %s\n", why.c_str());
+  print_usage(stderr, argv0);
   return 2;
+}
+
+// --device N: a decimal device ordinal 0..1023 (atoi took "x" as 0 and wrapped large values).
+bool parse_device(const char* text, int* out) {
+  if (!*text || std::strlen(text) > 4) return false;
+  for (const char* c = text; *c; ++c) {
+    if (*c < '0' || *c > '9') return false;
+  }
+  *out = std::atoi(text);
+  return *out <= 1023;
 }
 
 std::string mib(std::size_t bytes) {
@@ -33,14 +49,24 @@ int main(int argc, char** argv) {
   int device = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--source") && i + 1 < argc) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      print_usage(stdout, argv[0]);
+      return 0;
+    } else if (!std::strcmp(argv[i], "--source")) {
+      if (i + 1 >= argc) return usage(argv[0], "--source needs a value");
       source_name = argv[++i];
-    } else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
-      device = std::atoi(argv[++i]);
+      if (source_name != "auto" && source_name != "sim" && source_name != "cuda" && source_name != "vmm") {
+        return usage(argv[0], "--source '" + source_name + "' is not one of auto, sim, cuda, vmm");
+      }
+    } else if (!std::strcmp(argv[i], "--device")) {
+      if (i + 1 >= argc) return usage(argv[0], "--device needs a value");
+      if (!parse_device(argv[++i], &device)) {
+        return usage(argv[0], std::string("--device '") + argv[i] + "' is not a device ordinal (0 to 1023)");
+      }
     } else if (!std::strcmp(argv[i], "--json")) {
       json = true;
     } else {
-      return usage(argv[0]);
+      return usage(argv[0], std::string("unknown argument '") + argv[i] + "'");
     }
   }
   // With --json, stdout carries the JSON only: what the demo says about its source goes to stderr.
@@ -67,7 +93,7 @@ int main(int argc, char** argv) {
       o.device = device;
       source = ncclpool::make_vmm_source(o);
     } else {
-      return usage(argv[0]);
+      return usage(argv[0], "--source '" + source_name + "' is not one of auto, sim, cuda, vmm");  // checked above
     }
     std::fprintf(info, "source: %s\n", source->properties().description.c_str());
 

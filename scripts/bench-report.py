@@ -23,9 +23,29 @@ import json
 import sys
 
 
+def fail(message):
+    """Ends the script with exit status 1 and one line on stderr, never a traceback (issue 47)."""
+    sys.exit(f"bench-report.py: {message}")
+
+
+def describe_os_error(path, e):
+    if isinstance(e, FileNotFoundError):
+        return f"{path}: no such file"
+    if isinstance(e, IsADirectoryError):
+        return f"{path}: is a directory"
+    return f"{path}: {e.strerror or e}"
+
+
 def load(path):
-    with open(path) as f:
-        return json.load(f)
+    """A JSON file, or exit 1 naming the file and what is wrong with it."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError as e:
+        fail(describe_os_error(path, e))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        where = f"line {e.lineno}, column {e.colno}: {e.msg}" if isinstance(e, json.JSONDecodeError) else str(e)
+        fail(f"{path}: not JSON ({where})")
 
 
 def human(n):
@@ -236,6 +256,15 @@ def scope_ab(directory):
 
 
 def main(argv):
+    try:
+        run(argv)
+    except OSError as e:  # a file the command reads itself (plot's CSV, from-nccl-tests' outputs)
+        fail(describe_os_error(e.filename, e) if e.filename else str(e))
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
+        fail(f"{' '.join(argv[1:])}: not what `ncclpool bench SUITE --json` writes ({type(e).__name__}: {e})")
+
+
+def run(argv):
     if len(argv) >= 2 and argv[0] == "summary":
         print(summary(load(argv[1])))
     elif len(argv) >= 2 and argv[0] == "scope-ab":

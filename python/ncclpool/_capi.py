@@ -265,6 +265,9 @@ def _resolved_path(lib: ctypes.CDLL, fallback: str) -> str:
 
 
 def library_path() -> str:
+    """The path of the loaded libncclpool (loads it first: $NCCLPOOL_LIBRARY, next to the package, the
+    checkout's build/default or build/gpu, the loader's path). Raises ncclpool.errors.LibraryNotFound
+    when none loads."""
     library()
     assert _path is not None
     return _path

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 
 class Communicator:
-    """A communicator attached to a pool. Detach (collective for symmetric) or forget to remove it."""
+    """A communicator attached to a pool (made by :meth:`Pool.attach_nccl` / :meth:`Pool.attach_sim`,
+    never directly). Detach (collective for symmetric) or forget to remove it. ``pool``: the pool;
+    ``label``: how messages name it."""
 
     def __init__(self, pool: Pool, handle: c_void_p, label: str):
         self.pool = pool
@@ -24,12 +26,14 @@ class Communicator:
 
     @property
     def handle(self) -> c_void_p:
+        """The C ABI's ``ncclpool_comm_t`` handle. Raises InvalidState once detached or forgotten."""
         if self._handle is None:
             raise InvalidState(f"{self.label} is no longer attached to pool '{self.pool.name}'")
         return self._handle
 
     @property
     def attached(self) -> bool:
+        """False once detached, forgotten, or its pool closed."""
         return self._handle is not None
 
     def _drop(self):
@@ -53,6 +57,9 @@ class Communicator:
         self._drop()
 
     def stats(self) -> dict:
+        """The communicator's counters (the C ABI's ``ncclpool_comm_stats_t`` as a dict: ``rank``,
+        ``size``, ``device``, ``kind`` by name, registrations, bytes registered, agreements, errors,
+        ``segments_created_in_capture``, ``has_windows``). Raises InvalidState once detached."""
         out = read_stats("comm", self.handle)
         out["kind"] = _KIND_NAMES.get(out["kind"], str(out["kind"]))
         return out

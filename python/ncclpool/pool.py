@@ -50,6 +50,17 @@ class Pool:
             every attach of the pool is collective, a local one included: an attach agreement compares
             the kind and a digest of the text, and ranks whose kind or settings differ all raise
             AgreementError there (docs/registry.md, "Lockstep"). None or '': a local attach is local.
+
+    Attributes (as the library resolved them): ``name``, ``device``, ``source``, ``registration``,
+    ``growth_chunk``, ``min_segment``, ``alignment``, ``deterministic``, ``check_level``,
+    ``agreed_settings``, ``source_description`` (e.g. 'sim device 0 (host memory)').
+
+    Raises:
+        InvalidArgument: an unknown source, registration or check mode; a size that is negative, not an
+            int or >= 2**64; a device that is no int >= 0; a name that is no str.
+        Unsupported: the source is not available here (no GPU for 'cuda'/'vmm', no CUDA in the build).
+        BackendError: the CUDA driver failed.
+        ncclpool.errors.LibraryNotFound: libncclpool could not be loaded.
     """
 
     def __init__(self, device: int = 0, source: str = "auto", registration: str = "local", *, growth_chunk: int = 0,
@@ -97,6 +108,8 @@ class Pool:
     # -- lifetime --
     @property
     def handle(self) -> c_void_p:
+        """The C ABI's ``ncclpool_pool_t`` handle (for ctypes calls of your own). Raises InvalidState
+        once the pool is closed."""
         if self._handle is None:
             raise InvalidState(f"pool '{self.name}' is closed")
         return self._handle
@@ -113,6 +126,7 @@ class Pool:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` destroyed the pool."""
         return self._handle is None
 
     def __enter__(self):
@@ -128,7 +142,22 @@ class Pool:
     # -- memory --
     def alloc(self, size: int, stream=None, collective: str | None = None) -> int:
         """Allocates `size` bytes ordered on `stream`; returns the address. `collective`
-        ('all_gather', 'reduce_scatter', 'all_reduce'): what the buffer is for, which an auto pool routes by."""
+        ('all_gather', 'reduce_scatter', 'all_reduce'): what the buffer is for, which an auto pool routes by.
+
+        Args:
+            size: bytes (an int, 0 <= size < 2**64).
+            stream: a CUDA stream (a torch stream, or its int handle; None or 0: the legacy default stream;
+                the simulator takes any int as an id).
+            collective: None, or the collective the buffer serves.
+
+        Returns:
+            int: the block's device address (aligned to the pool's ``alignment``).
+
+        Raises:
+            InvalidArgument: a bad size, stream or collective. SizeTooLarge: more than the device or
+            ``max_reserved``. OutOfMemory: nothing left even after releasing empty segments.
+            InvalidState: the pool is closed. BackendError: the driver failed.
+        """
         ptr = c_void_p()
         if collective is None:
             call("ncclpool_alloc", self.handle, _size(size, "size"), _stream(stream), byref(ptr))
@@ -138,7 +167,12 @@ class Pool:
 
     def free(self, ptr: int, stream=None) -> None:
         """Frees a block. `stream`: where it was last used; None = the stream it was allocated on.
-        `ptr` must be an address alloc returned: None, 0 or anything but an int is InvalidArgument."""
+        `ptr` must be an address alloc returned: None, 0 or anything but an int is InvalidArgument.
+
+        Raises:
+            InvalidArgument: ptr is not a non-zero int. DoubleFree: the block is free already.
+            ForeignPointer: not memory of this pool. InvalidPointer: inside the pool, not a live block's start.
+        """
         address = _address(ptr, "free: ptr")
         if stream is None:
             call("ncclpool_free_on_alloc_stream", self.handle, address)
@@ -152,17 +186,29 @@ class Pool:
         call("ncclpool_publish_frees", self.handle, _stream(stream))
 
     def reserve(self, size: int) -> None:
-        """Grows the pool now so that at least `size` bytes are reserved."""
+        """Grows the pool now so that at least `size` bytes are reserved (nothing when it has them).
+
+        Raises:
+            InvalidArgument: a bad size. SizeTooLarge / OutOfMemory: the device or ``max_reserved`` has
+            no room. InvalidState: the pool is closed.
+        """
         call("ncclpool_reserve", self.handle, _size(size, "size"))
 
     def trim(self) -> int:
-        """Releases empty segments (collective over symmetric communicators); returns bytes released."""
+        """Releases empty segments (collective over symmetric communicators with windows: every rank
+        calls it at the same point); returns the bytes released.
+
+        Raises:
+            AgreementError: the ranks' trims differ, or a rank voted no (a window is released on every
+                rank or on none). InvalidState: the pool is closed.
+        """
         released = c_size_t()
         call("ncclpool_trim", self.handle, byref(released))
         return released.value
 
     def check(self) -> None:
-        """Checks every invariant of the pool and its registrations (raises InvariantViolation)."""
+        """Checks every invariant of the pool and its registrations. Raises InvariantViolation (a bug
+        of ncclpool's: please report it with the message)."""
         call("ncclpool_check", self.handle)
 
     # -- communicators --
@@ -170,14 +216,37 @@ class Pool:
         """Attaches a caller-owned ncclComm_t (an int address). Symmetric attach is collective.
         InvalidArgument on a simulator pool and for an address that is 0, negative, past 2**64 - 1 or not
         aligned to 8 bytes; any other int that is not a live ncclComm_t of the process's NCCL is undefined
-        behaviour (a communicator pointer cannot be validated)."""
+        behaviour (a communicator pointer cannot be validated).
+
+        Args:
+            nccl_comm: the ``ncclComm_t`` as an int (torch: ``backend._comm_ptr()``).
+            kind: 'local', 'symmetric', 'auto' or None (the pool's ``registration``).
+
+        Returns:
+            Communicator: the attachment (the pool owns it: detach or forget it before the communicator goes).
+
+        Raises:
+            InvalidArgument: see above, or an unknown kind. Unsupported: no NCCL, or windows asked of an
+            NCCL without them. AgreementError: a collective attach whose ranks differ (kind, settings,
+            order, symmetric-kernel decision), on every rank. RegistrationError: NCCL refused a
+            registration (nothing stays registered).
+        """
         address = _address(nccl_comm, "nccl_comm")
         out = c_void_p()
         call("ncclpool_attach_nccl", self.handle, address, _kind(kind), byref(out))
         return self._adopt(out, f"nccl comm {nccl_comm:#x}")
 
     def attach_sim(self, group: "SimGroup", rank: int, kind: str | None = None) -> "Communicator":
-        """Attaches rank `rank` of a simulated group."""
+        """Attaches rank `rank` of a simulated group (each rank from its own thread; a symmetric attach
+        is collective over the group, as with NCCL).
+
+        Returns:
+            Communicator: the attachment.
+
+        Raises:
+            InvalidArgument: group is no SimGroup, rank no int in 0..size-1, an unknown kind.
+            AgreementError: the ranks' attaches differ (or one never came within the group's timeout).
+        """
         from .sim import SimGroup
 
         if not isinstance(group, SimGroup):
@@ -194,11 +263,18 @@ class Pool:
 
     @property
     def communicators(self) -> list["Communicator"]:
+        """The communicators attached to the pool (a copy of the list), in attach order."""
         return list(self._comms)
 
     def commit(self) -> None:
         """An agreement point: registers pending windows after agreement across ranks. Collective over
-        every symmetric communicator, on every rank, pending or not."""
+        every symmetric communicator, on every rank, pending or not.
+
+        Raises:
+            AgreementError: the ranks' pending windows differ, or a rank voted no (its error named), on
+                every rank; nothing is registered then.
+            RegistrationError: NCCL refused a window (rolled back: nothing half-registered).
+        """
         call("ncclpool_commit", self.handle)
 
     def poll(self) -> None:
@@ -208,6 +284,7 @@ class Pool:
 
     @property
     def pending(self) -> int:
+        """How many registrations (segment x communicator) wait for the next agreement point."""
         out = c_size_t()
         call("ncclpool_pending", self.handle, byref(out))
         return out.value
@@ -269,10 +346,17 @@ class Pool:
 
     # -- statistics --
     def stats(self) -> dict:
+        """The pool's counters (the C ABI's ``ncclpool_pool_stats_t`` as a dict: ``allocated_bytes``,
+        ``reserved_bytes``, ``peak_*``, ``segment_count``, ``oom_count``, ``largest_fresh_block``, ...;
+        ``ncclpool._capi.stats_struct("pool").docs`` says what each field means)."""
         return read_stats("pool", self.handle)
 
     def stats_json(self) -> dict:
-        """Pool counters plus one entry per attached communicator."""
+        """Pool counters plus one entry per attached communicator: the C ABI's
+        ``ncclpool_pool_stats_json`` parsed. Keys include ``name``, ``device``, ``source``, ``stats``,
+        ``breakdown`` (where the reserved bytes are), ``communicators`` (name, kind, registered
+        segments and bytes, registration time, pending, errors), ``routes`` (auto pools),
+        ``scope_ends``, ``symmetric_kernels`` and ``symmetric_ctas``."""
         needed = c_size_t()
         status = 0
         for _ in range(3):  # the JSON can grow between the size query and the copy (a new attach)
@@ -290,4 +374,6 @@ class Pool:
         return self.stats_json().get("routes")
 
     def memory_summary(self) -> str:
+        """A text report of this pool (:func:`ncclpool.memory_summary`): what it holds and why, its
+        routes, scope schedule, symmetric-kernel decision and one row per communicator."""
         return memory_summary(self)

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 
 def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units, as the reports write them: ``'512 B'``, ``'1.5 MiB'``, ``'2.0 TiB'``.
+
+    Args:
+        n: a byte count (int or float; negative values keep their sign).
+
+    Returns:
+        str: the count with one decimal from KiB up, TiB the largest unit.
+    """
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -81,18 +89,33 @@ def _pool_lines(pool) -> list[str]:
             lines.append(f"  symmetric kernels: {k['why']}" + ("" if k["decided"] else " (not decided yet: at the first symmetric attach)"))
         if "symmetric_ctas" in j:  # a library before the field has no line
             lines.append(f"  symmetric kernels' CTAs: {_symmetric_ctas(j['symmetric_ctas'])}")
-    if comms:
-        lines.append(f"    {'communicator':44}{'kind':>10}{'segments':>10}{'registered':>13}{'time':>11}{'pending':>9}")
+    if comms:  # the name column is as wide as the longest name: a name is never cut short (issue 47)
+        width = max(44, *(len(c["communicator"]) + 1 for c in comms))
+        lines.append(f"    {'communicator':{width}}{'kind':>10}{'segments':>10}{'registered':>13}{'time':>11}{'pending':>9}")
         for c in comms:
-            lines.append(f"    {c['communicator'][:44]:44}{c['kind']:>10}{c['registered_segments']:>10}"
+            lines.append(f"    {c['communicator']:{width}}{c['kind']:>10}{c['registered_segments']:>10}"
                          f"{format_bytes(c['bytes_registered']):>13}{c['registration_seconds'] * 1e3:>9.1f}ms{c['pending']:>9}"
                          + (f"  errors {c['errors']}" if c["errors"] else ""))
     return lines
 
 
 def memory_summary(pools, extra_lines=None) -> str:
-    """Text report of one pool or an iterable of pools. extra_lines(pool) -> [str]: lines a layer above
-    adds at the end of a pool's part (ncclpool.torch: its copy-engine decisions)."""
+    """Text report of one pool or an iterable of pools, in the spirit of ``torch.cuda.memory_summary()``.
+
+    Args:
+        pools: a :class:`Pool` or an iterable of them (a closed pool gets one line saying so).
+        extra_lines: ``extra_lines(pool) -> list[str]``: lines a layer above adds at the end of a
+            pool's part (ncclpool.torch: its copy-engine decisions); None: none.
+
+    Returns:
+        str: per pool its source, growth settings, allocated / reserved / requested bytes (now and
+        peak), where the reserve goes, segments, out-of-memory counts, an auto pool's routes, the scope
+        schedule, the symmetric-kernel decision, and one row per attached communicator (its full name,
+        kind, segments and bytes registered, registration time, pending registrations, errors).
+
+    Raises:
+        ncclpool.Error: reading a pool's statistics failed.
+    """
     if hasattr(pools, "stats_json") or hasattr(pools, "closed"):
         pools = [pools]
     out = ["ncclpool memory summary", "=" * 23]

@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 class SimGroup:
     """Simulated communicator: `size` ranks that are threads of this process (collectives block until
     every rank made its call, or fail after `timeout_ms`). matching='strict' fails mismatched calls on
-    every rank; 'nccl' pairs calls by position unchecked, as NCCL does."""
+    every rank; 'nccl' pairs calls by position unchecked, as NCCL does.
+
+    Raises:
+        InvalidArgument: name is no str, size or timeout_ms no int >= 1 that fits a C int, an unknown
+            matching.
+    """
 
     MATCHING = {"strict": 0, "nccl": 1}
 
@@ -34,11 +39,13 @@ class SimGroup:
 
     @property
     def handle(self) -> c_void_p:
+        """The C ABI's ``ncclpool_sim_group_t`` handle. Raises InvalidState once closed."""
         if self._handle is None:
             raise InvalidState(f"sim group '{self.name}' is closed")
         return self._handle
 
     def close(self) -> None:
+        """Destroys the group (after every communicator of it was detached). Idempotent."""
         if self._handle is not None:
             call("ncclpool_sim_group_destroy", self._handle)
             self._handle = None
@@ -51,6 +58,8 @@ class SimGroup:
 
     @property
     def live_registrations(self) -> int:
+        """Registrations of the group's simulated NCCL not yet deregistered (0 once everything detached:
+        what the tests check for leaks)."""
         out = c_uint64()
         call("ncclpool_sim_group_live_registrations", self.handle, byref(out))
         return out.value

@@ -83,6 +83,28 @@ def test_pool_demo_prints_its_statistics_and_pure_json_with_json():
     assert bad.returncode == 2 and "usage:" in bad.stderr
 
 
+@pytest.mark.parametrize("args, why", [
+    (["--source", "bogus"], "--source 'bogus' is not one of auto, sim, cuda, vmm"),
+    (["--source"], "--source needs a value"),
+    (["--device", "x"], "--device 'x' is not a device ordinal (0 to 1023)"),
+    (["--device", "99999"], "--device '99999' is not a device ordinal"),
+    (["--jsn"], "unknown argument '--jsn'"),
+])
+def test_pool_demo_says_why_it_refuses_a_command_line(args, why):
+    """Issue 47 defect 12: the demo printed its usage without a reason."""
+    p = run([demo_binary(), *args])
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith(f"ncclpool_demo: {why}") and "usage:" in p.stderr
+
+
+def test_pool_demo_help_is_no_error():
+    """Issue 47 defect 12: --help exited 2 (usage on stderr); now the usage on stdout, exit 0."""
+    for flag in ("--help", "-h"):
+        p = run([demo_binary(), flag])
+        assert p.returncode == 0 and p.stderr == ""
+        assert p.stdout.startswith("usage: ") and "--source auto|sim|cuda|vmm" in p.stdout
+
+
 @pytest.mark.parametrize("name", TORCH_EXAMPLES)
 def test_torch_examples_explain_themselves_without_torch_or_torchrun(name):
     helped = example(name, "--help")

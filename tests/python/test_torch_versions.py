@@ -11,7 +11,7 @@ import torch_stand_in
 from ncclpool import errors
 
 
-# ---- FSDP2: several parameter groups (torch 2.14+) ----
+# ---- FSDP2: several parameter groups (torch 2.12+) ----
 
 def _several(fqns):
     """The property of torch 2.14.1 / 2.15.0's FSDPState._fsdp_param_group (_fsdp_state.py)."""
@@ -20,7 +20,7 @@ def _several(fqns):
 
 
 def _state(groups, plural=True):
-    """An FSDPState as 2.14+ has it (plural list and the asserting property), or as 2.11 (singular only)."""
+    """An FSDPState as 2.12+ has it (plural list and the asserting property), or as 2.11 (singular only)."""
     class State:
         @property
         def _fsdp_param_group(self):
@@ -109,7 +109,7 @@ def test_a_backend_without_comm_ptr_is_refused_naming_the_variable(torch_layer):
     with pytest.raises(errors.Unsupported, match="TORCH_DIST_USE_NCCL2=0"):
         layer.register_mem_pool(pool, group)
     assert layer.dist.calls == []  # refused before the lazy-init all-reduce: no rank is left in a collective
-    assert layer.binding._bindings[pool.id].attachments == {}
+    assert layer.state.bindings[pool.id].attachments == {}
 
 
 def test_a_backend_with_comm_ptr_still_works(torch_layer):

@@ -30,7 +30,7 @@ from ncclpool import errors
 
 from . import MultiGroupMemPoolAllocator, ncclpool_pool
 from . import copy_engine as _copy_engine
-from .binding import _binding, _kind_for
+from .binding import binding_of as _binding, kind_for as _kind_for
 
 __all__ = ["PoolAllGather", "PoolReduceScatter", "enable"]
 
@@ -144,15 +144,15 @@ def _copy_engine_for(pool, shard, copy_engine, windowless):
 def _shard_group(module):
     """The module's FSDP shard group; None for a module without parameters of its own (FSDP2 runs
     no all-gather for it: no copy-engine vote either); the world group if FSDP2's internals are not
-    there. A module with several parameter groups (torch 2.14+: per-parameter meshes, a
+    there. A module with several parameter groups (torch 2.12+: per-parameter meshes, a
     shard_placement_fn returning ShardPlacementResult) is refused here, before any vote: FSDP2's
     set_custom_all_gather refuses it too (ValueError), and its ``_fsdp_param_group`` property raises
-    AssertionError there (read on the real 2.14.1 and 2.15.0: docs/benchmarks/data/*-torch-matrix-cpu)."""
+    AssertionError there (read on the real 2.12.1 to 2.15.0: docs/benchmarks/data/*-torch-matrix-cpu)."""
     try:
         state = module._get_fsdp_state()
     except AttributeError:
         return dist.group.WORLD
-    param_groups = getattr(state, "_fsdp_param_groups", None)  # torch 2.14+: the list; 2.11: absent
+    param_groups = getattr(state, "_fsdp_param_groups", None)  # torch 2.12+: the list; 2.11: absent
     if param_groups is None:
         try:
             param_group = state._fsdp_param_group
@@ -176,4 +176,4 @@ def _several_groups(module, what) -> errors.Unsupported:
         f"ncclpool.torch.fsdp.enable: FSDP module {type(module).__name__} has several parameter groups ({what}; "
         "per-parameter meshes from a shard_placement_fn returning ShardPlacementResult): FSDP2 takes no custom "
         "all-gather or reduce-scatter for such a module (set_custom_all_gather raises). Shard it with one mesh, or "
-        "leave it out of the module tree given to enable()")
+        "call enable() on the parts of the model without it")
