@@ -77,6 +77,26 @@ def check_mode() -> str:
     return os.environ.get(CHECK, "")
 
 
+# ---- the torch layer ----------------------------------------------------------------------------
+
+TORCH = "NCCLPOOL_TORCH"  # off: ncclpool.torch falls back to torch's own path (for bisecting)
+
+
+def torch_layer() -> str:
+    """$NCCLPOOL_TORCH: 'on' (unset, empty, on, 1, true, yes) or 'off' (off, 0, false, no): with 'off'
+    ncclpool.torch makes plain torch MemPools and registers nothing (docs/python.md, "Turning the
+    torch layer off"). Anything else is InvalidArgument: the switch changes what a rank does
+    collectively, so a value some ranks would read one way and others another is refused."""
+    from .errors import InvalidArgument
+
+    value = os.environ.get(TORCH, "").strip().lower()
+    if value in _ON or value == "":
+        return "on"
+    if value in _OFF:
+        return "off"
+    raise InvalidArgument(f"{TORCH}={os.environ[TORCH]!r} is not on or off (unset: on; 1, true, yes / 0, false, no too)")
+
+
 # ---- SGLang -------------------------------------------------------------------------------------
 
 SGLANG = "NCCLPOOL_SGLANG"            # 1: SGLang's pynccl_allocator resolves to ncclpool.sglang

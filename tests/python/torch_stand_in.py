@@ -117,7 +117,7 @@ def make_modules():
     cuda.nccl = types.SimpleNamespace(version=lambda: 0)
     cuda.is_current_stream_capturing = lambda: False
     ids = iter(range(1, 1 << 30))
-    cuda.MemPool = lambda allocator: types.SimpleNamespace(id=(next(ids), 0))
+    cuda.MemPool = lambda allocator=None: types.SimpleNamespace(id=(next(ids), 0), allocator=allocator)
     cuda.memory = types.SimpleNamespace(CUDAPluggableAllocator=lambda *a: types.SimpleNamespace(allocator=lambda: None))
     cuda.use_mem_pool = lambda pool, device=None: contextlib.nullcontext()
     default_stream = types.SimpleNamespace(name="default")

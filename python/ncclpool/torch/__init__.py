@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 import ncclpool as _np
-from ncclpool import errors
+from ncclpool import _environment, errors
 from ncclpool._capi import library, library_path
 
 from .binding import (_Attachment, _Binding, _attachment_of, _binding, _bindings, _device_index, _install_destroy_hook,
@@ -53,3 +53,13 @@ __all__ = [
     "stats", "memory_summary", "release_mem_pool", "graph", "check_collectives", "PerformanceWarning",
     "copy_engine_group", "CopyEngineDecision", "process_group_implementation",
 ]
+
+# NCCLPOOL_TORCH=off, read once per process, here (ncclpool/_environment.py): the names above fall back
+# to torch's own path, for bisecting (off.py says what each does then), and one warning says so.
+if _environment.torch_layer() == "off":
+    import warnings as _warnings
+
+    from . import off as _off
+
+    globals().update(_off.FALLBACKS)
+    _warnings.warn(_off.MESSAGE, RuntimeWarning, stacklevel=2)
