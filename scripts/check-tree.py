@@ -9,6 +9,8 @@
            over 500 lines.
   getenv   In src/ and tools/, only src/core/environment.cpp reads or sets the environment; in
            python/ncclpool/, only python/ncclpool/_environment.py (os.environ, os.getenv, os.putenv).
+  pyimports  No import circle among the modules of python/ncclpool/: an import inside a function
+           counts as one at the top (an import under `if TYPE_CHECKING:` never runs and does not).
   sources  No CMake file outside src/ compiles a library source (src/**.c, .cpp): the library's loaders
            and JSON reader exist once per process, in libncclpool (src/CMakeLists.txt says why).
   figures  Every measured number in README.md and docs/ is generated from docs/benchmarks/data or
@@ -19,6 +21,7 @@ Prints one line per problem and exits 1 when there is any. Standard library only
 """
 
 import argparse
+import ast
 import os
 import re
 import sys
@@ -157,6 +160,127 @@ def check_getenv(root):
     return problems
 
 
+PYTHON_PACKAGE = "python/ncclpool"
+
+
+def python_modules(root):
+    """{dotted module name: relative path} of the package's modules (a package by its __init__.py)."""
+    base = os.path.dirname(PYTHON_PACKAGE)
+    out = {}
+    for path in walk(root, PYTHON_PACKAGE):
+        if path.endswith(".py"):
+            parts = os.path.relpath(path, base).replace(os.sep, "/")[:-3].split("/")
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def under_type_checking(tree):
+    """The import nodes inside `if TYPE_CHECKING:` (or typing.TYPE_CHECKING) bodies: never run."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                skipped.update(id(n) for n in ast.walk(inner))
+    return skipped
+
+
+def imported_modules(name, path, tree, modules):
+    """(line, module) for each package module that `name`'s imports name, wherever the import is (a
+    function's too); `from A import b` names A.b when that is a module, else A."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    skipped = under_type_checking(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules:
+                    yield node.lineno, f"{source}.{alias.name}"
+                elif source in modules:
+                    yield node.lineno, source
+
+
+def check_pyimports(root):
+    """Python's answer to `layers`: the package's modules import downward only, so that each piece of
+    state has one owner the others import (issue 48). An import inside a function to dodge a circle
+    still is one."""
+    modules = python_modules(root)
+    edges = {name: {} for name in modules}  # module -> {imported module: first line}
+    problems = []
+    for name, path in modules.items():
+        try:
+            tree = ast.parse("\n".join(read_lines(root, path)), filename=path)
+        except SyntaxError as e:
+            problems.append(f"{path}:{e.lineno}: not Python ({e.msg}): its imports cannot be checked")
+            continue
+        for line, target in imported_modules(name, path, tree, modules):
+            if target != name:
+                edges[name].setdefault(target, line)
+    for group, cycle in import_circles(edges):
+        steps = ", ".join(f"{modules[a]}:{edges[a][b]} imports {b}" for a, b in zip(cycle, cycle[1:] + cycle[:1]))
+        tangle = f"; all of {', '.join(sorted(group))} reach each other" if len(group) > len(cycle) else ""
+        problems.append(f"import circle {' -> '.join(cycle + cycle[:1])} ({steps}{tangle}): give the shared state "
+                        "one owner module that the others import, downward only")
+    return problems
+
+
+def import_circles(edges):
+    """(group, one circle in it) per strongly connected group of modules (Tarjan), the circle from
+    the group's smallest name."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return [(group, shortest_circle(edges, group)) for group in sorted(groups, key=min)]
+
+
+def shortest_circle(edges, group):
+    """The shortest circle through the group's smallest module, inside the group (breadth first)."""
+    start = min(group)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(edges[v]):
+            if w == start:
+                return paths[v]
+            if w in group and w not in paths:
+                paths[w] = paths[v] + [w]
+                queue.append(w)
+    return sorted(group)
+
+
 def check_sources(root):
     problems = []
     cmake_files = ["CMakeLists.txt"] if os.path.isfile(os.path.join(root, "CMakeLists.txt")) else []
@@ -183,8 +307,8 @@ def check_figures(root):
     return problems
 
 
-CHECKS = {"layers": check_layers, "lines": check_lines, "getenv": check_getenv, "sources": check_sources,
-          "figures": check_figures}
+CHECKS = {"layers": check_layers, "lines": check_lines, "getenv": check_getenv, "pyimports": check_pyimports,
+          "sources": check_sources, "figures": check_figures}
 
 
 def main(argv=None):

@@ -214,7 +214,7 @@ def gloo_rank(rank, world, store_path):
     """One rank of the gloo checks; prints RESULT lines for the parent."""
     import torch
     import torch.distributed as dist
-    from ncclpool.torch import binding, checks, copy_engine, fsdp, versions
+    from ncclpool.torch import checks, copy_engine, fsdp, state, versions
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world)
     report("info", "gloo process_group_implementation(WORLD)", versions.process_group_implementation())
     able, why, maker, _ = copy_engine._torch_support_or_raise(dist.group.WORLD)
@@ -235,7 +235,7 @@ def gloo_rank(rank, world, store_path):
         report("info", "gloo split_group", f"made {type(split).__name__}" if split is not None else "returned None")
     except Exception as e:  # noqa: BLE001 - a fact: the layer splits only NCCL groups
         report("info", "gloo split_group", f"{type(e).__name__}: {str(e).splitlines()[0][:140]}")
-    binding._install_destroy_hook()
+    state.install_destroy_hook()
     dist.destroy_process_group(sub)
     report("ok", "gloo destroy hook on a subgroup", "destroyed through ncclpool's hook")
     gloo_fsdp(rank, world, torch, dist, fsdp)

@@ -42,6 +42,15 @@ def tree(tmp_path):
     write(tmp_path, "tools/CMakeLists.txt", "add_executable(tool main.cpp)\ntarget_link_libraries(tool PRIVATE ncclpool_internal)\n")
     write(tmp_path, "tools/main.cpp", '#include "core/block.hpp"\nint main() {}\n')
     write(tmp_path, "python/pkg/__init__.py", "x = 1\n" * 500)
+    # The Python package imports downward only; a name under TYPE_CHECKING (never run) may point up.
+    write(tmp_path, "python/ncclpool/__init__.py", "from . import errors\nfrom .pool import Pool\n")
+    write(tmp_path, "python/ncclpool/errors.py", "class Error(Exception):\n    pass\n")
+    write(tmp_path, "python/ncclpool/communicator.py", "from typing import TYPE_CHECKING\nfrom .errors import Error\n"
+                                                       "if TYPE_CHECKING:\n    from .pool import Pool\n")
+    write(tmp_path, "python/ncclpool/pool.py", "from .communicator import Communicator\n\ndef f():\n    from . import errors\n")
+    write(tmp_path, "python/ncclpool/torch/__init__.py", "from .binding import init\nfrom .state import forget_group\n")
+    write(tmp_path, "python/ncclpool/torch/state.py", "import threading\nimport ncclpool as _np\nlock = threading.RLock()\n")
+    write(tmp_path, "python/ncclpool/torch/binding.py", "from . import state\nfrom ncclpool import errors\nfrom ..pool import Pool\n")
     write(tmp_path, "tests/unit/test_long.cpp", "// a test may be long\n" * 900)
     return tmp_path
 
@@ -120,6 +129,49 @@ def test_getenv_fails_in_the_python_package_outside_its_environment_file(tree, l
     assert code == 1, out
     assert "python/ncclpool/sglang.py:3: reads or sets the environment: only python/ncclpool/_environment.py does" in out, out
     assert "_environment.py" not in out.split("only")[0] and ":2:" not in out, out
+
+
+@pytest.mark.parametrize("files, expected", [
+    # Two modules at the top of each other, relatively and by absolute name.
+    ({"python/ncclpool/torch/state.py": "from .binding import init\n"},
+     "import circle ncclpool.torch.binding -> ncclpool.torch.state -> ncclpool.torch.binding "
+     "(python/ncclpool/torch/binding.py:1 imports ncclpool.torch.state, python/ncclpool/torch/state.py:1 imports ncclpool.torch.binding)"),
+    ({"python/ncclpool/torch/state.py": "import ncclpool.torch.binding as b\n"}, "ncclpool.torch.binding -> ncclpool.torch.state -> "),
+    # An import inside a function dodges the circle at import time but is one all the same.
+    ({"python/ncclpool/torch/state.py": "def f():\n    if True:\n        from .binding import init\n"},
+     "python/ncclpool/torch/state.py:3 imports ncclpool.torch.binding"),
+    # `from . import x` names the module x; `from ncclpool import name` names the package's __init__.
+    ({"python/ncclpool/errors.py": "from . import pool\n"}, "ncclpool.communicator -> ncclpool.errors -> ncclpool.pool -> ncclpool.communicator"),
+    ({"python/ncclpool/errors.py": "from ncclpool import Pool\n"}, "import circle ncclpool -> ncclpool.errors -> ncclpool "),
+    # Three modules around: named in full, with the step that closes it.
+    ({"python/ncclpool/torch/checks.py": "from .copy_engine import x\n", "python/ncclpool/torch/copy_engine.py": "from .binding import y\n",
+      "python/ncclpool/torch/state.py": "from .checks import z\n"},
+     "ncclpool.torch.binding -> ncclpool.torch.state -> ncclpool.torch.checks -> ncclpool.torch.copy_engine -> ncclpool.torch.binding"),
+    # Two circles through one module: the whole tangle is named.
+    ({"python/ncclpool/torch/state.py": "from . import binding, checks\n", "python/ncclpool/torch/checks.py": "from . import state\n"},
+     "all of ncclpool.torch.binding, ncclpool.torch.checks, ncclpool.torch.state reach each other"),
+    # The TYPE_CHECKING block's else runs.
+    ({"python/ncclpool/communicator.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\nelse:\n    from .pool import Pool\n"},
+     "python/ncclpool/communicator.py:5 imports ncclpool.pool"),
+    # A module that is no Python cannot be checked: that is a problem too.
+    ({"python/ncclpool/torch/state.py": "def f(:\n"}, "python/ncclpool/torch/state.py:1: not Python"),
+])
+def test_pyimports_fail_on_an_import_circle_in_the_python_package(tree, files, expected):
+    for path, text in files.items():
+        write(tree, path, text)
+    code, out = run(tree, "pyimports")
+    assert code == 1, out
+    assert out.startswith("check-tree pyimports: ") and expected in out, out
+
+
+def test_pyimports_pass_imports_downward_outside_the_package_and_under_type_checking(tree):
+    write(tree, "python/ncclpool/torch/fsdp.py", "from . import binding\nfrom .state import lock\nimport ncclpool.torch.binding\n")
+    write(tree, "python/other/a.py", "from other import b\n")  # outside python/ncclpool: not checked
+    write(tree, "python/other/b.py", "from other import a\n")
+    write(tree, "python/ncclpool/sim.py", "import typing\nif typing.TYPE_CHECKING:\n    from .pool import Pool\nimport os, json\n")
+    write(tree, "python/ncclpool/pool.py", "from .communicator import Communicator\nfrom .sim import x\n")
+    code, out = run(tree, "pyimports")
+    assert code == 0, out
 
 
 @pytest.mark.parametrize("line", ["add_executable(t main.cpp ${PROJECT_SOURCE_DIR}/src/backends/cuda/driver.cpp)",

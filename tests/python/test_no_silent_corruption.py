@@ -155,11 +155,11 @@ def test_release_mem_pool_that_fails_keeps_its_table_true(torch_layer):
     assert pool.name == "torch-pool-0"  # no rank or device in it: pools are matched by name
     group = ncclpool.SimGroup("dp", 1)
     comm = pool.attach_sim(group, 0, "local")
-    layer._binding(mempool).attachments[1] = layer._Attachment(object(), 1, "local", comm)
+    layer.binding.binding_of(mempool).attachments[1] = layer.state.Attachment(object(), 1, "local", comm)
     live = pool.alloc(MiB)
     with pytest.raises(errors.InvalidState, match="still live"):
         layer.release_mem_pool(mempool)  # detaches the group, then the pool refuses to close
-    assert layer._binding(mempool).attachments == {}, "a detached group stayed in the table"
+    assert layer.binding.binding_of(mempool).attachments == {}, "a detached group stayed in the table"
     pool.free(live)
     layer.release_mem_pool(mempool)
     assert pool.closed
@@ -213,7 +213,7 @@ def test_an_auto_pool_routes_torch_segments_and_release_detaches_its_local_group
     assert routes["description"] == "none below 2 MiB, local from 2 MiB", routes
     held = {p["placement"]: p["stats"]["active_allocations"] for p in routes["parts"]}
     assert held == {"none": 1, "local": 1, "symmetric": 0}, held
-    assert layer._symmetric_comm_of(world) is None  # no windows: check mode has nothing to verify
+    assert layer.checks._symmetric_comm_of(world) is None  # no windows: check mode has nothing to verify
     assert group.live_registrations == 1  # the local part's segment only
     for ptr in (small, large):
         lib.ncclpool_torch_free(ptr, 0, 0, None)
@@ -234,8 +234,8 @@ def test_an_auto_pool_with_windows_for_one_collective_only_counts_as_having_wind
     world = layer.dist.ProcessGroup()
     layer.register_mem_pool(mempool, world)
     assert pool.routes()["description"] == "none at every size"
-    assert layer._binding(mempool).attachments[1].windows
-    assert layer._symmetric_comm_of(world) is not None
+    assert layer.binding.binding_of(mempool).attachments[1].windows
+    assert layer.checks._symmetric_comm_of(world) is not None
     for c in list(pool.communicators):
         c.forget()
     layer.check_collectives(False)
@@ -256,8 +256,8 @@ def test_check_mode_verifies_only_the_groups_of_pools_in_check_mode(torch_layer,
     layer.register_mem_pool(mempool, world)
     layer.check_collectives(True)  # as a check-mode pool made on this rank alone would
     try:
-        assert layer._binding(mempool).attachments[1].windows
-        assert layer._symmetric_comm_of(world) is None
+        assert layer.binding.binding_of(mempool).attachments[1].windows
+        assert layer.checks._symmetric_comm_of(world) is None
     finally:
         layer.check_collectives(False)
         for c in list(pool.communicators):
@@ -302,7 +302,7 @@ def test_a_torch_context_that_fails_leaves_no_scope_open(torch_layer, monkeypatc
 
     monkeypatch.setattr(layer.torch.cuda, "use_mem_pool", lambda pool, device=None: Failing())
     mempool = layer.create_nccl_mem_pool(symmetric=False, source="sim")
-    npool = layer._binding(mempool).pool
+    npool = layer.binding.binding_of(mempool).pool
     ends = npool.stats_json()["scope_ends"]
     with pytest.raises(RuntimeError, match="torch refused"):
         with layer.use_mem_pool(mempool):

@@ -455,7 +455,7 @@ def per_rank(by_rank, default):
 
 
 class PerRankLock:
-    """The binding's lock as each rank (a process in real life, a thread here) has its own: a
+    """The layer's lock (state.lock) as each rank (a process in real life, a thread here) has its own: a
     symmetric attach holds it during its collective."""
 
     def __init__(self):
@@ -613,7 +613,7 @@ def test_registration_with_the_zero_group_failing_on_one_rank_fails_every_rank(t
             return sims[key][0] * 16 + group.rank()
 
     monkeypatch.setattr(layer.binding, "_comm_ptr", comm_ptr)
-    monkeypatch.setattr(layer.binding, "_lock", PerRankLock())  # each rank a process: a lock of its own
+    monkeypatch.setattr(layer.state, "lock", PerRankLock())  # each rank a process: a lock of its own
     mempools = [layer.create_nccl_mem_pool(symmetric=True, source="sim", name="ce-attach") for _ in range(2)]
     for r, mempool in enumerate(mempools):
         pool = layer.ncclpool_pool(mempool)
@@ -627,7 +627,7 @@ def test_registration_with_the_zero_group_failing_on_one_rank_fails_every_rank(t
     out = run_ranks(2, lambda r: ags[r].allocate((16,), dtype=None, device=None))
     assert [kind for kind, _ in out] == ["raised"] * 2, out
     assert all(isinstance(e, errors.Error) for _, e in out), out
-    tables = [len(layer.binding._binding(m).attachments) for m in mempools]
+    tables = [len(layer.binding.binding_of(m).attachments) for m in mempools]
     assert tables[0] == tables[1], tables
     for mempool in mempools:
         for c in list(layer.ncclpool_pool(mempool).communicators):

@@ -43,7 +43,7 @@ def rig(layer, monkeypatch, groups):
 
         def __exit__(self, *a):
             return self._l().__exit__(*a)
-    monkeypatch.setattr(layer.binding, "_lock", PerThreadLock())
+    monkeypatch.setattr(layer.state, "lock", PerThreadLock())
     return out
 
 

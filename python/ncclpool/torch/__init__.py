@@ -18,11 +18,12 @@ Every torch MemPool made by :func:`create_nccl_mem_pool` maps to one :class:`ncc
 (:func:`ncclpool_pool`). Allocations are attributed to it by the scope the context managers open in
 the calling thread (graph capture included); outside any scope, to the single pool of the device.
 
-The layer's parts: ncclpool/torch/binding.py (allocator set-up, pools, registration of groups, the
-destroy hook), contexts.py (the context managers and graph()), checks.py (check mode 'collectives'),
-copy_engine.py (copy_engine_group: the zero-SM all-gather's group, agreed by every rank), versions.py
-(process_group_implementation: classic ProcessGroupNCCL or nccl2); megatron.py
-and fsdp.py plug it into Megatron and FSDP2.
+The layer's parts, each importing only those before it: ncclpool/torch/state.py (the lock, the table
+of MemPools and their groups, forget_group and the destroy hook), checks.py (check mode
+'collectives'), copy_engine.py (copy_engine_group: the zero-SM all-gather's group, agreed by every
+rank), binding.py (allocator set-up, pools, registration of groups), contexts.py (the context
+managers and graph()); versions.py (process_group_implementation: classic ProcessGroupNCCL or nccl2)
+stands alone; megatron.py and fsdp.py plug the layer into Megatron and FSDP2.
 """
 from __future__ import annotations
 
@@ -33,19 +34,19 @@ import ncclpool as _np
 from ncclpool import _environment, errors
 from ncclpool._capi import library, library_path
 
-from .binding import (_Attachment, _Binding, _attachment_of, _binding, _bindings, _device_index, _install_destroy_hook,
-                      _kind_for, _lock, _registration_of, _torch_nccl_version, create_nccl_mem_pool,
-                      deregister_mem_pool, forget_group, init, memory_summary, ncclpool_pool, register_mem_pool,
+from .binding import (create_nccl_mem_pool, deregister_mem_pool, init, memory_summary, ncclpool_pool, register_mem_pool,
                       release_mem_pool, stats)
-from .checks import _COLLECTIVES, _checked, _originals, _symmetric_comm_of, _tensors, check_collectives
+from .checks import check_collectives
+from .contexts import (MemPoolAllocatorWithoutRegistration, MultiGroupMemPoolAllocator, PerformanceWarning, graph, nccl_mem,
+                       use_mem_pool)
 from .copy_engine import CopyEngineDecision, copy_engine_group
-from .contexts import (MemPoolAllocatorWithoutRegistration, MultiGroupMemPoolAllocator, PerformanceWarning,
-                       _groups, _PoolContext, graph, nccl_mem, use_mem_pool)
+from .state import forget_group
 from .versions import process_group_implementation
 
 # What changes at run time is read and set on the module that owns it, not here (a name here is a copy
-# that would not follow): binding._allocator, binding._pools_created, contexts._commit_at_every_exit
-# (megatron.install() sets it), and binding._comm_ptr where a test or bench replaces it.
+# that would not follow): state.bindings (the MemPool table), binding._allocator, binding._pools_created,
+# contexts._commit_at_every_exit (megatron.install() sets it), and binding._comm_ptr where a test or
+# bench replaces it. Only the public names below are the layer's API (Megatron's nccl_allocator's).
 
 __all__ = [
     "init", "create_nccl_mem_pool", "register_mem_pool", "deregister_mem_pool", "forget_group", "nccl_mem",

@@ -1,13 +1,10 @@
-"""ncclpool.torch's binding of torch to ncclpool: the pluggable allocator's set-up (init), torch
-MemPools made over ncclpool pools (create_nccl_mem_pool, release_mem_pool) and the table that maps
-one to the other, registration of process groups with a pool (register / deregister / forget), and
-the destroy_process_group hook that forgets a group's registrations before its communicator goes (and
-destroys the group's copy-engine group first: copy_engine.py).
+"""ncclpool.torch's binding of torch to ncclpool: the pluggable allocator's set-up (init, which installs
+state.py's destroy_process_group hook), torch MemPools made over ncclpool pools (create_nccl_mem_pool,
+release_mem_pool, ncclpool_pool), registration of process groups with a pool (register /
+deregister), and the pool's stats and memory_summary with copy_engine.py's decisions for it. The
+table mapping MemPools to pools, their attachments and the lock are state.py's.
 """
 from __future__ import annotations
-
-import threading
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -16,33 +13,11 @@ import ncclpool as _np
 from ncclpool import errors
 from ncclpool._capi import library, library_path
 
-_lock = threading.RLock()
+from . import state
+from .checks import check_collectives
+from .copy_engine import pool_stats, summary_lines
+
 _allocator = None  # torch.cuda.memory.CUDAPluggableAllocator over ncclpool_torch_alloc/free
-_original_destroy_process_group = None
-
-
-@dataclass
-class _Attachment:
-    group: object
-    comm_ptr: int
-    kind: str
-    comm: _np.Communicator
-
-    @property
-    def windows(self) -> bool:
-        """Whether some of the pool's memory is a window with it (its detach is collective): the pool
-        owns its attachments and says (the communicator's has_windows)."""
-        return self.comm.attached and bool(self.comm.stats()["has_windows"])
-
-
-@dataclass
-class _Binding:
-    pool: _np.Pool
-    mempool: object
-    attachments: dict = field(default_factory=dict)  # comm_ptr -> _Attachment
-
-
-_bindings: dict = {}  # torch MemPool id -> _Binding
 _pools_created = 0     # names pools in creation order (the same on every rank)
 
 
@@ -56,7 +31,7 @@ def init() -> None:
     says which is loaded (``nccl_version``, ``nccl_library``), ``torch.cuda.nccl.version()`` what torch
     was built with."""
     global _allocator
-    with _lock:
+    with state.lock:
         if _allocator is not None:
             return
         if not torch.cuda.is_available():
@@ -78,7 +53,7 @@ def init() -> None:
                 f"(one NCCL per process). To run torch on another NCCL, replace the libnccl.so.2 that torch loads "
                 f"(nvidia/nccl/lib/ in its environment) instead of loading a second one with LD_PRELOAD (docs/python.md)")
         _allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "ncclpool_torch_alloc", "ncclpool_torch_free")
-        _install_destroy_hook()
+        state.install_destroy_hook()
 
 
 def _torch_nccl_version() -> int:
@@ -128,7 +103,7 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
         min_segment = _np._min_segment_from_env()
     registration = _registration_of(symmetric, kind)
     global _pools_created
-    with _lock:
+    with state.lock:
         # torch's caching allocator asks for coarse segments and caches them itself: the pool grows
         # by their own sizes within its segment budget, so it holds about what torch holds (docs/pool.md).
         pool = _np.Pool(device, source, registration, growth_chunk=growth_chunk, min_segment=min_segment,
@@ -136,25 +111,26 @@ def create_nccl_mem_pool(symmetric: bool | None = None, *, kind: str | None = No
                         agreed_settings=agreed_settings or f"ncclpool.torch registration={registration}")
         _pools_created += 1
         if pool.check_level == "collectives":
-            from .checks import check_collectives  # here, not at the top: checks reads this module's table
             check_collectives(True)
         mempool = torch.cuda.MemPool(_allocator.allocator())
-        _bindings[mempool.id] = _Binding(pool, mempool)
+        state.bindings[mempool.id] = state.Binding(pool, mempool)
         library().ncclpool_torch_bind(pool.handle)
     return mempool
 
 
 def ncclpool_pool(mempool) -> _np.Pool:
     """The ncclpool pool behind a MemPool made by create_nccl_mem_pool."""
-    binding = _bindings.get(getattr(mempool, "id", None))
+    binding = state.bindings.get(getattr(mempool, "id", None))
     if binding is None:
         raise errors.InvalidArgument(f"{mempool!r} was not made by ncclpool.torch.create_nccl_mem_pool")
     return binding.pool
 
 
-def _binding(mempool) -> _Binding:
+def binding_of(mempool) -> state.Binding:
+    """The Binding (pool and attachments) of a MemPool made by create_nccl_mem_pool; InvalidArgument
+    for any other."""
     ncclpool_pool(mempool)
-    return _bindings[mempool.id]
+    return state.bindings[mempool.id]
 
 
 def _device_index(device) -> int:
@@ -197,14 +173,14 @@ def _registration_of(symmetric, kind) -> str:
     return kind
 
 
-def _kind_for(binding, symmetric) -> str:
+def kind_for(binding, symmetric) -> str:
     """symmetric=None follows what the pool was made for (create_nccl_mem_pool's `symmetric` or `kind`)."""
     if symmetric is None:
         return binding.pool.registration
     return "symmetric" if symmetric else "local"
 
 
-def _attachment_of(binding, group):
+def attachment_of(binding, group):
     """The attachment of `group` (a process group, not None) to the binding's pool, found by
     identity, without a torch call: every context use asks."""
     for a in tuple(binding.attachments.values()):
@@ -218,12 +194,12 @@ def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
 
     Collective over the group (symmetric). A group already registered with the same kind is a no-op;
     with the other kind it is an error (deregister first)."""
-    binding = _binding(pool)
-    kind = _kind_for(binding, symmetric)
+    binding = binding_of(pool)
+    kind = kind_for(binding, symmetric)
     group = group if group is not None else dist.group.WORLD
-    existing = _attachment_of(binding, group)
+    existing = attachment_of(binding, group)
     ptr = existing.comm_ptr if existing is not None else _comm_ptr(group, binding.pool.device)
-    with _lock:
+    with state.lock:
         existing = binding.attachments.get(ptr)
         if existing is not None:
             if existing.kind != kind:
@@ -231,14 +207,14 @@ def register_mem_pool(pool, group, symmetric: bool | None = None) -> None:
                                           f"not {kind}: deregister_mem_pool first")
             return
         comm = binding.pool.attach_nccl(ptr, kind)
-        binding.attachments[ptr] = _Attachment(group, ptr, kind, comm)
+        binding.attachments[ptr] = state.Attachment(group, ptr, kind, comm)
 
 
 def deregister_mem_pool(pool, group) -> None:
     """Removes every registration of the pool with the group (collective for symmetric windows)."""
-    binding = _binding(pool)
+    binding = binding_of(pool)
     group = group if group is not None else dist.group.WORLD
-    with _lock:
+    with state.lock:
         for ptr, a in list(binding.attachments.items()):
             if a.group is group:
                 try:
@@ -251,82 +227,28 @@ def deregister_mem_pool(pool, group) -> None:
     raise errors.InvalidArgument(f"group {group} is not registered with pool '{binding.pool.name}'")
 
 
-def forget_group(group=None) -> int:
-    """Drops every registration with `group` (None: every group) without calling NCCL. For a
-    communicator that was destroyed or aborted. destroy_process_group() does this by itself after
-    init(). Returns how many attachments were dropped."""
-    dropped = 0
-    with _lock:
-        for binding in _bindings.values():
-            for ptr, a in list(binding.attachments.items()):
-                if group is None or a.group is group:
-                    a.comm.forget()
-                    del binding.attachments[ptr]
-                    dropped += 1
-    return dropped
-
-
-def _install_destroy_hook() -> None:
-    """destroy_process_group frees the communicators: forget their registrations first. Idempotent."""
-    global _original_destroy_process_group
-    with _lock:
-        if _original_destroy_process_group is not None:
-            return
-        original = dist.destroy_process_group
-        destroyed_with_source = []  # copy-engine groups the hook destroyed with their source group
-
-        def destroy_process_group(group=None, *args, **kwargs):
-            from .copy_engine import _forget  # here: copy_engine imports this module
-            everything = group is None or group is dist.group.WORLD  # torch destroys every group then
-            with _lock:
-                if not everything and any(g is group for g in destroyed_with_source):
-                    # Gone with its source group already: destroying it again is a no-op here, whatever
-                    # order a rank destroys them in (torch would raise on this rank alone).
-                    destroyed_with_source[:] = [g for g in destroyed_with_source if g is not group]
-                    return None
-                companions = _forget(None if everything else group)
-                if everything:
-                    destroyed_with_source.clear()
-            # The copy-engine group made for `group` goes first, the same on every rank of it.
-            for companion in companions:
-                forget_group(companion)
-                original(companion)
-                with _lock:
-                    destroyed_with_source.append(companion)
-            forget_group(None if everything else group)
-            return original(group, *args, **kwargs)
-
-        destroy_process_group.__doc__ = original.__doc__
-        destroy_process_group.__wrapped__ = original
-        _original_destroy_process_group = original
-        dist.destroy_process_group = destroy_process_group
-        dist.distributed_c10d.destroy_process_group = destroy_process_group
-
-
 def stats(pool) -> dict:
     """Pool counters and one entry per registered group (see ncclpool.Pool.stats_json), and
     ``copy_engine``: whether the pool's all-gathers run on a copy-engine group (``used``), ``why``,
     and the decision for each shard group fsdp.enable asked about (``groups``)."""
-    from .copy_engine import _pool_stats
-    out = _binding(pool).pool.stats_json()
-    out["copy_engine"] = _pool_stats(pool.id)
+    out = binding_of(pool).pool.stats_json()
+    out["copy_engine"] = pool_stats(pool.id)
     return out
 
 
 def memory_summary(pool=None) -> str:
     """Text report of one pool made by create_nccl_mem_pool, or of all of them (with a line per
     copy-engine decision fsdp.enable made for a pool)."""
-    from .copy_engine import _summary_lines
-    bindings = list(_bindings.values()) if pool is None else [_binding(pool)]
-    lines_of = {id(b.pool): _summary_lines(b.mempool.id) for b in bindings}
-    return _np.memory_summary([b.pool for b in bindings], extra_lines=lambda p: lines_of.get(id(p), []))
+    chosen = list(state.bindings.values()) if pool is None else [binding_of(pool)]
+    lines_of = {id(b.pool): summary_lines(b.mempool.id) for b in chosen}
+    return _np.memory_summary([b.pool for b in chosen], extra_lines=lambda p: lines_of.get(id(p), []))
 
 
 def release_mem_pool(pool) -> None:
     """Destroys the ncclpool pool behind a MemPool after torch released its segments (drop the tensors,
     then ``del`` the MemPool and call torch.cuda.empty_cache()). Detach symmetric groups first."""
-    binding = _binding(pool)
-    with _lock:
+    binding = binding_of(pool)
+    with state.lock:
         library().ncclpool_torch_unbind(binding.pool.handle)
         try:
             for ptr, a in list(binding.attachments.items()):
@@ -339,4 +261,4 @@ def release_mem_pool(pool) -> None:
         except errors.Error:
             library().ncclpool_torch_bind(binding.pool.handle)
             raise
-        del _bindings[pool.id]
+        del state.bindings[pool.id]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .binding import _bindings, _lock
+from . import state
 
 _COLLECTIVES = {  # name -> positions of tensor arguments (lists of tensors are flattened)
     "all_reduce": (0,), "broadcast": (0,), "reduce": (0,), "all_gather_into_tensor": (0, 1),
@@ -35,7 +35,7 @@ def _symmetric_comm_of(group):
     of the group has it), whereas check_collectives() is switched on per process, so a pool without it
     on every rank must never make this rank verify alone."""
     group = group if group is not None else dist.group.WORLD
-    for binding in _bindings.values():
+    for binding in state.bindings.values():
         if binding.pool.check_level != "collectives":
             continue
         for a in binding.attachments.values():
@@ -64,7 +64,7 @@ def check_collectives(enable: bool = True) -> None:
     wraps the torch.distributed collectives named in _COLLECTIVES; functional collectives and DTensor
     paths are not covered. Costs one small all-gather with a host wait per collective on a group with
     windows: for first runs, not for production."""
-    with _lock:
+    with state.lock:
         for name, positions in _COLLECTIVES.items():
             current = getattr(dist, name, None)
             if current is None:

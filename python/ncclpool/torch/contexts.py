@@ -12,7 +12,7 @@ import torch.distributed as dist
 import ncclpool as _np
 from ncclpool._capi import library
 
-from .binding import _attachment_of, _binding, _kind_for, register_mem_pool
+from .binding import attachment_of, binding_of, kind_for, register_mem_pool
 
 # Megatron-Core's allocator registers at every context exit, and Megatron enters nccl_mem only to
 # allocate a new buffer (mostly in the first steps), then never again: at the pool's scheduled scope
@@ -54,19 +54,19 @@ class _PoolContext:
         (graph: the commit after the capture), after __enter__ failed on this rank."""
 
     # Every use of a context comes through __enter__ and __exit__: plain calls, no ExitStack or
-    # generator, and registered groups found by identity (_attachment_of). Whatever fails on this rank
+    # generator, and registered groups found by identity (attachment_of). Whatever fails on this rank
     # in __enter__, it still takes every collective step the other ranks take in this use (each
     # group's attach, the scope end, graph's commits), voting no, then raises.
     def __enter__(self):
         if not self.enabled:
             return self
-        binding = _binding(self.pool)
+        binding = binding_of(self.pool)
         problem = None
         if self.register:
-            kind = _kind_for(binding, self.symmetric)
+            kind = kind_for(binding, self.symmetric)
             for group in self.groups:  # every group, whatever an earlier one did: each attach is a step of its own
                 try:
-                    attachment = _attachment_of(binding, group)
+                    attachment = attachment_of(binding, group)
                     if attachment is None or attachment.kind != kind:  # register_mem_pool attaches, or says why not
                         register_mem_pool(self.pool, group, self.symmetric)
                 except BaseException as e:
@@ -205,7 +205,7 @@ class graph(_PoolContext):  # noqa: N801 (mirrors torch.cuda.graph)
     def _after_failed_enter(self, npool) -> None:
         npool._commit_after_error()  # the commit after the capture, which __exit__ will not make
     def __exit__(self, exc_type, exc, tb):
-        npool = _binding(self.pool).pool
+        npool = binding_of(self.pool).pool
         try:
             result = super().__exit__(exc_type, exc, tb)
         except BaseException:

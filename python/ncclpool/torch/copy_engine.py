@@ -24,7 +24,7 @@ import torch.distributed as dist
 import ncclpool as _np
 from ncclpool import errors
 
-from .binding import _install_destroy_hook, _lock
+from . import state
 
 __all__ = ["copy_engine_group", "CopyEngineDecision"]
 
@@ -74,7 +74,7 @@ class _Agreement:
 
 # id(source group) -> (source group, its agreement, the last decision answered). The entry keeps the
 # group alive, so an id is never reused while its entry is here; destroy_process_group drops the
-# entries (_forget).
+# entries (_forget, registered with state.py's hook below).
 _decisions: dict = {}
 # torch MemPool id -> [(source group, decision)]: what fsdp.enable decided for a pool's all-gathers.
 _pool_decisions: dict = {}
@@ -109,8 +109,8 @@ def _decide(group, requested) -> CopyEngineDecision:
     if requested not in (None, True, False):
         raise errors.InvalidArgument(f"copy_engine must be True, False or None (auto), not {requested!r}")
     group = group if group is not None else dist.group.WORLD
-    _install_destroy_hook()  # destroy_process_group(group) drops the decision and destroys the group made for it
-    with _lock:
+    state.install_destroy_hook()  # destroy_process_group(group) drops the decision and destroys the group made for it
+    with state.lock:
         entry = _decisions.get(id(group))
     agreement = entry[1] if entry is not None else None
     if agreement is None:
@@ -119,7 +119,7 @@ def _decide(group, requested) -> CopyEngineDecision:
     try:
         decision = _answer(agreement, requested)
     finally:
-        with _lock:
+        with state.lock:
             _decisions[id(group)] = (group, agreement, decision)
     return decision
 
@@ -147,7 +147,7 @@ def _answer(agreement: _Agreement, requested) -> CopyEngineDecision:
 
 def _decision_of(group) -> CopyEngineDecision | None:
     """The last decision answered for `group` on this rank (None: none yet, or the last call raised)."""
-    with _lock:
+    with state.lock:
         entry = _decisions.get(id(group))
     return entry[2] if entry is not None else None
 
@@ -341,14 +341,14 @@ def all_gather_into_tensor(output, input, group, async_op: bool = False):  # noq
 def _record_for_pool(mempool, group, decision: CopyEngineDecision) -> None:
     """fsdp.enable decided `decision` for the all-gathers of `mempool`'s buffers on `group` (a later
     enable for the same group replaces it: its modules use the later one)."""
-    with _lock:
+    with state.lock:
         entries = _pool_decisions.setdefault(mempool.id, [])
         entries[:] = [(g, d) for g, d in entries if g is not group] + [(group, decision)]
 
 
-def _pool_stats(mempool_id) -> dict:
+def pool_stats(mempool_id) -> dict:
     """stats()['copy_engine'] of a pool: used, why, and one entry per shard group decided."""
-    with _lock:
+    with state.lock:
         entries = list(_pool_decisions.get(mempool_id, ()))
     if not entries:
         return {"used": False, "why": "not asked for this pool (fsdp.enable decides, copy_engine=None: auto)", "groups": []}
@@ -358,9 +358,9 @@ def _pool_stats(mempool_id) -> dict:
             "groups": [d.as_dict() for d in decisions]}
 
 
-def _summary_lines(mempool_id) -> list[str]:
+def summary_lines(mempool_id) -> list[str]:
     """memory_summary()'s lines for a pool that fsdp.enable asked about copy engines."""
-    with _lock:
+    with state.lock:
         entries = list(_pool_decisions.get(mempool_id, ()))
     return [f"  copy-engine all-gather ({d.ranks} ranks, asked {d.as_dict()['requested']}): {d.why}" for _, d in entries]
 
@@ -369,7 +369,7 @@ def _forget(group) -> list:
     """destroy_process_group(group) is coming: drops the decisions about `group` (every one for None)
     and returns the copy-engine groups made for it, which go first (forgotten, then destroyed; for None
     torch destroys every group itself)."""
-    with _lock:
+    with state.lock:
         if group is None:
             _decisions.clear()
             return []
@@ -382,3 +382,6 @@ def _forget(group) -> list:
             elif agreement.group is group:  # the copy-engine group itself: the next call votes again
                 del _decisions[key]
         return companions
+
+
+state.on_group_destroyed(_forget)  # state.py's destroy_process_group hook asks before a group goes

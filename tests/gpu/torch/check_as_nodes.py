@@ -128,7 +128,7 @@ def run_on(buffers, ins, expect, group):
 
 
 def attachment(pool, group):
-    return nccl_allocator._attachment_of(nccl_allocator._binding(pool), group)
+    return nccl_allocator.binding.attachment_of(nccl_allocator.binding.binding_of(pool), group)
 
 
 def read_own_log():

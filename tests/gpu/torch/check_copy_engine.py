@@ -158,7 +158,7 @@ def main_checks():
             inp = torch.empty(n, device="cuda")
             outs = {name: torch.empty(n * world_size, device="cuda")
                     for name in ("side stream", "async_op", "in place, side stream", "in place, async_op", "default stream")}
-        attachment = nccl_allocator._attachment_of(nccl_allocator._binding(pool), zero)
+        attachment = nccl_allocator.binding.attachment_of(nccl_allocator.binding.binding_of(pool), zero)
         assert attachment is not None and attachment.kind == "symmetric", attachment
         for t in (inp, *outs.values()):
             assert attachment.comm.handle_of(t.data_ptr()), "a pool tensor is not a window of the copy-engine group"

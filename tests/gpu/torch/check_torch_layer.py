@@ -360,7 +360,7 @@ def main():
 
     # The last check cannot vote over NCCL: the process groups are gone afterwards.
     dist.destroy_process_group()
-    if any(b.attachments for b in nccl_allocator._bindings.values()):
+    if any(b.attachments for b in nccl_allocator.state.bindings.values()):
         failures.append("destroy_process_group forgets the registrations")
     log(f"CHECK destroy_process_group forgets the registrations: {'FAILED' if failures and failures[-1].startswith('destroy') else 'ok'}")
 
