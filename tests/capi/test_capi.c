@@ -423,7 +423,7 @@ static void test_stats_structs(void) {
 }
 
 /* ncclpool_vote_no, agreed settings and reserve's bounds, on a one-rank group (the multi-rank cases are
- * tests/unit/test_lockstep_votes.cpp): a "no" waits for a collective step, which takes it once. */
+ * tests/common/lockstep_cases.hpp): a "no" waits for a collective step, which takes it once. */
 static void test_votes_settings_and_reserve_bounds(void) {
   ncclpool_pool_options_t options;
   ncclpool_pool_options_t resolved;

@@ -1,7 +1,7 @@
 #pragma once
-// What the lockstep suites share, on the simulator (tests/unit/test_lockstep_fuzz.cpp,
-// test_lockstep_recovery.cpp) and on real NCCL (tests/gpu/test_nccl_lockstep.cpp): what each rank
-// caught, said with its type, and the pools the cases are built from, over any segment source.
+// What the lockstep suites share: the fuzzer (tests/unit/test_lockstep_fuzz.cpp) and the cases written
+// once over both communicators (lockstep_cases.hpp, run on the loopback and on real NCCL): what each
+// rank caught, said with its type, and the pools the cases are built from, over any segment source.
 
 #include <ncclpool/auto_pool.hpp>
 #include <ncclpool/errors.hpp>
