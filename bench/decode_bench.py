@@ -53,7 +53,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ncclpool.torch as nccl_allocator  # noqa: E402
+from graph_timing import time_graph  # noqa: E402  (this folder)
 
 MODES = ("plain", "symmetric", "auto", "captured")
 
@@ -86,18 +88,6 @@ def capture(mode, size, per_graph, group, pools):
                 dist.all_reduce(buf, group=group)
     buf.zero_()  # the timing runs on zeros, which stay zeros
     return graph, buf
-
-
-def time_graph(graph, replays, per_graph):
-    graph.replay()  # warm
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * per_graph)  # us per all-reduce
 
 
 def variant_env(kind, value):
@@ -217,7 +207,7 @@ def main():
         for size in sizes:
             for mode in MODES:
                 graph, _ = graphs[(mode, size)]
-                samples.append(dict(round=rnd, size=size, mode=mode, us=time_graph(graph, args.replays, args.per_graph)))
+                samples.append(dict(round=rnd, size=size, mode=mode, us=time_graph(graph, args.replays, per_replay=args.per_graph)))
     # Results: from `start` on every rank, per_graph in-place sums give start * n^per_graph (start is
     # chosen so that both stay well inside bf16's range; exact when n is a power of two). The timing
     # runs on zeros, which stay zeros.

@@ -38,6 +38,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_common as common  # noqa: E402
+from graph_timing import time_graph  # noqa: E402  (this folder)
 
 MODES = ("plain", "ncclpool", "sglang")  # setup order (see the docstring)
 DEFAULT_CONFIGS = ("NCCLPOOL_SYMMETRIC_KERNELS=on;NCCLPOOL_SYMMETRIC_KERNELS=on,NCCLPOOL_SYM_CTAS=nccl;"
@@ -84,18 +85,6 @@ def build_step(torch, api, group, size, layers, rank, world):
     return graph, x_in, out
 
 
-def time_graph(torch, graph, replays):
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / replays  # us per step
-
-
 def pool_bytes(api):
     if api is None or getattr(api, "_mem_pool", None) is None:
         return 0
@@ -139,7 +128,7 @@ def perf_worker(args):
         order = ready[rnd % len(ready):] + ready[:rnd % len(ready)]
         for size in sizes:
             for mode in order:
-                samples.append(dict(round=rnd, size=size, mode=mode, us=time_graph(torch, graphs[(mode, size)][0], args.replays)))
+                samples.append(dict(round=rnd, size=size, mode=mode, us=time_graph(graphs[(mode, size)][0], args.replays)))
     expect = (world + 1) / 2  # the mean of 1..world, after the first layer and every one after it
     wrong = []
     for (mode, size), (graph, x_in, out) in graphs.items():

@@ -6,6 +6,7 @@ import pytest
 
 import ncclpool
 from ncclpool import errors
+from ranks import run_ranks
 
 MiB = 1 << 20
 
@@ -348,24 +349,6 @@ def test_failed_registration_rolls_back():
     p.free(x)
     c.detach()
     p.close()
-
-
-def run_ranks(n, fn):
-    """Runs fn(rank) on n threads (the simulated ranks); re-raises the first failure."""
-    results, failures = [None] * n, [None] * n
-
-    def body(r):
-        try:
-            results[r] = fn(r)
-        except BaseException as e:  # noqa: BLE001 - collected and checked by the caller
-            failures[r] = e
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, failures
 
 
 def test_symmetric_windows_commit_at_scope_end_across_four_ranks():

@@ -6,7 +6,8 @@ import pytest
 import ncclpool
 from ncclpool import errors
 
-from test_capi import MiB, run_ranks, sim_pool
+from ranks import run_ranks
+from test_capi import MiB, sim_pool
 
 
 def test_sizes_beyond_size_t_are_refused_not_wrapped():

@@ -20,7 +20,7 @@ import pytest
 import ncclpool
 from ncclpool import errors
 
-from test_capi import run_ranks
+from ranks import run_ranks
 
 MiB = 1 << 20
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,30 +17,9 @@ import pytest
 import ncclpool
 from ncclpool import errors
 
+from ranks import current, run_ranks
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401 (sg: the fixture)
 
-_rank = threading.local()
-
-
-def run_ranks(n, fn):
-    """fn(rank) on one thread per rank (each knows its rank: per_rank settings read it);
-    ([result], [exception or None])."""
-    results, failures = [None] * n, [None] * n
-
-    def body(r):
-        _rank.r = r
-        threading.current_thread().name = f"rank{r}"
-        try:
-            results[r] = fn(r)
-        except BaseException as e:  # noqa: BLE001 - each rank's outcome is what the tests check
-            failures[r] = e
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, failures
 
 
 @pytest.fixture
@@ -58,7 +37,7 @@ def per_rank(sg, monkeypatch):
     def reader(name):
         def read():
             values = overrides.get(name, {})
-            r = getattr(_rank, "r", None)
+            r = getattr(current, "rank", None)
             if r in values:
                 value = values[r]
                 if isinstance(value, BaseException):

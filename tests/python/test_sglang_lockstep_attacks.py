@@ -15,7 +15,8 @@ import ncclpool
 from ncclpool import errors
 
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
-from test_sglang_lockstep import run_ranks, per_rank, App, _rank  # noqa: F401
+from ranks import current, run_ranks
+from test_sglang_lockstep import per_rank, App  # noqa: F401
 
 
 def outcome_after(sim, r, fn, arg):
@@ -46,18 +47,18 @@ def test_prealloc_forward_stream_failing_on_one_rank(sg, monkeypatch):
     monkeypatch.setenv("SGLANG_SYMM_MEM_PREALLOC_GB_SIZE", "1")
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    monkeypatch.setattr(sg.parallel_state, "get_tp_group", lambda: tp[_rank.r])
+    monkeypatch.setattr(sg.parallel_state, "get_tp_group", lambda: tp[current.rank])
     torch = sys.modules["torch"]
 
     @contextlib.contextmanager
     def stream(s):
-        if _rank.r == 0:
+        if current.rank == 0:
             raise RuntimeError("CUDA error: invalid resource handle (stream of another device)")
         yield
     monkeypatch.setattr(torch, "get_device_module", lambda device=None: types.SimpleNamespace(stream=stream))
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         return outcome_after(sim, r, lambda: m.prealloc_symmetric_memory_pool(
             is_draft_worker=False, enable_symm_mem=True, device="cuda", forward_stream=None), 9)
@@ -75,14 +76,14 @@ def test_stream_fence_failing_on_one_rank_at_a_scheduled_scope_end(sg, monkeypat
     original = fake.stream_synchronize
 
     def sync():
-        if armed["on"] and _rank.r == 0:
+        if armed["on"] and current.rank == 0:
             armed["on"] = False
             raise RuntimeError("CUDA error: an illegal instruction was encountered (non-sticky stand-in)")
         original()
     monkeypatch.setattr(fake, "stream_synchronize", sync)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             pass
@@ -149,7 +150,7 @@ def _arm_fence(sg, monkeypatch):
     original = fake.stream_synchronize
 
     def sync():
-        if armed["on"] and _rank.r == 0:
+        if armed["on"] and current.rank == 0:
             armed["on"] = False
             raise RuntimeError("CUDA error: stand-in asynchronous error surfacing at the fence")
         original()
@@ -166,7 +167,7 @@ def test_fence_failing_at_a_scheduled_scope_end_with_the_exception_kept(sg, monk
     kept = []
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             pass
@@ -196,7 +197,7 @@ def test_fence_failing_at_a_groups_first_use(sg, monkeypatch):
     armed = _arm_fence(sg, monkeypatch)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         if r == 0:
             armed["on"] = True

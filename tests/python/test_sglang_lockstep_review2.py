@@ -14,7 +14,8 @@ import ncclpool
 from ncclpool import errors
 
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
-from test_sglang_lockstep import run_ranks, per_rank, App, _rank  # noqa: F401
+from ranks import current, run_ranks
+from test_sglang_lockstep import per_rank, App  # noqa: F401
 
 
 def check(results, failures):
@@ -47,7 +48,7 @@ def _arm_device_fence(sg, monkeypatch, nth=1):
     original = fake.device_synchronize
 
     def sync(device=None):
-        if armed["on"] and _rank.r == 0:
+        if armed["on"] and current.rank == 0:
             armed["n"] += 1
             if armed["n"] == nth:
                 armed["on"] = False
@@ -66,7 +67,7 @@ def test_device_fence_after_the_attach_fails_on_one_rank(sg, monkeypatch):
     armed = _arm_device_fence(sg, monkeypatch)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         if r == 0:
@@ -90,7 +91,7 @@ def test_device_fence_after_a_scope_end_fails_on_one_rank(sg, monkeypatch):
     armed = _arm_device_fence(sg, monkeypatch)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             pass
@@ -117,7 +118,7 @@ def test_allocate_symmetric_buffer_bad_size_on_one_rank(sg):
     sim, kv = sg.group("kv", 2, matching="strict")
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         kept = m.allocate_symmetric_buffer(kv[r].pynccl_comm, MiB)  # noqa: F841
         err = None
@@ -134,10 +135,10 @@ def test_allocate_symmetric_buffer_zero_fails_on_one_rank(sg, monkeypatch):
     """buf.zero_() (a torch call after the commit) raises on rank 0 only."""
     mods = sg.make(2)
     sim, kv = sg.group("kv", 2, matching="strict")
-    monkeypatch.setattr(FakeTensor, "zero_", lambda self: (_ for _ in ()).throw(RuntimeError("CUDA error: memset failed")) if _rank.r == 0 and self._owner is not None else self)
+    monkeypatch.setattr(FakeTensor, "zero_", lambda self: (_ for _ in ()).throw(RuntimeError("CUDA error: memset failed")) if current.rank == 0 and self._owner is not None else self)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         err = None
         try:
@@ -163,7 +164,7 @@ def test_debug_check_data_ptr_raises_on_one_rank(sg, monkeypatch):
             raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             seg = t.empty((8 * MiB,))
@@ -189,14 +190,14 @@ def test_debug_check_captured_checks_fence_fails_on_one_rank(sg, monkeypatch):
     original = fake.stream_synchronize
 
     def ssync():
-        if armed["on"] and _rank.r == 0:
+        if armed["on"] and current.rank == 0:
             armed["on"] = False
             raise RuntimeError("CUDA error: stand-in asynchronous error at the stream fence")
         original()
     monkeypatch.setattr(fake, "stream_synchronize", ssync)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             seg = t.empty((8 * MiB,))
@@ -229,7 +230,7 @@ def test_debug_captured_then_device_fence_after_commit_fails(sg, monkeypatch):
     armed = _arm_device_fence(sg, monkeypatch)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         with m.use_symmetric_memory(tp[r]):
             seg = t.empty((8 * MiB,))
@@ -259,7 +260,7 @@ def test_buffer_finalizer_failing_on_one_rank(sg, monkeypatch):
     import gc
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         a, _ = m.allocate_symmetric_buffer(kv[r].pynccl_comm, MiB)
         base = a.ptr
@@ -290,13 +291,13 @@ def test_growth_chunk_unreadable_on_one_rank(sg, monkeypatch):
     plain = ncclpool._growth_chunk_from_env
 
     def read():
-        if getattr(_rank, "r", None) == 0:
+        if getattr(current, "rank", None) == 0:
             raise errors.InvalidArgument("NCCLPOOL_GROWTH_CHUNK='64M' is not a number of bytes")
         return plain()
     monkeypatch.setattr(ncclpool, "_growth_chunk_from_env", read)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         try:
@@ -320,13 +321,13 @@ def test_check_mode_unreadable_on_one_rank(sg, monkeypatch):
 
     class PerRankPool(real_pool):
         def __init__(self, *a, check=None, **k):
-            if check is None and getattr(_rank, "r", None) == 0 and k.get("name") == "sglang":
+            if check is None and getattr(current, "rank", None) == 0 and k.get("name") == "sglang":
                 check = "bogus"
             super().__init__(*a, check=check, **k)
     monkeypatch.setattr(binding._np, "Pool", PerRankPool)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         try:
@@ -347,7 +348,7 @@ def test_register_window_failing_at_growth_on_one_rank(sg, monkeypatch, kind):
     sim.inject_failure("register_window", rank=0, nth=2)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         for i in range(20):
@@ -369,7 +370,7 @@ def test_disable_on_one_rank_only(sg):
     sim, tp = sg.group("tp", 2, matching="strict")
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         for i in range(20):
@@ -399,7 +400,7 @@ def test_nested_inner_context_failing_on_one_rank(sg):
     sim2, kv = sg.group("kv", 2, matching="strict")
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         for i in range(3):

@@ -12,7 +12,8 @@ import ncclpool
 from ncclpool import errors
 
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
-from test_sglang_lockstep import run_ranks, per_rank, App, _rank  # noqa: F401
+from ranks import current, run_ranks
+from test_sglang_lockstep import per_rank, App  # noqa: F401
 
 
 def finish(m, sims, r, arg, err):
@@ -54,7 +55,7 @@ def test_register_window_failing_at_a_second_groups_attach(sg, monkeypatch, then
     sim2, kv = sg.group("kv", 2, matching="strict")
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         seg = None
@@ -97,13 +98,13 @@ def test_window_of_raising_on_one_rank(sg, monkeypatch):
     original = ncclpool.Communicator.window_of
 
     def window_of(self, ptr):
-        if _rank.r == 0:
+        if current.rank == 0:
             raise errors.InvalidState("window_of failed here")
         return original(self, ptr)
     monkeypatch.setattr(ncclpool.Communicator, "window_of", window_of)
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         err = None
         try:
@@ -122,7 +123,7 @@ def test_debug_warning_path_raising_on_first_rank(sg, monkeypatch):
     sim, tp = sg.group("tp", 2, matching="strict")
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m, t = mods[r], sg.torch
         err = None
         try:
@@ -145,7 +146,7 @@ def test_window_of_raising_on_one_rank_then_placements(sg, monkeypatch):
     armed = {"on": True}
 
     def window_of(self, ptr):
-        if _rank.r == 0 and armed["on"]:
+        if current.rank == 0 and armed["on"]:
             armed["on"] = False
             raise errors.InvalidState("window_of failed here")
         return original(self, ptr)
@@ -153,7 +154,7 @@ def test_window_of_raising_on_one_rank_then_placements(sg, monkeypatch):
     kept = {}
 
     def rank(r):
-        _rank.r = r
+        current.rank = r
         m = mods[r]
         err = None
         try:

@@ -11,29 +11,9 @@ import pytest
 import ncclpool
 import torch_stand_in
 from ncclpool import errors
+from ranks import current, rank_outcomes
 
 ZERO = 2  # NCCL_CTA_POLICY_ZERO
-current = threading.local()  # which rank this thread is
-
-
-def run_ranks(size, fn):
-    """fn(rank) on one thread per rank; [("ok", result) or ("raised", exception)] in rank order."""
-    out = [None] * size
-
-    def body(rank):
-        current.rank = rank
-        try:
-            out[rank] = ("ok", fn(rank))
-        except BaseException as e:  # noqa: BLE001 - each rank's outcome is what the test checks
-            out[rank] = ("raised", e)
-
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not any(t.is_alive() for t in threads), "a rank is still waiting: the ranks did not do the same collectives"
-    return out
 
 
 @pytest.fixture
@@ -73,7 +53,7 @@ def test_true_makes_one_zero_policy_group_over_the_same_ranks(torch_layer, vote)
         auto = layer.copy_engine_group(groups[r])                       # a yes answers auto too
         return zero, again, auto, layer.copy_engine._decision_of(groups[r])
 
-    out = run_ranks(3, rank)
+    out = rank_outcomes(3, rank)
     assert all(kind == "ok" for kind, _ in out), out
     zeros = [result[0] for _, result in out]
     for r, (zero, again, auto, decision) in enumerate(result for _, result in out):
@@ -91,7 +71,7 @@ def test_auto_without_a_profile_stays_off_on_every_rank_with_the_reason(torch_la
     layer = torch_layer
     asked = vote(lambda r, requested, ranks: (False, "auto: no profile (ncclpool tune) says copy engines win"))
     groups = torch_stand_in.make_group(3)
-    out = run_ranks(3, lambda r: (layer.copy_engine_group(groups[r]), layer.copy_engine._decision_of(groups[r])))
+    out = rank_outcomes(3, lambda r: (layer.copy_engine_group(groups[r]), layer.copy_engine._decision_of(groups[r])))
     assert [kind for kind, _ in out] == ["ok"] * 3
     whys = {decision.why for _, (zero, decision) in out}
     assert all(zero is None for _, (zero, _) in out)
@@ -100,7 +80,7 @@ def test_auto_without_a_profile_stays_off_on_every_rank_with_the_reason(torch_la
     assert not calls(layer, "split_group") and not calls(layer, "new_group")
     # Asked again the same way: the cached "off", no collective.
     before = groups[0].rendezvous.collectives
-    run_ranks(3, lambda r: layer.copy_engine_group(groups[r]))
+    rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r]))
     assert groups[0].rendezvous.collectives == before
 
 
@@ -111,7 +91,7 @@ def test_one_rank_voting_no_fails_or_stays_off_on_every_rank(torch_layer, vote, 
     layer = torch_layer
     vote(lambda r, req, ranks: (False, "off: NCCLPOOL_COPY_ENGINE=off") if r == 1 else yes(r, req, ranks))
     groups = torch_stand_in.make_group(3, ranks=[4, 5, 6])
-    out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=requested))
+    out = rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=requested))
     expected = "rank 1 (global rank 5) votes no: NCCLPOOL_COPY_ENGINE=off"
     if requested:
         assert [kind for kind, _ in out] == ["raised"] * 3
@@ -121,21 +101,21 @@ def test_one_rank_voting_no_fails_or_stays_off_on_every_rank(torch_layer, vote, 
         assert all(layer.copy_engine._decision_of(g) is None for g in groups)  # no decision answered
         # The agreement is kept: asked again, every rank raises the same, without a collective.
         before = groups[0].rendezvous.collectives
-        again = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=requested))
+        again = rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=requested))
         assert {str(e) for _, e in again} == messages and groups[0].rendezvous.collectives == before
     else:
         assert out == [("ok", None)] * 3
         assert {layer.copy_engine._decision_of(g).why for g in groups} == {f"off: {expected}"}
     assert not calls(layer, "split_group")
     # Every rank took part in the same collectives: the next exchange pairs.
-    assert run_ranks(3, lambda r: groups[r].rendezvous.exchange(r, r)) == [("ok", [0, 1, 2])] * 3
+    assert rank_outcomes(3, lambda r: groups[r].rendezvous.exchange(r, r)) == [("ok", [0, 1, 2])] * 3
 
 
 def test_ranks_asking_differently_fail_together(torch_layer, vote):
     layer = torch_layer
     vote(yes)
     groups = torch_stand_in.make_group(2)
-    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True if r == 0 else None))
+    out = rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True if r == 0 else None))
     assert all(kind == "raised" and isinstance(e, errors.AgreementError) for kind, e in out), out
     (message,) = {str(e) for _, e in out}
     assert "rank 0 copy_engine=True, rank 1 copy_engine=None" in message and "same copy_engine on every rank" in message
@@ -152,7 +132,7 @@ def test_a_vote_that_fails_is_that_ranks_no(torch_layer, vote):
 
     vote(per_rank)
     groups = torch_stand_in.make_group(3)
-    out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    out = rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     assert {str(e) for _, e in out} == {"ncclpool.torch.copy_engine_group(copy_engine=True) over 3 ranks: rank 2 votes "
                                         "no: copy_engine_vote failed: BackendError: NCCL version unknown"}
 
@@ -186,7 +166,7 @@ def test_false_on_one_rank_fails_every_rank(torch_layer, vote):
     layer = torch_layer
     vote(yes)
     groups = torch_stand_in.make_group(2)
-    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=False if r == 0 else None))
+    out = rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=False if r == 0 else None))
     assert all(kind == "raised" and isinstance(e, errors.AgreementError) for kind, e in out), out
     assert "copy_engine=False" in str(out[1][1])
 
@@ -437,12 +417,12 @@ def test_the_librarys_own_vote(torch_layer, monkeypatch):
     layer = torch_layer
     monkeypatch.setenv("NCCLPOOL_COPY_ENGINE", "off")
     groups = torch_stand_in.make_group(2)
-    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    out = rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     assert {(kind, type(e), str(e)) for kind, e in out} == {(
         "raised", errors.Unsupported, "ncclpool.torch.copy_engine_group(copy_engine=True) over 2 ranks: rank 0 votes no: "
         "NCCLPOOL_COPY_ENGINE=off; 1 more rank(s) vote no")}
     monkeypatch.delenv("NCCLPOOL_COPY_ENGINE")
-    assert run_ranks(2, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 2
+    assert rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 2
     whys = {layer.copy_engine._decision_of(g).why for g in groups}
     assert len(whys) == 1 and whys.pop().startswith("off: rank 0 votes no: ") and not calls(layer, "split_group")
 
@@ -480,14 +460,14 @@ def test_after_the_first_call_mixed_requests_and_extra_calls_make_no_collective(
     layer = torch_layer
     vote(lambda r, requested, ranks: (True, "on: requested") if requested else (False, "off: no profile"))
     groups = torch_stand_in.make_group(3)
-    assert run_ranks(3, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 3
+    assert rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 3
     before = groups[0].rendezvous.collectives
 
     def later(r):
         first = layer.copy_engine_group(groups[r], copy_engine=True if r == 0 else None)
         return first, layer.copy_engine_group(groups[r]) if r == 1 else None
 
-    out = run_ranks(3, later)
+    out = rank_outcomes(3, later)
     assert out[0][0] == "raised" and isinstance(out[0][1], errors.InvalidState), out
     assert out[1:] == [("ok", (None, None))] * 2
     assert groups[0].rendezvous.collectives == before and not calls(layer, "split_group")
@@ -497,11 +477,11 @@ def test_after_a_refused_true_one_rank_asking_again_makes_no_collective(torch_la
     layer = torch_layer
     vote(lambda r, requested, ranks: (False, "off: NCCLPOOL_COPY_ENGINE=off") if r == 2 else yes(r, requested, ranks))
     groups = torch_stand_in.make_group(3)
-    first = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    first = rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     (message,) = {str(e) for _, e in first}
     before = groups[0].rendezvous.collectives
     # Rank 0 alone retries (used to vote alone: the others never came).
-    again = run_ranks(1, lambda r: layer.copy_engine_group(groups[0], copy_engine=True))
+    again = rank_outcomes(1, lambda r: layer.copy_engine_group(groups[0], copy_engine=True))
     assert again[0][0] == "raised" and str(again[0][1]) == message
     assert groups[0].rendezvous.collectives == before
 
@@ -516,13 +496,13 @@ def test_ranks_that_would_make_the_group_differently_vote_no(torch_layer, vote, 
     monkeypatch.setattr(layer.dist.distributed_c10d, "_get_default_group",
                         lambda: lazy if getattr(current, "rank", 0) == 1 else eager)
     groups = torch_stand_in.make_group(3)
-    out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    out = rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     assert all(kind == "raised" and isinstance(e, errors.Unsupported) for kind, e in out), out
     (message,) = {str(e) for _, e in out}
     assert ("rank 1 votes no: this rank would make the group with dist.new_group (WORLD made without device_id), rank 0 "
             "with dist.split_group (WORLD made with device_id)") in message, message
     assert not calls(layer, "split_group") and not calls(layer, "new_group")
-    assert run_ranks(3, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 3  # auto: off, the same
+    assert rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r])) == [("ok", None)] * 3  # auto: off, the same
 
 
 @pytest.mark.parametrize("failure", ["Options() raises", "config refuses cta_policy", "no cta_policy"])
@@ -551,7 +531,7 @@ def test_one_ranks_torch_failing_before_the_group_is_its_no(torch_layer, vote, m
 
     monkeypatch.setattr(layer.dist.ProcessGroupNCCL, "Options", per_rank({2: broken}, torch_stand_in._options))
     groups = torch_stand_in.make_group(3)
-    out = run_ranks(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    out = rank_outcomes(3, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     assert all(kind == "raised" and isinstance(e, errors.Unsupported) for kind, e in out), out
     (message,) = {str(e) for _, e in out}
     expected = {"Options() raises": "checking this torch for CTA policies failed: RuntimeError: CUDA error: out of memory",
@@ -569,14 +549,14 @@ def test_destroying_groups_in_another_order_on_one_rank_ends_the_same(torch_laye
     vote(yes)
     layer.init()
     groups = torch_stand_in.make_group(2)
-    zeros = [z for _, z in run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
+    zeros = [z for _, z in rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
 
     def teardown(r):
         order = [groups[r], zeros[r]] if r == 0 else [zeros[r], groups[r]]
         for g in order:
             layer.dist.destroy_process_group(g)
 
-    assert run_ranks(2, teardown) == [("ok", None)] * 2
+    assert rank_outcomes(2, teardown) == [("ok", None)] * 2
     for r in range(2):
         assert sum(g is zeros[r] for g in layer.dist.destroyed) == 1 and sum(g is groups[r] for g in layer.dist.destroyed) == 1
         assert layer.copy_engine._decision_of(groups[r]) is None
@@ -602,7 +582,7 @@ def test_registration_with_the_zero_group_failing_on_one_rank_fails_every_rank(t
     vote(yes)
     import ncclpool.torch.fsdp as helper
     groups = torch_stand_in.make_group(2, desc="shard")
-    zeros = [z for _, z in run_ranks(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
+    zeros = [z for _, z in rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))]
     sims, sim_lock = {}, threading.Lock()
 
     def comm_ptr(group, device):  # one simulated communicator per group (its ranks' handles share a rendezvous)
@@ -624,7 +604,7 @@ def test_registration_with_the_zero_group_failing_on_one_rank_fails_every_rank(t
     next(iter(sims.values()))[1].inject_failure("register_window", rank=1)
     ags = [helper.PoolAllGather(mempools[r], [zeros[r]], None, copy_engine_group=zeros[r], shard_group=groups[r])
            for r in range(2)]
-    out = run_ranks(2, lambda r: ags[r].allocate((16,), dtype=None, device=None))
+    out = rank_outcomes(2, lambda r: ags[r].allocate((16,), dtype=None, device=None))
     assert [kind for kind, _ in out] == ["raised"] * 2, out
     assert all(isinstance(e, errors.Error) for _, e in out), out
     tables = [len(layer.binding.binding_of(m).attachments) for m in mempools]
@@ -644,7 +624,7 @@ def test_fsdp_groups_of_other_ranks_decide_on_their_own(fsdp, vote):
     shard = [a[0], a[1], b[0], b[1]]
     models = [fsdp.Block(shard[r], [fsdp.Block(shard[r])]) for r in range(4)]
     mempools = [fsdp.pool(symmetric=True) for _ in range(4)]
-    out = run_ranks(4, lambda r: fsdp.helper.enable(models[r], mempools[r]))
+    out = rank_outcomes(4, lambda r: fsdp.helper.enable(models[r], mempools[r]))
     assert out == [("ok", 2)] * 4
     for r in range(4):
         ce = [b.ag.copy_engine_group for b in models[r].modules()]
@@ -652,7 +632,7 @@ def test_fsdp_groups_of_other_ranks_decide_on_their_own(fsdp, vote):
         why = layer.stats(mempools[r])["copy_engine"]["why"]
         assert why.startswith("on: every rank of 2 votes yes") if r < 2 else why == f"off: rank 1 (global rank 3) votes no: {off}"
     # copy_engine=True on every rank: B's ranks raise the same error, A's are on (already decided: no new vote).
-    out = run_ranks(4, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True))
+    out = rank_outcomes(4, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True))
     assert out[:2] == [("ok", 2)] * 2 and {str(e) for _, e in out[2:]} == {
         f"ncclpool.torch.copy_engine_group(copy_engine=True) over 2 ranks: rank 1 (global rank 3) votes no: {off}"}
 
@@ -662,7 +642,7 @@ def test_fsdp_ranks_asking_differently_fail_together_before_configuring(fsdp, vo
     shards = torch_stand_in.make_group(2, desc="shard")
     models = [fsdp.Block(shards[r], [fsdp.Block(shards[r])]) for r in range(2)]
     mempools = [fsdp.pool(symmetric=True) for _ in range(2)]
-    out = run_ranks(2, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True if r == 0 else None))
+    out = rank_outcomes(2, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True if r == 0 else None))
     assert all(kind == "raised" and isinstance(e, errors.AgreementError) for kind, e in out), out
     assert all(b.ag is None for m in models for b in m.modules())
 
@@ -695,14 +675,14 @@ def test_ranks_on_different_nodes_agree_off_alike_and_true_raises_everywhere(tor
     vote(yes)
     monkeypatch.setattr(layer.copy_engine, "_node", lambda: 0x1000 + getattr(current, "rank", 0) // 2)  # 2 ranks per node
     groups = torch_stand_in.make_group(4, desc="dp")
-    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r]))
+    out = rank_outcomes(4, lambda r: layer.copy_engine_group(groups[r]))
     assert [kind for kind, _ in out] == ["ok"] * 4, out
     assert all(result is None for _, result in out)
     whys = {layer.copy_engine._decision_of(g).why for g in groups}
     assert len(whys) == 1 and "spans 2 nodes" in whys.pop()
     assert not calls(layer, "split_group") and not calls(layer, "new_group")
     groups = torch_stand_in.make_group(4, desc="tp")
-    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    out = rank_outcomes(4, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     assert [kind for kind, _ in out] == ["raised"] * 4, out
     messages = {str(e) for _, e in out}
     assert len(messages) == 1 and "spans 2 nodes" in messages.pop()
@@ -720,7 +700,7 @@ def test_an_unknown_node_is_a_vote_not_a_skipped_collective(torch_layer, vote, m
 
     monkeypatch.setattr(ncclpool, "node_id", node_id, raising=False)
     groups = torch_stand_in.make_group(2, desc="dp")
-    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r]))
+    out = rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r]))
     assert [kind for kind, _ in out] == ["ok", "ok"] and all(result is None for _, result in out), out
     assert "spans 2 nodes" in layer.copy_engine._decision_of(groups[0]).why
 
@@ -730,12 +710,12 @@ def test_one_rank_of_four_on_another_node_turns_it_off_on_every_rank(torch_layer
     vote(yes)
     monkeypatch.setattr(layer.copy_engine, "_node", lambda: 0x2000 if getattr(current, "rank", 0) == 3 else 0x1000)
     groups = torch_stand_in.make_group(4, desc="dp")
-    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r]))
+    out = rank_outcomes(4, lambda r: layer.copy_engine_group(groups[r]))
     assert [kind for kind, _ in out] == ["ok"] * 4 and all(result is None for _, result in out), out
     whys = {layer.copy_engine._decision_of(g).why for g in groups}
     assert len(whys) == 1 and "spans 2 nodes" in whys.pop()
     groups = torch_stand_in.make_group(4, desc="tp")
-    out = run_ranks(4, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
+    out = rank_outcomes(4, lambda r: layer.copy_engine_group(groups[r], copy_engine=True))
     assert [kind for kind, _ in out] == ["raised"] * 4 and all(isinstance(e, ncclpool.Unsupported) for _, e in out), out
     assert len({str(e) for _, e in out}) == 1
     assert not calls(layer, "split_group") and not calls(layer, "new_group")
@@ -752,7 +732,7 @@ def test_ranks_whose_nodes_are_all_unknown_are_not_taken_for_one_node(torch_laye
 
     monkeypatch.setattr(ncclpool, "node_id", node_id, raising=False)
     groups = torch_stand_in.make_group(2, desc="dp")
-    out = run_ranks(2, lambda r: layer.copy_engine_group(groups[r]))
+    out = rank_outcomes(2, lambda r: layer.copy_engine_group(groups[r]))
     assert [kind for kind, _ in out] == ["ok", "ok"] and all(result is None for _, result in out), out
     why = layer.copy_engine._decision_of(groups[0]).why
     assert "spans 2 nodes" in why and why == layer.copy_engine._decision_of(groups[1]).why

@@ -11,7 +11,8 @@ import threading
 import ncclpool
 from ncclpool import errors
 
-from test_sglang_lockstep import run_ranks, App
+from ranks import run_ranks
+from test_sglang_lockstep import App
 
 MiB = 1 << 20
 

@@ -13,10 +13,10 @@ import ncclpool
 import torch_stand_in
 from ncclpool import errors
 
+from ranks import rank_outcomes, run_ranks
 from test_sglang_lockstep import App
-from test_sglang_lockstep import run_ranks as run_sim_ranks
 from test_torch_lockstep import rig
-from test_torch_copy_engine import fsdp, vote, yes, run_ranks, current  # noqa: F401
+from test_torch_copy_engine import fsdp, vote, yes  # noqa: F401
 
 MiB = 1 << 20
 
@@ -38,7 +38,7 @@ def test_fsdp_enable_copy_engine_true_with_a_local_pool_on_one_rank(fsdp, vote):
     shards = torch_stand_in.make_group(2, desc="shard")
     models = [fsdp.Block(shards[r], [fsdp.Block(shards[r])]) for r in range(2)]
     mempools = [fsdp.pool(symmetric=(r != 0)) for r in range(2)]
-    out = run_ranks(2, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True))
+    out = rank_outcomes(2, lambda r: fsdp.helper.enable(models[r], mempools[r], copy_engine=True))
     kinds = [(k, type(e).__name__, str(e)[:160]) for k, e in out]
     assert all(k == "raised" for k, _ in out), kinds
     assert not any("Broken" in name for _, name, _ in kinds), f"a rank waited for a vote another skipped: {kinds}"
@@ -97,7 +97,7 @@ def test_graph_reserve_differs_on_one_rank(torch_layer, monkeypatch, fault):
         return err, app
 
     try:
-        results, failures = run_sim_ranks(2, rank)
+        results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
     assert failures == [None] * 2, failures
@@ -147,7 +147,7 @@ def test_deregister_failing_on_one_rank(torch_layer, monkeypatch, op):
         return err, app
 
     try:
-        results, failures = run_sim_ranks(2, rank)
+        results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
     assert failures == [None] * 2, failures
@@ -186,7 +186,7 @@ def test_register_local_failing_on_one_rank_auto_pool(torch_layer, monkeypatch):
         return err, app
 
     try:
-        results, failures = run_sim_ranks(2, rank)
+        results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
     assert failures == [None] * 2, failures
@@ -245,7 +245,7 @@ def test_check_collectives_buffers_differ_on_one_rank(torch_layer, monkeypatch, 
         return err, app
 
     try:
-        results, failures = run_sim_ranks(2, rank)
+        results, failures = run_ranks(2, rank)
     finally:
         layer.checks.check_collectives(False) if hasattr(layer, "checks") else None
         forget_all(layer, mempools.values())
@@ -299,7 +299,7 @@ def test_fsdp_allocate_raising_on_one_rank(torch_layer, monkeypatch, which):
         return err, app
 
     try:
-        results, failures = run_sim_ranks(2, rank)
+        results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
     assert failures == [None] * 2, failures

@@ -8,7 +8,8 @@ import pytest
 import ncclpool
 from ncclpool import errors
 
-from test_sglang_lockstep import run_ranks, App
+from ranks import run_ranks
+from test_sglang_lockstep import App
 from test_torch_lockstep import rig
 
 MiB = 1 << 20

@@ -48,43 +48,16 @@ import as_nodes_support as support  # noqa: E402
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from ncclpool.torch import copy_engine  # noqa: E402
-from check_support import destroy_within, passed_everywhere  # noqa: E402  (this folder)
-import check_support  # noqa: E402
+from check_support import Checks  # noqa: E402  (this folder)
 
 MiB = 1 << 20
 NO_PROFILE = "/nonexistent/ncclpool-check-as-nodes/profile.json"  # auto pools and the copy-engine vote: no profile
 rank = world_size = device = per_node = nodes = 0
-failures = []  # (name, gate)
-notes = []     # what the RESULT line says besides ok/FAILED
+checks = Checks()  # check(name, gate=False): a failure that leaves the ranks in step, later checks still run
+log, check, same_everywhere = checks.log, checks.check, checks.same_everywhere
+failures, notes = checks.failures, checks.notes
 state = {}     # what a check found that a later one needs
 log_path = ""  # this rank's NCCL log
-
-
-def log(msg):
-    if rank == 0:
-        print(msg, flush=True)
-
-
-def check(name, gate=True):
-    """Runs a check on every rank; one failing rank fails it (a MIN over WORLD). After a failed gate
-    check the later checks are skipped: their collectives could pair with the failed one's. A check
-    made with gate=False runs all its collectives before it asserts anything, so its failure leaves
-    the ranks in step and the later checks still run."""
-    def wrap(fn):
-        if any(g for _, g in failures):
-            log(f"CHECK {name}: skipped (an earlier check failed)")
-            return fn
-        passed = passed_everywhere(fn, device)
-        if not passed:
-            failures.append((name, gate))
-        log(f"CHECK {name}: {'ok' if passed else 'FAILED'}")
-        return fn
-    return wrap
-
-
-def same_everywhere(value):
-    """Every rank's `value` (picklable), gathered: [rank 0's, rank 1's, ...]."""
-    return check_support.same_everywhere(value, world_size)
 
 
 def inputs(count, salt):
@@ -370,13 +343,8 @@ def log_check():
 
 
 def teardown(timeout_s=120.0):
-    """destroy_process_group() within timeout_s on every rank (teardown.destroy_within), as a CHECK line."""
-    everyone, seconds, oks = destroy_within(rank, world_size, "ncclpool_as_nodes_teardown", timeout_s)
-    log(f"CHECK destroy_process_group finishes within {timeout_s:.0f} s on every rank: "
-        f"{'ok' if everyone else 'FAILED'} (rank 0: {seconds:.1f} s; {oks}/{world_size} ranks ok)")
-    if not everyone:
-        failures.append(("teardown", True))
-    notes.append(f"teardown {seconds:.1f} s")
+    """destroy_process_group() within timeout_s on every rank, as a CHECK line (check_support)."""
+    checks.teardown("ncclpool_as_nodes_teardown", timeout_s)
 
 def prepare_environment(args):
     """Before NCCL starts in this process: its log into a file of its own, NVLink multicast off, the
@@ -411,6 +379,7 @@ def main():
     args = ap.parse_args()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = int(os.environ.get("LOCAL_RANK", rank))
+    checks.rank, checks.world_size, checks.device = rank, world_size, device
     gpus = torch.cuda.device_count()
     if world_size < 2 or gpus < 2:
         log(f"check_as_nodes: needs 2 GPUs ({world_size} rank(s), {gpus} GPU(s) visible): one rank has no other node to reach")
@@ -441,9 +410,8 @@ def main():
         log_check()
     dist.barrier()
     teardown()
-    names = [name for name, _ in failures]
     net = state.get("nets", "?")
-    finish(1 if failures else 0, f"{'ok' if not failures else 'FAILED: ' + ', '.join(names)} ({world_size} ranks as {nodes} nodes "
+    finish(1 if failures else 0, f"{'ok' if not failures else 'FAILED: ' + ', '.join(failures)} ({world_size} ranks as {nodes} nodes "
            f"over NET/{net}; NCCL {f['nccl_version']}{'; NCCL_WIN_ENABLE=0' if args.win_enable_off else ''}; {'; '.join(notes)})")
 
 

@@ -37,39 +37,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "py
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from ncclpool.torch import copy_engine  # noqa: E402
-from check_support import destroy_within, passed_everywhere  # noqa: E402  (this folder)
-import check_support  # noqa: E402
+from check_support import Checks  # noqa: E402  (this folder)
 
 MiB = 1 << 20
 ZERO = 2  # NCCL_CTA_POLICY_ZERO
 rank = world_size = device = 0
-failures = []
-notes = []  # what the RESULT line says besides ok/FAILED
-
-
-def log(msg):
-    if rank == 0:
-        print(msg, flush=True)
-
-
-def check(name):
-    """Runs a check on every rank; one failing rank fails it (a MIN over WORLD). After a failure the
-    later checks are skipped: their collectives could pair with a failed check's."""
-    def wrap(fn):
-        if failures:
-            log(f"CHECK {name}: skipped (an earlier check failed)")
-            return fn
-        passed = passed_everywhere(fn, device)
-        if not passed:
-            failures.append(name)
-        log(f"CHECK {name}: {'ok' if passed else 'FAILED'}")
-        return fn
-    return wrap
-
-
-def same_everywhere(value):
-    """Every rank's `value`, gathered: [rank 0's, rank 1's, ...]."""
-    return check_support.same_everywhere(value, world_size)
+checks = Checks()  # every check is a gate: after a failure the later ones are skipped
+log, check, same_everywhere = checks.log, checks.check, checks.same_everywhere
+failures, notes = checks.failures, checks.notes
 
 
 def cta_policy_support():
@@ -91,13 +66,8 @@ def cta_policy_of(group):
 
 
 def teardown(timeout_s=120.0):
-    """destroy_process_group() within timeout_s on every rank (teardown.destroy_within), as a CHECK line."""
-    everyone, seconds, oks = destroy_within(rank, world_size, "ncclpool_ce_teardown", timeout_s)
-    log(f"CHECK destroy_process_group finishes within {timeout_s:.0f} s on every rank: "
-        f"{'ok' if everyone else 'FAILED'} (rank 0: {seconds:.1f} s; {oks}/{world_size} ranks ok)")
-    if not everyone:
-        failures.append("teardown")
-    notes.append(f"teardown {seconds:.1f} s")
+    """destroy_process_group() within timeout_s on every rank, as a CHECK line (check_support)."""
+    checks.teardown("ncclpool_ce_teardown", timeout_s)
 
 
 def main_checks():
@@ -295,6 +265,7 @@ def main():
     args = ap.parse_args()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = int(os.environ.get("LOCAL_RANK", rank))
+    checks.rank, checks.world_size, checks.device = rank, world_size, device
     os.environ.setdefault("NCCLPOOL_SYMMETRIC_KERNELS", "on")  # the copy-engine route needs symmetric kernels on
     for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
         os.environ[var] = "0" if var == "NCCL_NVLS_ENABLE" else "1"

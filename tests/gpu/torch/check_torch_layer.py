@@ -24,32 +24,14 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "python"))
 import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
-from check_support import passed_everywhere  # noqa: E402  (this folder)
+from check_support import Checks  # noqa: E402  (this folder)
 
 MiB = 1 << 20
 rank = world_size = device = 0
-failures = []
-
-
-def log(msg):
-    if rank == 0:
-        print(msg, flush=True)
-
-
-def check(name):
-    """Runs a check on every rank; all ranks agree on the outcome (one failing rank fails it). After a
-    failure the later checks are skipped (their collectives could pair with a failed check's and wait
-    out the agreement timeout each: minutes of GPU time); NCCLPOOL_CHECK_KEEP_GOING=1 runs them."""
-    def wrap(fn):
-        if failures and os.environ.get("NCCLPOOL_CHECK_KEEP_GOING") != "1":
-            log(f"CHECK {name}: skipped (an earlier check failed; NCCLPOOL_CHECK_KEEP_GOING=1 runs it)")
-            return fn
-        passed = passed_everywhere(fn, device)
-        if not passed:
-            failures.append(name)
-        log(f"CHECK {name}: {'ok' if passed else 'FAILED'}")
-        return fn
-    return wrap
+# After a failure the later checks are skipped (their collectives could pair with a failed check's and
+# wait out the agreement timeout each: minutes of GPU time); NCCLPOOL_CHECK_KEEP_GOING=1 runs them.
+checks = Checks(keep_going_variable="NCCLPOOL_CHECK_KEEP_GOING")
+log, check, failures = checks.log, checks.check, checks.failures
 
 
 def groups_fsdp_ep():
@@ -72,6 +54,7 @@ def main():
     global rank, world_size, device
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = int(os.environ.get("LOCAL_RANK", rank))
+    checks.rank, checks.world_size, checks.device = rank, world_size, device
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", device_id=torch.device("cuda", device))
     world = dist.group.WORLD
