@@ -1,7 +1,8 @@
 // GPU suite for the segment sources: the typed pool suite over `cuda`, `vmm` (device memory) and
-// `vmm` host-NUMA, writing and reading device memory through the driver; then stream ordering on
+// `vmm` host-NUMA, the pool-kind suite over `cuda` and `vmm`, writing and reading device memory through the driver; then stream ordering on
 // real CUDA streams and pool behaviour under graph capture. Run by scripts/gpu-check.sh.
 
+#include "common/pool_kind_suite.hpp"
 #include "common/pool_suite.hpp"
 
 #include "bench_driver.hpp"
@@ -78,6 +79,9 @@ struct VmmHostFixture : DeviceMemory {
 
 using GpuFixtures = ::testing::Types<CudaFixture, VmmFixture, VmmHostFixture>;
 INSTANTIATE_TYPED_TEST_SUITE_P(Gpu, PoolSuite, GpuFixtures);
+// Both pool kinds (single, auto: pool_kind_suite.hpp) over `cuda` and `vmm` device memory.
+using GpuPoolKinds = ::testing::Types<SingleKind<CudaFixture>, AutoKind<CudaFixture>, SingleKind<VmmFixture>, AutoKind<VmmFixture>>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Gpu, PoolKindSuite, GpuPoolKinds, PoolKindName);
 
 namespace {
 

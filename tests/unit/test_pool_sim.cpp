@@ -1,6 +1,7 @@
-// The typed pool suite over the simulator, plus the rules that need the simulator's knobs:
+// The typed pool suite and the pool-kind suite (single, auto) over the simulator, plus the rules that need the simulator's knobs:
 // stream-ordered reuse, OOM release-and-retry, observer hooks, fault injection.
 
+#include "../common/pool_kind_suite.hpp"
 #include "../common/pool_suite.hpp"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,8 @@
 namespace ncclpool::testing {
 
 INSTANTIATE_TYPED_TEST_SUITE_P(Sim, PoolSuite, ::testing::Types<SimFixture>);
+using SimPoolKinds = ::testing::Types<SingleKind<SimFixture>, AutoKind<SimFixture>>;
+INSTANTIATE_TYPED_TEST_SUITE_P(Sim, PoolKindSuite, SimPoolKinds, PoolKindName);
 
 namespace {
 
