@@ -50,6 +50,9 @@ class NCCLPOOL_API AutoPool final : public RegisteredPool {
   /// @throws as Registry::attach; AgreementError when ranks route differently or one could not attach.
   void attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) override;
   [[nodiscard]] bool chooses_kinds() const noexcept override { return true; }
+  /// The routes (any collective's, and each collective's where they differ), their source, whether
+  /// they are fixed, and each part's placement, sizes and counters (auto_pool_json.cpp).
+  [[nodiscard]] std::string routes_json() const override;
 
   /// The part for this kind.
   [[nodiscard]] const PoolPart& part(RegistrationKind kind) const noexcept { return parts_[static_cast<std::size_t>(kind)]; }

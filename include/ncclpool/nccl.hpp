@@ -194,6 +194,10 @@ struct CopyEngineVote {
   std::string why;               ///< the vote in words, for errors, stats and `ncclpool info`
 };
 
+/// The first NCCL version (2.28.0) with ncclConfig_t.CTAPolicy and NCCL_CTA_POLICY_ZERO: NCCL's
+/// copy-engine collectives (the vote above, and the tools that make such communicators).
+inline constexpr int kNcclFirstWithCtaPolicy = 22800;
+
 /// What a caller asks of copy_engine_vote: auto (the profile), on or off.
 enum class CopyEngineRequest { automatic = -1, off = 0, on = 1 };
 

@@ -59,6 +59,16 @@ NCCLPOOL_C_API const char* ncclpool_last_error(void);
 NCCLPOOL_C_API ncclpool_status_t ncclpool_last_status(void);
 NCCLPOOL_C_API void ncclpool_clear_last_error(void);
 
+/* ---- Names of the enums' values ---- */
+typedef enum ncclpool_names {
+  NCCLPOOL_NAMES_SOURCE = 0,       /* ncclpool_source_t: "auto", "sim", "cuda", "vmm", "vmm_host_numa", "nccl" */
+  NCCLPOOL_NAMES_REGISTRATION = 1, /* ncclpool_registration_t: "default", "local", "symmetric", "auto" */
+  NCCLPOOL_NAMES_COLLECTIVE = 2    /* ncclpool_collective_t: "any", "all_gather", "reduce_scatter", "all_reduce" */
+} ncclpool_names_t;
+/* The name of `value` in the enum `names` (an ncclpool_names_t), or NULL for a value it does not have
+ * (static storage). Bindings build or check their name tables with it. */
+NCCLPOOL_C_API const char* ncclpool_value_name(int names, int value);
+
 /* ---- Version and features ---- */
 /* The version of project() in CMakeLists.txt, which configuring checks these against. */
 #define NCCLPOOL_VERSION_MAJOR 0
@@ -121,14 +131,18 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_node_id(uint64_t* node);
 typedef struct ncclpool_pool_s* ncclpool_pool_t;
 typedef struct ncclpool_comm_s* ncclpool_comm_t;
 
-typedef enum ncclpool_source {
-  NCCLPOOL_SOURCE_AUTO = 0,          /* vmm when a GPU is there, else sim */
-  NCCLPOOL_SOURCE_SIM = 1,           /* host memory standing in for a device (CPU tests) */
-  NCCLPOOL_SOURCE_CUDA = 2,          /* cuMemAlloc: local registration only, no windows */
-  NCCLPOOL_SOURCE_VMM = 3,           /* cuMem device memory with shareable handles: windows OK */
-  NCCLPOOL_SOURCE_VMM_HOST_NUMA = 4, /* cuMem host memory on the device's NUMA node */
-  NCCLPOOL_SOURCE_NCCL = 5           /* ncclMemAlloc: windows OK */
-} ncclpool_source_t;
+/* The segment sources a pool can be created with: X(UPPER, value, name, doc), the one list (the enum
+ * below, the names ncclpool_value_name gives, which the Python package checks its table against). */
+#define NCCLPOOL_SOURCES(X)                                                                  \
+  X(AUTO, 0, auto, "vmm when a GPU is there, else sim")                                      \
+  X(SIM, 1, sim, "host memory standing in for a device (CPU tests)")                         \
+  X(CUDA, 2, cuda, "cuMemAlloc: local registration only, no windows")                        \
+  X(VMM, 3, vmm, "cuMem device memory with shareable handles: windows OK")                   \
+  X(VMM_HOST_NUMA, 4, vmm_host_numa, "cuMem host memory on the device's NUMA node")          \
+  X(NCCL, 5, nccl, "ncclMemAlloc: windows OK")
+#define NCCLPOOL_SOURCE_ENUMERATOR(upper, value, name, doc) NCCLPOOL_SOURCE_##upper = value,
+typedef enum ncclpool_source { NCCLPOOL_SOURCES(NCCLPOOL_SOURCE_ENUMERATOR) } ncclpool_source_t;
+#undef NCCLPOOL_SOURCE_ENUMERATOR
 
 typedef enum ncclpool_registration {
   NCCLPOOL_REGISTRATION_DEFAULT = -1, /* the pool's default_registration */

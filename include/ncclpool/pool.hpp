@@ -70,15 +70,25 @@ struct BlockLocation {
 
 /// Where a pool's reserved bytes are, at one moment (Pool::memory_breakdown): why the pool is bigger
 /// than what is live. reserved = requested + rounding + free_in_used_segments + empty_segments.
+/// Its fields, X(name, doc), the one list: the members, the sum over an auto pool's parts and the JSON
+/// (ncclpool_pool_stats_json's "breakdown", replay's "at_peak") are made from it.
+#define NCCLPOOL_MEMORY_BREAKDOWN_FIELDS(X)                                                               \
+  X(reserved, "bytes in segments")                                                                        \
+  X(requested, "what the live allocations asked for")                                                     \
+  X(rounding, "live blocks beyond their request (alignment, unsplit excess)")                             \
+  X(free_in_used_segments, "free blocks in segments that hold a live block")                              \
+  X(never_used, "of those: memory never handed out (the rest of a chunk)")                                \
+  X(other_streams_only, "of those: blocks only their stream may take now (unpublished)")                  \
+  X(empty_segments, "segments with no live block (trim releases them; windows need a collective trim)")
 struct MemoryBreakdown {
-  std::size_t reserved = 0;
-  std::size_t requested = 0;               ///< what the live allocations asked for
-  std::size_t rounding = 0;                ///< live blocks beyond their request (alignment, unsplit excess)
-  std::size_t free_in_used_segments = 0;   ///< free blocks in segments that hold a live block
-  std::size_t never_used = 0;              ///< of those: memory never handed out (the rest of a chunk)
-  std::size_t other_streams_only = 0;      ///< of those: blocks only their stream may take now (unpublished)
-  std::size_t empty_segments = 0;          ///< segments with no live block (trim releases them; windows need a collective trim)
+#define NCCLPOOL_MEMORY_BREAKDOWN_MEMBER(name, doc) std::size_t name = 0;
+  NCCLPOOL_MEMORY_BREAKDOWN_FIELDS(NCCLPOOL_MEMORY_BREAKDOWN_MEMBER)
+#undef NCCLPOOL_MEMORY_BREAKDOWN_MEMBER
+  /// Adds another part's breakdown (every field sums).
+  NCCLPOOL_API MemoryBreakdown& operator+=(const MemoryBreakdown& other) noexcept;
 };
+/// @brief The breakdown as one JSON object (key names = the field names, in the list's order).
+NCCLPOOL_API std::string to_json(const MemoryBreakdown& breakdown);
 
 /// @brief Told of segment creation and release. Callbacks run under the pool lock.
 class NCCLPOOL_API PoolObserver {

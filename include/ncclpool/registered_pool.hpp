@@ -61,6 +61,9 @@ class NCCLPOOL_API RegisteredPool {
   virtual void attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) = 0;
   /// Whether the pool chooses each part's kind itself (attach with no kind).
   [[nodiscard]] virtual bool chooses_kinds() const noexcept = 0;
+  /// What the pool routes where, as a JSON object (an auto pool: its routes, where they came from,
+  /// each part's counters); "" for a pool that routes nothing. ncclpool_pool_stats_json's "routes".
+  [[nodiscard]] virtual std::string routes_json() const { return {}; }
 
   // ---- The same for every kind, over the parts ----
 

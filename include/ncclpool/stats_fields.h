@@ -14,7 +14,8 @@
  *          LOCAL, SYMMETRIC, or AUTO for an attach with no kind).
  *          In C every size_t and uint64 field is a uint64_t.
  *   merge  how the counters of an auto pool's parts add up (operator+=): sum; max (the largest
- *          blocks: a request is served by one part); symmetric_if_any (the registration kind);
+ *          blocks: a request is served by one part); costliest (the registration kind: kinds are
+ *          in increasing order of cost, so symmetric where any part has windows);
  *          any (a flag set where any part sets it);
  *          none (fields C++ does not have).
  *   scope  both: a member of the C++ struct, copied into the C one; c_only: the C ABI's alone,
@@ -65,7 +66,7 @@
 /* ---- One attached communicator's counters: ncclpool::CommunicatorStats (an auto pool's: summed
  * over the parts it is attached to) and ncclpool_comm_stats_t. ---- */
 #define NCCLPOOL_COMM_STATS_FIELDS(X)                                                                   \
-  X(registration, kind, symmetric_if_any, both,                                                        \
+  X(registration, kind, costliest, both,                                                               \
     "how it is registered: symmetric where any part has windows with it, else local; in C the "        \
     "ncclpool_registration_t it was attached with (AUTO for an auto pool)")                            \
   X(int, rank, none, c_only, "its rank")                                                               \
@@ -128,8 +129,8 @@
 #define NCCLPOOL_STATS_MERGE_sum(name) name += other.name;
 #define NCCLPOOL_STATS_MERGE_max(name) \
   if (name < other.name) name = other.name;
-#define NCCLPOOL_STATS_MERGE_symmetric_if_any(name) \
-  if (other.name == ::ncclpool::RegistrationKind::symmetric) name = other.name;
+#define NCCLPOOL_STATS_MERGE_costliest(name) \
+  if (other.name > name) name = other.name;
 #define NCCLPOOL_STATS_MERGE_any(name) \
   if (other.name != 0) name = other.name;
 #define NCCLPOOL_STATS_MERGE_none(name)

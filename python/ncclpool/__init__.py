@@ -25,7 +25,7 @@ from . import errors
 from ._arguments import (_CHECK_NAMES, _KIND_NAMES, _SIZE_MAX, _SOURCE_NAMES, CHECK_LEVELS, COLLECTIVES, REGISTRATIONS,
                          SOURCES, _check_level, _collective, _growth_chunk_from_env, _kind, _min_segment_from_env, _size,
                          _stream)
-from ._capi import Features, PoolOptions, _struct_to_dict, call, library, library_path, raise_last, read_stats
+from ._capi import Features, PoolOptions, call, features_dict, library, library_path, raise_last, read_stats
 from .communicator import Communicator
 from .errors import (AgreementError, BackendError, DoubleFree, Error, ForeignPointer, InvalidArgument,
                      InvalidPointer, InvalidState, OutOfMemory, RegistrationError, SizeTooLarge, Unsupported)
@@ -66,16 +66,7 @@ def features() -> dict:
     f = Features()
     f.struct_size = ctypes.sizeof(Features)
     call("ncclpool_get_features", byref(f))
-    out = _struct_to_dict(f)
-    del out["struct_size"]
-    for key in ("built_with_cuda", "cuda_available", "nccl_available", "nccl_windows", "nccl_reused_loaded", "symmetric_ctas_decided",
-                "symmetric_kernels_decided", "symmetric_kernels_enabled", "symmetric_kernels_hazard"):
-        out[key] = bool(out[key])
-    out["nccl_library"] = f.nccl_library.decode(errors="replace")
-    out["why_not"] = f.why_not.decode(errors="replace")
-    out["symmetric_ctas_source"] = f.symmetric_ctas_source.decode(errors="replace")
-    out["nccl_other_library"] = f.nccl_other_library.decode(errors="replace")
-    out["symmetric_kernels_why"] = f.symmetric_kernels_why.decode(errors="replace")
+    out = features_dict(f)
     out["library"] = library_path()
     return out
 

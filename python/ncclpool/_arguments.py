@@ -7,13 +7,34 @@ from ctypes import c_size_t, c_void_p
 
 from . import _environment
 
-from .errors import InvalidArgument, SizeTooLarge
+from .errors import InternalError, InvalidArgument, SizeTooLarge
 
+# The C enums' names and values (ncclpool_source_t, ncclpool_registration_t, ncclpool_collective_t):
+# checked against the library's own (ncclpool_value_name) when it loads (check_names), as the stats
+# structs are built from its tables; None stands for the C default.
 SOURCES = {"auto": 0, "sim": 1, "cuda": 2, "vmm": 3, "vmm_host_numa": 4, "nccl": 5}
 REGISTRATIONS = {None: -1, "default": -1, "local": 0, "symmetric": 1, "auto": 2}
 _SOURCE_NAMES = {v: k for k, v in SOURCES.items()}
-_KIND_NAMES = {0: "local", 1: "symmetric", 2: "auto"}
+_KIND_NAMES = {v: k for k, v in REGISTRATIONS.items() if k not in (None, "default")}  # what a pool or attach reports
 COLLECTIVES = {None: 0, "any": 0, "all_gather": 1, "reduce_scatter": 2, "all_reduce": 3}
+# ncclpool_names_t -> the table of that enum here.
+_C_ENUMS = {0: ("ncclpool_source_t", SOURCES), 1: ("ncclpool_registration_t", REGISTRATIONS),
+            2: ("ncclpool_collective_t", COLLECTIVES)}
+
+
+def check_names(value_name) -> None:
+    """Raises InternalError where a table above differs from the loaded library's names;
+    ``value_name(names, value)`` is its ncclpool_value_name (bytes, or None for no such value)."""
+    for names, (enum, table) in _C_ENUMS.items():
+        library = {}
+        for value in range(-1, 64):
+            name = value_name(names, value)
+            if name is not None:
+                library[name.decode()] = value
+        ours = {k: v for k, v in table.items() if k is not None}
+        if library != ours:
+            raise InternalError(f"ncclpool: {enum}'s names differ between the library {library} and the package {ours}: "
+                                "the library and the package are of different versions")
 
 
 def _collective(collective) -> int:

@@ -13,7 +13,7 @@ import os
 import threading
 from ctypes import POINTER, byref, c_char, c_char_p, c_double, c_int, c_size_t, c_uint64, c_void_p
 
-from . import _environment, errors
+from . import _arguments, _environment, errors
 
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
@@ -38,29 +38,31 @@ class PoolOptions(ctypes.Structure):
     ]
 
 
+# ncclpool_features_t's members after struct_size, in order, the one list here: (name, kind), kind
+# "flag" (an int read as a bool), "int", or a text's capacity in bytes. Features and features() are
+# made from it.
+FEATURE_FIELDS = [
+    ("built_with_cuda", "flag"), ("cuda_available", "flag"), ("cuda_device_count", "int"), ("nccl_available", "flag"),
+    ("nccl_version", "int"), ("nccl_windows", "flag"), ("nccl_reused_loaded", "flag"), ("nccl_library", 512), ("why_not", 512),
+    ("symmetric_ctas_decided", "flag"), ("symmetric_ctas", "int"), ("symmetric_ctas_source", 256),
+    ("nccl_other_copies", "int"), ("nccl_other_version", "int"), ("nccl_other_library", 512),
+    ("symmetric_kernels_decided", "flag"), ("symmetric_kernels_enabled", "flag"), ("symmetric_kernels_hazard", "flag"),
+    ("symmetric_kernels_why", 512),
+]
+
+
 class Features(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", c_size_t),
-        ("built_with_cuda", c_int),
-        ("cuda_available", c_int),
-        ("cuda_device_count", c_int),
-        ("nccl_available", c_int),
-        ("nccl_version", c_int),
-        ("nccl_windows", c_int),
-        ("nccl_reused_loaded", c_int),
-        ("nccl_library", c_char * 512),
-        ("why_not", c_char * 512),
-        ("symmetric_ctas_decided", c_int),
-        ("symmetric_ctas", c_int),
-        ("symmetric_ctas_source", c_char * 256),
-        ("nccl_other_copies", c_int),
-        ("nccl_other_version", c_int),
-        ("nccl_other_library", c_char * 512),
-        ("symmetric_kernels_decided", c_int),
-        ("symmetric_kernels_enabled", c_int),
-        ("symmetric_kernels_hazard", c_int),
-        ("symmetric_kernels_why", c_char * 512),
-    ]
+    _fields_ = [("struct_size", c_size_t)] + [(name, c_int if kind in ("flag", "int") else c_char * kind)
+                                              for name, kind in FEATURE_FIELDS]
+
+
+def features_dict(f: Features) -> dict:
+    """A filled Features as Python values: flags as bool, texts as str."""
+    out = {}
+    for name, kind in FEATURE_FIELDS:
+        value = getattr(f, name)
+        out[name] = bool(value) if kind == "flag" else value if kind == "int" else value.decode(errors="replace")
+    return out
 
 
 class _StatsField(ctypes.Structure):
@@ -132,6 +134,7 @@ _PROTOTYPES = {
     "ncclpool_clear_last_error": (None, []),
     "ncclpool_version": (c_int, []),
     "ncclpool_version_string": (c_char_p, []),
+    "ncclpool_value_name": (c_char_p, [c_int, c_int]),
     "ncclpool_get_features": (_Status, [POINTER(Features)]),
     "ncclpool_copy_engine_vote": (_Status, [c_int, c_int, c_int, POINTER(c_int), c_char_p, c_size_t]),
     "ncclpool_node_id": (_Status, [POINTER(c_uint64)]),
@@ -241,6 +244,7 @@ def library() -> ctypes.CDLL:
                 fn = getattr(lib, name)
                 fn.restype = restype
                 fn.argtypes = argtypes
+            _arguments.check_names(lib.ncclpool_value_name)  # the name tables, as the library spells its enums
             for name, (_, function) in _STATS.items():  # the stats calls take structs made from the library's tables
                 _stats_structs[name] = _build_stats_struct(lib, name)
                 getattr(lib, function).restype = _Status

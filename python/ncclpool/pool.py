@@ -69,7 +69,7 @@ class Pool:
                  agreed_settings: str | None = None):
         if source not in SOURCES:
             raise InvalidArgument(f"source {source!r} is not one of {sorted(SOURCES)}")
-        if registration not in ("local", "symmetric", "auto"):
+        if registration not in _KIND_NAMES.values():
             raise InvalidArgument(f"registration {registration!r} is not 'local', 'symmetric' or 'auto'")
         lib = library()
         options = PoolOptions()

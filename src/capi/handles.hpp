@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,17 @@ std::size_t options_size(std::size_t struct_size, const char* what);
 
 /// The C enum as the C++ one. @throws InvalidArgument for a value outside it.
 ncclpool::Collective collective_of(ncclpool_collective_t collective);
+
+/// What an ncclpool_registration_t asks for (names.cpp, the one map of those values): a kind, or
+/// nullopt for the pool's own choice (AUTO) or its default (DEFAULT, where `with_default`).
+/// @throws InvalidArgument "<what> <value> is not DEFAULT (-1), LOCAL (0), ..." for any other value.
+std::optional<ncclpool::RegistrationKind> registration_request(int value, bool with_default, const std::string& what);
+/// The ncclpool_registration_t a communicator attached with `kind` reports (stats' kind).
+int registration_value(ncclpool::RegistrationKind kind) noexcept;
+/// "local", "symmetric", "auto", "default"; "unknown" for any other value.
+const char* registration_name(int value) noexcept;
+/// The name of an ncclpool_source_t ("vmm"), or nullptr for a value outside NCCLPOOL_SOURCES.
+const char* source_name(int source) noexcept;
 
 /// Every live pool, so torch's free (which passes only a pointer) can find the owner.
 void register_pool(ncclpool_pool_s* pool);

@@ -18,37 +18,23 @@
 namespace ncclpool::capi {
 namespace {
 
-const char* source_name(ncclpool_source_t source) {
-  switch (source) {
-    case NCCLPOOL_SOURCE_AUTO: return "auto";
-    case NCCLPOOL_SOURCE_SIM: return "sim";
-    case NCCLPOOL_SOURCE_CUDA: return "cuda";
-    case NCCLPOOL_SOURCE_VMM: return "vmm";
-    case NCCLPOOL_SOURCE_VMM_HOST_NUMA: return "vmm_host_numa";
-    case NCCLPOOL_SOURCE_NCCL: return "nccl";
-  }
-  return "unknown";
-}
-
 /// Fills in every default (auto source, chunk, alignment, determinism) and checks the ranges.
 ncclpool_pool_options_t resolve(const ncclpool_pool_options_t& in) {
   ncclpool_pool_options_t out = in;
   const std::string who = "pool '" + std::string(in.name ? in.name : "ncclpool") + "'";
   if (out.default_registration == NCCLPOOL_REGISTRATION_DEFAULT) out.default_registration = NCCLPOOL_REGISTRATION_LOCAL;
-  if (out.default_registration != NCCLPOOL_REGISTRATION_LOCAL && out.default_registration != NCCLPOOL_REGISTRATION_SYMMETRIC &&
-      out.default_registration != NCCLPOOL_REGISTRATION_AUTO)
-    throw InvalidArgument(who + ": default_registration " + std::to_string(out.default_registration) + " is not LOCAL (0), SYMMETRIC (1) or AUTO (2)");
-  const bool symmetric = out.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC;
-  const bool automatic = out.default_registration == NCCLPOOL_REGISTRATION_AUTO;
-  if (out.source < NCCLPOOL_SOURCE_AUTO || out.source > NCCLPOOL_SOURCE_NCCL)
-    throw InvalidArgument(who + ": source " + std::to_string(out.source) + " is not a ncclpool_source_t");
+  // A kind (a single pool: its defaults are the kind's), or none: an auto pool, deterministic, whose
+  // parts choose their own growth chunks (make_auto_pool).
+  const std::optional<RegistrationKind> kind = registration_request(out.default_registration, /*with_default=*/false, who + ": default_registration");
+  const bool deterministic = !kind || registration_ops(*kind).needs_deterministic_pool;
+  if (source_name(out.source) == nullptr) throw InvalidArgument(who + ": source " + std::to_string(out.source) + " is not a ncclpool_source_t");
   if (out.source == NCCLPOOL_SOURCE_AUTO) out.source = cuda_available() ? NCCLPOOL_SOURCE_VMM : NCCLPOOL_SOURCE_SIM;
-  if (out.growth_chunk == 0 && !automatic) out.growth_chunk = symmetric ? kGiB : 2 * kMiB;  // auto: per part (make_auto_pool)
+  if (out.growth_chunk == 0 && kind) out.growth_chunk = registration_ops(*kind).default_growth_chunk;
   if (out.alignment == 0) out.alignment = 512;
-  if (out.deterministic < 0) out.deterministic = symmetric || automatic ? 1 : 0;
+  if (out.deterministic < 0) out.deterministic = deterministic ? 1 : 0;
   if (out.deterministic > 1) throw InvalidArgument(who + ": deterministic must be 0, 1 or -1 (auto)");
-  if ((symmetric || automatic) && out.deterministic == 0)
-    throw InvalidArgument(who + ": a pool whose default registration is " + (symmetric ? "symmetric" : "auto") +
+  if (deterministic && out.deterministic == 0)
+    throw InvalidArgument(who + ": a pool whose default registration is " + registration_name(out.default_registration) +
                           " must be deterministic (set deterministic = 1 or -1)");
   if (out.device < 0) throw InvalidArgument(who + ": device " + std::to_string(out.device) + " is negative");
   if (out.check < -1 || out.check > 2) throw InvalidArgument(who + ": check " + std::to_string(out.check) + " is not -1 (environment), 0, 1 or 2");
@@ -77,7 +63,7 @@ std::shared_ptr<SegmentSource> make_source(const ncclpool_pool_options_t& o) {
       return make_vmm_source(vmm);
     }
     case NCCLPOOL_SOURCE_NCCL: return make_nccl_source(o.device);
-    default: throw InvalidArgument(std::string("no segment source for '") + source_name(o.source) + "'");
+    default: throw InvalidArgument(std::string("no segment source for '") + (source_name(o.source) ? source_name(o.source) : "unknown") + "'");
   }
 }
 
@@ -102,57 +88,21 @@ bool windows_possible_here(const ncclpool_pool_options_t& o, std::string* why) {
   return auto_routes_windows(/*source: the part's own check*/ true, nccl.available && nccl.windows, nccl_why, symmetric_kernels_on(o.device).enabled, why);
 }
 
-std::string breakdown_json(const MemoryBreakdown& m) {
-  std::ostringstream out;
-  out << "{\"reserved\":" << m.reserved << ",\"requested\":" << m.requested << ",\"rounding\":" << m.rounding
-      << ",\"free_in_used_segments\":" << m.free_in_used_segments << ",\"never_used\":" << m.never_used
-      << ",\"other_streams_only\":" << m.other_streams_only << ",\"empty_segments\":" << m.empty_segments << "}";
-  return out.str();
-}
-
-// An auto pool's routes and parts: which sizes go where, why, and what each part holds.
-std::string routes_json(const AutoPool& r) {
-  std::ostringstream out;
-  const SizeRoutes routes = r.routes();
-  out << "{\"fixed\":" << (r.routes_fixed() ? "true" : "false") << ",\"description\":" << json_quote(routes.describe())
-      << ",\"source\":" << json_quote(r.routes_source()) << ",\"classes\":[";
-  for (std::size_t i = 0; i < routes.classes().size(); ++i)
-    out << (i ? "," : "") << "{\"min_bytes\":" << routes.classes()[i].min_bytes << ",\"placement\":\"" << to_string(routes.classes()[i].placement) << "\"}";
-  out << "],\"by_collective\":{";  // the routes of buffers named for a collective, where they differ
-  bool first = true;
-  for (Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
-    const SizeRoutes own = r.routes(c);
-    if (own == routes) continue;
-    out << (first ? "" : ",") << "\"" << to_string(c) << "\":" << json_quote(own.describe());
-    first = false;
-  }
-  out << "},\"parts\":[";
-  for (std::size_t i = 0; i < r.parts().size(); ++i) {
-    const PoolPart& part = r.parts()[i];
-    out << (i ? "," : "") << "{\"placement\":\"" << to_string(part.kind) << "\",\"growth_chunk\":" << part.pool->config().growth_chunk
-        << ",\"min_segment\":" << part.pool->config().min_segment
-        << ",\"stats\":" << part.pool->stats_json() << ",\"pending_registrations\":" << part.registry->pending() << "}";
-  }
-  out << "]}";
-  return out.str();
-}
-
 std::string full_json(ncclpool_pool_s& p) {
   const RegisteredPool& r = *p.registered;
-  const auto* automatic = dynamic_cast<const AutoPool*>(&r);
   const Registry& registry = r.first_registry();
   std::ostringstream out;
   out << "{\"name\":" << json_quote(p.name) << ",\"device\":" << p.options.device
       << ",\"source\":" << json_quote(r.parts().front().pool->source_properties().description)
-      << ",\"kind\":\"" << (automatic ? "auto" : p.options.default_registration == NCCLPOOL_REGISTRATION_SYMMETRIC ? "symmetric" : "local") << "\""
+      << ",\"kind\":\"" << registration_name(p.options.default_registration) << "\""
       << ",\"growth_chunk\":" << p.options.growth_chunk << ",\"min_segment\":" << p.options.min_segment
       << ",\"deterministic\":" << (p.options.deterministic ? "true" : "false")
       << ",\"check\":\"" << to_string(registry.check_level()) << "\""
       << ",\"stats\":" << to_json(r.stats());
-  out << ",\"breakdown\":" << breakdown_json(r.memory_breakdown());
+  out << ",\"breakdown\":" << to_json(r.memory_breakdown());
   out << ",\"pending_registrations\":" << r.pending() << ",\"scope_ends\":" << registry.scope_ends()
       << ",\"scope_period\":" << registry.scope_period() << ",\"next_committing_scope_end\":" << registry.next_committing_scope_end();
-  if (automatic) out << ",\"routes\":" << routes_json(*automatic);
+  if (const std::string routes = r.routes_json(); !routes.empty()) out << ",\"routes\":" << routes;  // an auto pool's
   const SymmetricKernels kernels = symmetric_kernels_on(p.options.device);  // process-wide, as the CTAs
   out << ",\"symmetric_kernels\":{\"decided\":" << (kernels.decided ? "true" : "false") << ",\"enabled\":" << (kernels.enabled ? "true" : "false")
       << ",\"hazard\":" << (kernels.hazard ? "true" : "false") << ",\"why\":" << json_quote(kernels.why) << "}";
@@ -185,7 +135,7 @@ std::size_t options_size(std::size_t struct_size, const char* what) {
 }
 
 Collective collective_of(ncclpool_collective_t collective) {
-  if (collective < NCCLPOOL_COLLECTIVE_ANY || collective > NCCLPOOL_COLLECTIVE_ALL_REDUCE)
+  if (collective < NCCLPOOL_COLLECTIVE_ANY || collective >= kCollectives)
     throw InvalidArgument("collective " + std::to_string(collective) + " is not ANY (0), ALL_GATHER (1), REDUCE_SCATTER (2) or ALL_REDUCE (3)");
   return static_cast<Collective>(collective);
 }

@@ -23,26 +23,14 @@ struct OpenScope {
 };
 thread_local std::vector<OpenScope> scopes;
 
-/// The kind an attach asks for: a kind, or nullopt for the pool's own choice (AUTO).
-std::optional<RegistrationKind> requested_kind(const ncclpool_pool_s& pool, ncclpool_registration_t kind) {
-  if (kind == NCCLPOOL_REGISTRATION_DEFAULT) kind = pool.options.default_registration;
-  switch (kind) {
-    case NCCLPOOL_REGISTRATION_LOCAL: return RegistrationKind::local;
-    case NCCLPOOL_REGISTRATION_SYMMETRIC: return RegistrationKind::symmetric;
-    case NCCLPOOL_REGISTRATION_AUTO:
-      if (!pool.registered->chooses_kinds())
-        throw InvalidArgument("pool '" + pool.name + "' is not an auto pool: AUTO registration needs a pool created with default_registration AUTO");
-      return std::nullopt;
-    default:
-      throw InvalidArgument("registration kind " + std::to_string(kind) + " is not DEFAULT (-1), LOCAL (0), SYMMETRIC (1) or AUTO (2)");
-  }
-}
-
 void attach(ncclpool_pool_s& pool, std::shared_ptr<Communicator> comm, ncclpool_registration_t kind, ncclpool_comm_t* out) {
   auto handle = std::make_unique<ncclpool_comm_s>();
   handle->pool = &pool;
   handle->comm = std::move(comm);
-  const std::optional<RegistrationKind> as = requested_kind(pool, kind);
+  // A kind, or none for the pool's own choice (AUTO), which a pool that does not choose refuses.
+  registration_request(kind, /*with_default=*/true, "registration kind");
+  const std::optional<RegistrationKind> as =
+      registration_request(kind == NCCLPOOL_REGISTRATION_DEFAULT ? pool.options.default_registration : kind, false, "registration kind");
   // Reserve the slot first, so that a successful attach cannot fail afterwards.
   std::lock_guard lock(pool.comms_mutex);
   pool.comms.reserve(pool.comms.size() + 1);

@@ -18,9 +18,7 @@ template <class T>
 T c_value(T value) noexcept {
   return value;
 }
-int c_value(RegistrationKind kind) noexcept {
-  return kind == RegistrationKind::symmetric ? NCCLPOOL_REGISTRATION_SYMMETRIC : NCCLPOOL_REGISTRATION_LOCAL;
-}
+int c_value(RegistrationKind kind) noexcept { return registration_value(kind); }
 
 constexpr const char* kStructSizeDoc =
     "set by the caller to sizeof the struct it passes; the library sets it to the bytes it wrote";
@@ -49,15 +47,6 @@ const StatsLayout kCommLayout{kCommFields, std::size(kCommFields), NCCLPOOL_COMM
 // One field of the C struct from the C++ one (those C++ has).
 #define NCCLPOOL_TO_C(type, name, merge, scope, doc) \
   NCCLPOOL_STATS_IF_CXX_##scope(out.name = static_cast<NCCLPOOL_STATS_C_TYPE_##type>(c_value(s.name));)
-
-const char* registration_name(int kind) noexcept {
-  switch (kind) {
-    case NCCLPOOL_REGISTRATION_LOCAL: return "local";
-    case NCCLPOOL_REGISTRATION_SYMMETRIC: return "symmetric";
-    case NCCLPOOL_REGISTRATION_AUTO: return "auto";
-    default: return "unknown";
-  }
-}
 
 // A JSON value of each field type.
 void put(std::ostream& out, std::uint64_t value) { out << value; }

@@ -38,7 +38,7 @@ CommunicatorStats RegistryImpl::stats(const Communicator& comm) const {
   std::lock_guard lock(mutex_);
   const CommState& cs = require(comm, "stats");
   CommunicatorStats s = cs.stats;
-  s.has_windows = cs.kind == RegistrationKind::symmetric ? 1 : 0;  // as RegisteredPool::stats says it
+  s.has_windows = cs.ops().windows ? 1 : 0;  // as RegisteredPool::stats says it
   s.pending = cs.pending.size();
   s.agreements_in_flight = cs.outstanding.size();
   return s;
@@ -71,7 +71,7 @@ void RegistryImpl::check_invariants() const {
     }
     if (registered != cs->stats.registered_segments || bytes != cs->stats.bytes_registered)
       fail("registration counters of " + cs->comm->describe() + " disagree with a recount");
-    if (cs->kind == RegistrationKind::local && cs->stats.registrations - cs->stats.deregistrations != registered)
+    if (!cs->ops().collective && cs->stats.registrations - cs->stats.deregistrations != registered)
       fail("registrations minus deregistrations of " + cs->comm->describe() + " do not count back to what is registered");
     pending += cs->pending.size();
   }
@@ -86,10 +86,10 @@ void RegistryImpl::check_invariants() const {
 Registry::Registry(std::shared_ptr<Pool> pool, RegistryOptions options)
     : impl_(std::make_unique<detail::RegistryImpl>(std::move(pool), options)) {}
 Registry::~Registry() = default;
-// The kind decides whether the attach is collective, so any kind but these two is refused before any
-// step ('none' would fall to the window path and register later segments inside their allocation).
+// The kind decides whether the attach is collective, so a kind that is not attachable ('none', or a
+// value outside the enum) is refused before any step.
 void Registry::attach(std::shared_ptr<Communicator> comm, RegistrationKind kind) {
-  if (kind != RegistrationKind::local && kind != RegistrationKind::symmetric)
+  if (!registration_ops(kind).attachable || registration_ops(kind).kind != kind)
     throw InvalidArgument("attach: pool '" + impl_->pool_->config().name + "' as '" + to_string(kind) +
                           "': a communicator is attached as local or symmetric ('none' registers nothing: do not attach it)");
   impl_->attach(std::move(comm), kind);

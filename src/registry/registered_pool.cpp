@@ -102,7 +102,7 @@ void RegisteredPool::detach(const Communicator& comm) {
   // stop it before the later parts' collective detaches, which the other ranks make.
   std::vector<std::size_t> order = it->parts;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return parts_[a].kind == RegistrationKind::symmetric && parts_[b].kind != RegistrationKind::symmetric;
+    return registration_ops(parts_[a].kind).collective && !registration_ops(parts_[b].kind).collective;
   });
   detail::Vote local_failure;
   for (std::size_t index : order) {
@@ -147,7 +147,7 @@ CommunicatorStats RegisteredPool::stats(const Communicator& comm) const {
     out.routed = it->requested.has_value() ? 0 : 1;
   }
   for (std::size_t index : indices) out += parts_[index].registry->stats(comm);
-  out.has_windows = out.kind == RegistrationKind::symmetric ? 1 : 0;
+  out.has_windows = registration_ops(out.kind).windows ? 1 : 0;
   return out;
 }
 
@@ -208,16 +208,7 @@ PoolStats RegisteredPool::stats() const {
 
 MemoryBreakdown RegisteredPool::memory_breakdown() const {
   MemoryBreakdown out;
-  for (const PoolPart& p : parts_) {
-    const MemoryBreakdown m = p.pool->memory_breakdown();
-    out.reserved += m.reserved;
-    out.requested += m.requested;
-    out.rounding += m.rounding;
-    out.free_in_used_segments += m.free_in_used_segments;
-    out.never_used += m.never_used;
-    out.other_streams_only += m.other_streams_only;
-    out.empty_segments += m.empty_segments;
-  }
+  for (const PoolPart& p : parts_) out += p.pool->memory_breakdown();
   return out;
 }
 
@@ -290,8 +281,8 @@ void SinglePool::reserve(std::size_t bytes) { parts_.front().pool->reserve(bytes
 void SinglePool::attach(std::shared_ptr<Communicator> comm, std::optional<RegistrationKind> kind) {
   if (!comm) throw InvalidArgument("attach: communicator is null");
   if (!kind) throw InvalidArgument("attach: pool '" + name() + "' is not an auto pool: name the kind (local or symmetric)");
-  if (*kind == RegistrationKind::none)
-    throw InvalidArgument("attach: 'none' registers nothing: a communicator is attached as local or symmetric (pool '" + name() + "')");
+  if (!registration_ops(*kind).attachable)
+    throw InvalidArgument("attach: '" + std::string(to_string(*kind)) + "' registers nothing: a communicator is attached as local or symmetric (pool '" + name() + "')");
   std::lock_guard lock(attach_mutex());
   reserve_attachment();  // so that recording a successful attach cannot throw
   parts_.front().registry->attach(comm, *kind);  // refuses a second attach itself (for windows, as its vote)

@@ -35,7 +35,7 @@ RegistryImpl::~RegistryImpl() {
     std::lock_guard lock(mutex_);
     while (!comms_.empty()) {
       CommState* cs = comms_.back().get();
-      if (cs->kind == RegistrationKind::local) {
+      if (!cs->ops().collective) {
         for (auto& [base, entry] : segments_) deregister_or_report(*cs, entry, "registry teardown");
       } else if (cs->stats.registered_segments > 0) {
         std::fprintf(stderr,
@@ -74,22 +74,21 @@ bool RegistryImpl::capturing() const { return pool_->source().ordering().thread_
 SegmentEntry& RegistryImpl::entry_of(std::uint64_t sequence) { return segments_.at(by_sequence_.at(sequence)); }
 
 void RegistryImpl::register_one(CommState& cs, SegmentEntry& entry) {
+  const RegistrationKindOps& ops = cs.ops();
   void* handle = nullptr;
   {
     RegistrationTimer timer(cs.stats);
     try {
-      handle = cs.kind == RegistrationKind::local ? cs.comm->register_local(entry.info.base, entry.info.size)
-                                                  : cs.comm->register_window(entry.info.base, entry.info.size);
+      handle = ops.register_segment(*cs.comm, entry.info.base, entry.info.size);
     } catch (const Error& e) {
       ++cs.stats.errors;
-      throw RegistrationError(std::string(cs.kind == RegistrationKind::local ? "local" : "window") +
+      throw RegistrationError(std::string(ops.what) +
                               " registration of segment " + std::to_string(entry.info.sequence) + " (" +
                               std::to_string(entry.info.size) + " bytes at " + std::to_string(reinterpret_cast<std::uintptr_t>(entry.info.base)) +
                               ") of pool '" + pool_->config().name + "' with " + cs.comm->describe() + " failed: " + e.what());
     }
   }
-  if (cs.kind == RegistrationKind::symmetric)
-    WindowDirectory::instance().add_window(cs.comm->native_handle(), entry.info.base, entry.info.size);
+  if (ops.windows) WindowDirectory::instance().add_window(cs.comm->native_handle(), entry.info.base, entry.info.size);
   entry.handles.emplace_back(&cs, handle);
   ++cs.stats.registrations;
   ++cs.stats.registered_segments;
@@ -102,17 +101,14 @@ void RegistryImpl::deregister_one(CommState& cs, SegmentEntry& entry) {
   void* const handle = it->second;
   // The handle is dropped whatever NCCL answers: a registration NCCL refused to remove is not ours.
   entry.handles.erase(it);
-  if (cs.kind == RegistrationKind::symmetric) WindowDirectory::instance().remove_window(cs.comm->native_handle(), entry.info.base);
+  const RegistrationKindOps& ops = cs.ops();
+  if (ops.windows) WindowDirectory::instance().remove_window(cs.comm->native_handle(), entry.info.base);
   --cs.stats.registered_segments;
   cs.stats.bytes_registered -= entry.info.size;
   ++cs.stats.deregistrations;
   RegistrationTimer timer(cs.stats);
   try {
-    if (cs.kind == RegistrationKind::local) {
-      cs.comm->deregister_local(handle);
-    } else {
-      cs.comm->deregister_window(handle);
-    }
+    ops.deregister_segment(*cs.comm, handle);
   } catch (const Error& e) {
     ++cs.stats.errors;
     throw RegistrationError("deregistration of segment " + std::to_string(entry.info.sequence) + " of pool '" +
@@ -155,10 +151,10 @@ std::unique_lock<std::mutex> RegistryImpl::lock_for_agreement() {
   return lock;
 }
 
-std::vector<CommState*> RegistryImpl::symmetric_comms() const {
+std::vector<CommState*> RegistryImpl::collective_comms() const {
   std::vector<CommState*> out;
   for (const auto& cs : comms_)
-    if (cs->kind == RegistrationKind::symmetric) out.push_back(cs.get());
+    if (cs->ops().collective) out.push_back(cs.get());
   return out;
 }
 
@@ -177,9 +173,9 @@ void RegistryImpl::start_agreement(CommState& cs, AgreementPhase phase, const st
   in.kind = cs.kind;
   // A local attachment agrees only at its attach (agreed settings): on the kind and the settings, not
   // on where its blocks are (a local pool need not be deterministic).
-  const bool windows = cs.kind == RegistrationKind::symmetric;
-  in.placement_recoveries = windows ? last_placement_recoveries_ : 0;
-  if (windows && check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
+  const bool layout = cs.ops().needs_deterministic_pool;
+  in.placement_recoveries = layout ? last_placement_recoveries_ : 0;
+  if (layout && check_ >= CheckLevel::layout) {  // last_layout_ was taken by the caller before mutex_ (lock order)
     in.layout_digest = layout_digest(last_layout_);
     in.live_blocks = last_layout_.size();
   }
@@ -247,15 +243,12 @@ bool RegistryImpl::step(CommState& cs, AgreementPhase phase, const std::vector<s
 
 void RegistryImpl::remove_comm(CommState* cs) {
   for (auto& [base, entry] : segments_) {
-    if (cs->kind == RegistrationKind::symmetric && entry.registered_with(cs))
-      WindowDirectory::instance().remove_window(cs->comm->native_handle(), entry.info.base);
+    if (cs->ops().windows && entry.registered_with(cs)) WindowDirectory::instance().remove_window(cs->comm->native_handle(), entry.info.base);
     std::erase_if(entry.handles, [&](auto& h) { return h.first == cs; });
   }
   pending_total_ -= cs->pending.size();
-  if (cs->kind == RegistrationKind::symmetric) {
-    --symmetric_count_;
-    WindowDirectory::instance().detach_comm(cs->comm->native_handle());
-  }
+  if (cs->ops().collective) --collective_count_;
+  if (cs->ops().windows) WindowDirectory::instance().detach_comm(cs->comm->native_handle());
   std::erase_if(comms_, [&](auto& p) { return p.get() == cs; });
 }
 
@@ -263,8 +256,8 @@ void RegistryImpl::remove_comm(CommState* cs) {
 // Pool hooks (pool lock held)
 // ------------------------------------------------------------------------------------------------
 
-// Local communicators register the new segment now (unless a graph is being captured: then later, at
-// commit); symmetric ones mark it pending. A failed local registration undoes the ones made for this
+// Communicators of a kind that is not collective (local) register the new segment now (unless a graph
+// is being captured: then later, at commit); collective ones (symmetric) mark it pending. A failed local registration undoes the ones made for this
 // segment and throws, so the pool rolls the segment back: never half registered.
 void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
   std::lock_guard lock(mutex_);
@@ -274,7 +267,7 @@ void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
   std::vector<CommState*> pend;
   for (auto& cs : comms_) {
     if (in_capture) ++cs->stats.segments_created_in_capture;
-    if (cs->kind == RegistrationKind::symmetric || in_capture) {
+    if (cs->ops().collective || in_capture) {
       pend.push_back(cs.get());
       continue;
     }
@@ -293,16 +286,16 @@ void RegistryImpl::on_segment_created(const SegmentInfo& segment) {
   segments_.emplace(reinterpret_cast<std::uintptr_t>(segment.base), std::move(entry));
 }
 
-// Windows (registered or pending) are collective: only a collective trim may release them.
+// Collective registrations (windows), registered or pending: only a collective trim may release them.
 bool RegistryImpl::may_release(const SegmentInfo& segment) {
   std::lock_guard lock(mutex_);
   for (auto& cs : comms_) {
-    if (cs->kind != RegistrationKind::symmetric) continue;
+    if (!cs->ops().collective) continue;
     if (std::find(cs->pending.begin(), cs->pending.end(), segment.sequence) != cs->pending.end()) return false;
   }
   auto it = segments_.find(reinterpret_cast<std::uintptr_t>(segment.base));
   if (it == segments_.end()) return true;
-  return std::none_of(it->second.handles.begin(), it->second.handles.end(), [](auto& h) { return h.first->kind == RegistrationKind::symmetric; });
+  return std::none_of(it->second.handles.begin(), it->second.handles.end(), [](auto& h) { return h.first->ops().collective; });
 }
 
 void RegistryImpl::on_segment_releasing(const SegmentInfo& segment) noexcept {

@@ -58,9 +58,11 @@ struct CommState {
   std::exception_ptr found_late;
   RegistrationKind kind = RegistrationKind::local;
   CommunicatorStats stats;
+  // What the attachment's kind does (registration.hpp): every kind-dependent step asks this.
+  [[nodiscard]] const RegistrationKindOps& ops() const noexcept { return registration_ops(kind); }
   std::vector<std::uint64_t> pending;  // segment sequences, creation order
-  std::uint64_t epoch = 0;             // agreements started on this attachment (symmetric)
-  std::uint64_t ordinal = 0;           // which symmetric attachment of this communicator in the process
+  std::uint64_t epoch = 0;             // agreements started on this attachment (collective kinds)
+  std::uint64_t ordinal = 0;           // which window attachment of this communicator in the process
   int symmetric_kernels = -1;          // Communicator::prepare_symmetric_kernels, compared across ranks
   std::deque<Outstanding> outstanding; // started, oldest first
 };
@@ -194,7 +196,7 @@ class RegistryImpl final : public PoolObserver {
   // Checks cs's started agreements oldest first: all of them (waiting), or those already complete.
   // The first mismatch is kept in cs.found_late; never throws.
   void check_outstanding(CommState& cs, bool wait_all) noexcept;
-  [[nodiscard]] std::vector<CommState*> symmetric_comms() const;
+  [[nodiscard]] std::vector<CommState*> collective_comms() const;  // attachments of a collective kind
   // Takes mutex_ for an operation that starts agreements. In check mode it first asks the pool for
   // its live blocks (before mutex_: pool -> registry lock order) and keeps them in last_layout_.
   [[nodiscard]] std::unique_lock<std::mutex> lock_for_agreement();
@@ -218,7 +220,7 @@ class RegistryImpl final : public PoolObserver {
   std::map<std::uintptr_t, SegmentEntry> segments_;   // by base address (lookups)
   std::map<std::uint64_t, std::uintptr_t> by_sequence_;  // creation order
   std::atomic<std::size_t> pending_total_{0};
-  std::atomic<std::size_t> symmetric_count_{0};       // symmetric communicators attached
+  std::atomic<std::size_t> collective_count_{0};      // attachments of a collective kind (symmetric)
   CheckLevel check_ = CheckLevel::off;
   unsigned scope_period_ = RegistryOptions::kDefaultScopePeriod;  // 1 in check mode
   std::atomic<std::uint64_t> scope_ends_{0};          // Scope::close calls, ever (the schedule's clock)

@@ -25,8 +25,9 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
                            std::to_string(props.device));
   };
   const auto already_attached = [&] { return InvalidArgument("attach: " + who + " is already attached to " + pool_name); };
-  const bool windows = kind == RegistrationKind::symmetric;
-  if (!windows && agreed_settings_.empty()) {  // not collective: a refusal is this rank's business alone
+  const RegistrationKindOps& ops = registration_ops(kind);
+  const bool windows = ops.windows;
+  if (!ops.collective && agreed_settings_.empty()) {  // not collective: a refusal is this rank's business alone
     if (comm->device() != props.device) throw wrong_device();
     const auto lock = lock_for_agreement();
     if (find(*comm) != nullptr) throw already_attached();
@@ -45,19 +46,19 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
     return;
   }
 
-  // Collective (symmetric, or any kind with agreed settings): every rank attaching this communicator
+  // Collective (a collective kind, or any kind with agreed settings): every rank attaching this communicator
   // joins the attach agreement, so every check that can fail on one rank alone is that rank's "no"
   // there, never a reason to leave; the record carries the kind and the settings' digest, so ranks
   // that attach differently fail together. Capture is the program's (every rank captures at the same
   // places): refused before anything.
   if (capturing()) throw InvalidState("attach: a CUDA graph is being captured on device " + std::to_string(props.device) + "; attach " +
-                                      (windows ? "symmetric communicators" : "pools with agreed settings") + " outside capture");
+                                      (ops.collective ? std::string(ops.name) + " communicators" : std::string("pools with agreed settings")) + " outside capture");
   Vote vote;
   take_pending_no(vote);
   try {
     if (comm->device() != props.device) throw wrong_device();
-    if (windows && !pool_->config().deterministic)
-      throw InvalidArgument("attach: symmetric registration needs a deterministic pool (PoolConfig::deterministic = true), so that every rank carves the same layout; " + pool_name + " is not");
+    if (ops.needs_deterministic_pool && !pool_->config().deterministic)
+      throw InvalidArgument("attach: " + std::string(ops.name) + " registration needs a deterministic pool (PoolConfig::deterministic = true), so that every rank carves the same layout; " + pool_name + " is not");
     if (windows && !props.window_capable)
       throw InvalidArgument("attach: " + pool_name + " gets its memory from " + props.description +
                             ", which cannot back NCCL windows: use the `nccl` source (ncclMemAlloc) or the `vmm` source (cuMem with POSIX-FD handles)");
@@ -91,10 +92,10 @@ void RegistryImpl::attach(std::shared_ptr<Communicator> comm, RegistrationKind k
   for (auto& [sequence, base] : by_sequence_) existing.push_back(sequence);
   // A local attachment's segments are this rank's own (its pool need not be deterministic): its
   // record names none, and they are registered after the agreement.
-  if (!step(cs, AgreementPhase::attach, windows ? existing : std::vector<std::uint64_t>{}, vote, /*wait=*/true)) vote.rethrow();
+  if (!step(cs, AgreementPhase::attach, ops.collective ? existing : std::vector<std::uint64_t>{}, vote, /*wait=*/true)) vote.rethrow();
   register_existing(cs, existing);
   comms_.push_back(std::move(owned));
-  if (windows) ++symmetric_count_;
+  if (ops.collective) ++collective_count_;
   ordinal.held = false;
 }
 
@@ -136,8 +137,8 @@ void RegistryImpl::end_scope(bool failed) {
   };
   // The steady path: nothing to do, or only windows, which wait for a scheduled scope end.
   if (!agree && (pending_total_.load() == 0 || !local_pending())) return keep_failure();
-  if ((symmetric_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return keep_failure();
-  if (!agree || symmetric_count_.load() == 0) {
+  if ((collective_count_.load() > 0 || pending_total_.load() > 0) && capturing()) return keep_failure();
+  if (!agree || collective_count_.load() == 0) {
     keep_failure();
     return commit(agree, Vote{});  // local registrations a capture left pending: nothing collective
   }
@@ -157,7 +158,7 @@ void RegistryImpl::commit_after_error() noexcept {
 
 bool RegistryImpl::local_pending() const {
   std::lock_guard lock(mutex_);
-  return std::any_of(comms_.begin(), comms_.end(), [](const auto& cs) { return cs->kind == RegistrationKind::local && !cs->pending.empty(); });
+  return std::any_of(comms_.begin(), comms_.end(), [](const auto& cs) { return !cs->ops().collective && !cs->pending.empty(); });
 }
 
 // Every symmetric communicator joins the agreement, whether or not this rank has pending windows:
@@ -167,17 +168,17 @@ bool RegistryImpl::local_pending() const {
 // the vote carries on from one to the next: a rank that failed on an earlier one says no on the later
 // ones, so that no rank registers windows that another rank of the same communicator will not.
 void RegistryImpl::commit(bool agree, Vote vote) {
-  if (symmetric_count_.load() == 0 && pending_total_.load() == 0) return vote.rethrow();  // no symmetric communicator: O(1)
+  if (collective_count_.load() == 0 && pending_total_.load() == 0) return vote.rethrow();  // no symmetric communicator: O(1)
   if (capturing()) {
     if (pending_total_.load() == 0) return vote.rethrow();  // agreement points under capture are skipped on every rank
     throw InvalidState("commit: a CUDA graph is being captured on device " + std::to_string(pool_->source_properties().device) +
                        "; registration during capture is not allowed: commit after the capture ends");
   }
   const auto lock = lock_for_agreement();
-  if (agree && symmetric_count_.load() > 0) take_pending_no(vote);  // a collective step: this rank's kept "no" goes here
+  if (agree && collective_count_.load() > 0) take_pending_no(vote);  // a collective step: this rank's kept "no" goes here
   for (auto& owned : comms_) {
     CommState& cs = *owned;
-    if (cs.kind == RegistrationKind::symmetric) {
+    if (cs.ops().collective) {
       if (!agree) continue;  // windows wait for the next scheduled agreement point
       const bool wait = !cs.pending.empty() || check_ >= CheckLevel::layout;
       if (!step(cs, AgreementPhase::commit, cs.pending, vote, wait)) continue;
@@ -199,11 +200,11 @@ void RegistryImpl::commit(bool agree, Vote vote) {
 }
 
 void RegistryImpl::poll(bool report) {
-  if (symmetric_count_.load() == 0) return;
+  if (collective_count_.load() == 0) return;
   std::lock_guard lock(mutex_);
   std::exception_ptr first;
   for (auto& cs : comms_) {  // every scope opening comes here: no allocation
-    if (cs->kind != RegistrationKind::symmetric) continue;
+    if (!cs->ops().collective) continue;
     check_outstanding(*cs, /*wait_all=*/false);
     if (report && !first && cs->found_late) first = std::exchange(cs->found_late, nullptr);
   }
@@ -216,7 +217,7 @@ void RegistryImpl::detach(const Communicator& comm) {
   std::vector<std::uint64_t> registered;
   for (auto& [sequence, base] : by_sequence_)
     if (segments_.at(base).registered_with(&cs)) registered.push_back(sequence);
-  if (cs.kind == RegistrationKind::symmetric) {
+  if (cs.ops().collective) {
     if (capturing()) throw InvalidState("detach: a CUDA graph is being captured; detach symmetric communicators outside capture");
     // Where any rank says no, every rank keeps the communicator and its windows: detach again, or forget.
     Vote vote;
@@ -246,7 +247,7 @@ void RegistryImpl::forget(const Communicator& comm) {
 // carried from the first round), so that a rank releases only when every rank it shares a
 // communicator with will (a world communicator reaches all).
 std::size_t RegistryImpl::trim() {
-  if (symmetric_count_.load() > 0 && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
+  if (collective_count_.load() > 0 && capturing()) throw InvalidState("trim: a CUDA graph is being captured; trim outside capture");
   const std::vector<SegmentInfo> withheld = pool_->withhold_empty_segments();  // before mutex_: lock order
   Vote vote;
   try {
@@ -254,7 +255,7 @@ std::size_t RegistryImpl::trim() {
     std::vector<std::uint64_t> candidates;
     for (const auto& s : withheld)
       if (by_sequence_.count(s.sequence)) candidates.push_back(s.sequence);
-    const std::vector<CommState*> symmetric = symmetric_comms();
+    const std::vector<CommState*> symmetric = collective_comms();
     if (!symmetric.empty()) take_pending_no(vote);
     for (CommState* cs : symmetric) step(*cs, AgreementPhase::trim, candidates, vote, /*wait=*/true);
     for (CommState* cs : symmetric) step(*cs, AgreementPhase::trim_verdict, {}, vote, /*wait=*/true);  // records differ where a rank says no

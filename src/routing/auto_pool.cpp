@@ -11,13 +11,6 @@
 #include <exception>
 
 namespace ncclpool {
-namespace {
-
-constexpr std::size_t kMiB = 1ull << 20;
-constexpr std::size_t kGiB = 1ull << 30;
-constexpr RegistrationKind kParts[] = {RegistrationKind::none, RegistrationKind::local, RegistrationKind::symmetric};  // parts_ order = enum order
-
-}  // namespace
 
 AutoPool::AutoPool(std::string name, const PartFactory& make_part, SizeRoutes routes, std::string routes_source, RegistryOptions options)
     : RegisteredPool(std::move(name)), routes_source_(std::move(routes_source)), agreed_settings_(std::move(options.agreed_settings)) {
@@ -26,7 +19,10 @@ AutoPool::AutoPool(std::string name, const PartFactory& make_part, SizeRoutes ro
   // The routes agreement, which every attach runs first, compares the agreed settings: the parts'
   // own attaches need not (a part's local attach stays local, before that agreement).
   options.agreed_settings.clear();
-  for (RegistrationKind kind : kParts) add_part(kind, make_part(kind), options);
+  for (int k = 0; k < kRegistrationKinds; ++k) {  // one part per kind: parts_ order = enum order (part(kind))
+    const auto kind = static_cast<RegistrationKind>(k);
+    add_part(kind, make_part(kind), options);
+  }
   const PoolPart& symmetric = part(RegistrationKind::symmetric);
   if (!symmetric.pool->source_properties().window_capable && routes_use(RegistrationKind::symmetric)) {
     for (SizeRoutes& r : routes_) r = r.without_windows();
@@ -120,7 +116,7 @@ std::vector<std::pair<std::size_t, RegistrationKind>> AutoPool::attach_plan(std:
     if (!routes_use(own)) continue;
     if (kind) {
       plan.emplace_back(i, *kind);
-    } else if (own != RegistrationKind::none) {
+    } else if (registration_ops(own).attachable) {
       plan.emplace_back(i, own);
     }
   }
@@ -141,8 +137,8 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
   if (std::exception_ptr no = take_vote_no()) vote.fail(std::move(no));  // this rank's kept "no": the routes agreement is collective
   if (is_attached_locked(*comm))
     vote.fail(std::make_exception_ptr(InvalidArgument("attach: " + comm->describe() + " is already attached to pool '" + name() + "'")));
-  if (kind == RegistrationKind::none)
-    vote.fail(std::make_exception_ptr(InvalidArgument("attach: 'none' registers nothing: name local or symmetric, or no kind (pool '" + name() + "')")));
+  if (kind && !registration_ops(*kind).attachable)
+    vote.fail(std::make_exception_ptr(InvalidArgument("attach: '" + std::string(to_string(*kind)) + "' registers nothing: name local or symmetric, or no kind (pool '" + name() + "')")));
   // This attach chose the routes: it fixes them if it succeeds. Until then an allocation on another
   // thread waits for it (attach_mutex); a failed attach (on every rank alike) leaves them open, so
   // that the retry chooses them again and learns the node count, as if it came first.
@@ -158,7 +154,7 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
   // agreement if the windows stay (it has no segment: nothing was allocated while the routes were open).
   std::vector<std::pair<std::size_t, RegistrationKind>> local_first;
   for (const auto& entry : attach_plan(kind))
-    if (entry.second == RegistrationKind::local) local_first.push_back(entry);
+    if (!registration_ops(entry.second).collective) local_first.push_back(entry);
   const std::size_t local_part = static_cast<std::size_t>(RegistrationKind::local);
   const bool local_listed = std::any_of(local_first.begin(), local_first.end(), [&](const auto& e) { return e.first == local_part; });
   if (choosing && routes_use(RegistrationKind::symmetric) && kind.value_or(RegistrationKind::local) == RegistrationKind::local && !local_listed)
@@ -195,7 +191,7 @@ void AutoPool::attach(std::shared_ptr<Communicator> comm, std::optional<Registra
   for (std::size_t index : unused) std::erase(done, index);
   try {
     for (const auto& [index, k] : attach_plan(kind)) {  // the routes as they are now, windows dropped or not
-      if (k != RegistrationKind::symmetric) continue;
+      if (!registration_ops(k).collective) continue;
       parts_[index].registry->attach(comm, k);
       done.push_back(index);
     }
@@ -217,8 +213,9 @@ std::unique_ptr<AutoPool> make_auto_pool(const AutoPoolConfig& config) {
     PoolConfig pool;
     pool.name = config.name + "/" + to_string(kind);
     pool.alignment = config.alignment;
-    pool.growth_chunk = config.growth_chunk != 0 ? config.growth_chunk : kind == RegistrationKind::symmetric ? kGiB : 2 * kMiB;
-    pool.min_segment = kind == RegistrationKind::symmetric ? config.min_segment : 0;  // it trades reserve for windows: only that part has them
+    const RegistrationKindOps& ops = registration_ops(kind);
+    pool.growth_chunk = config.growth_chunk != 0 ? config.growth_chunk : ops.default_growth_chunk;
+    pool.min_segment = ops.windows ? config.min_segment : 0;  // it trades reserve for windows: only that part has them
     pool.max_reserved = config.max_reserved;
     pool.deterministic = true;  // the symmetric part must be; the others route by size alike
     std::shared_ptr<SegmentSource> source = config.make_source(kind);

@@ -55,7 +55,7 @@ SizeRoutes::SizeRoutes(std::vector<SizeRoute> classes) {
   if (classes.front().min_bytes != 0) throw InvalidArgument("size routes: the first class starts at " + std::to_string(classes.front().min_bytes) + " bytes, not 0");
   for (std::size_t i = 0; i < classes.size(); ++i) {
     const SizeRoute& c = classes[i];
-    if (c.placement != RegistrationKind::none && c.placement != RegistrationKind::local && c.placement != RegistrationKind::symmetric)
+    if (static_cast<int>(c.placement) < 0 || static_cast<int>(c.placement) >= kRegistrationKinds)
       throw InvalidArgument("size routes: class " + std::to_string(i) + " has placement " + std::to_string(static_cast<int>(c.placement)));
     if (i > 0 && c.min_bytes <= classes[i - 1].min_bytes) throw InvalidArgument("size routes: classes are not in ascending order of size");
     if (classes_.empty() || classes_.back().placement != c.placement) classes_.push_back(c);

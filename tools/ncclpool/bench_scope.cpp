@@ -143,11 +143,8 @@ Outcome run_megatron(Team& team, const Config& c) {
       std::vector<void*> handles;
       handles.reserve(segments.size());
       for (const auto& s : segments)  // entering the context: register_mem_pool(pool, group)
-        handles.push_back(c.kind == RegistrationKind::symmetric ? comm.register_window(s.base, s.size) : comm.register_local(s.base, s.size));
-      for (void* h : handles) {  // leaving it: deregister_mem_pool(pool, group)
-        if (c.kind == RegistrationKind::symmetric) comm.deregister_window(h);
-        else comm.deregister_local(h);
-      }
+        handles.push_back(registration_ops(c.kind).register_segment(comm, s.base, s.size));
+      for (void* h : handles) registration_ops(c.kind).deregister_segment(comm, h);  // leaving it: deregister_mem_pool(pool, group)
     }
     const double per_use = seconds_since(t) / c.megatron_uses;
     if (rank == 0) out = Outcome{0, per_use, per_use, 2.0 * static_cast<double>(segments.size()), fp.pool->stats().reserved_bytes};

@@ -132,7 +132,7 @@ class NcclTeam final : public Team {
   // thread, each rank's primary context current for its init (NCCL takes the device from it).
   void init_with_zero_cta_policy(std::vector<ncclComm_t>& comms) {
     const int version = lib_.info.version;
-    if (version < 22800)
+    if (version < kNcclFirstWithCtaPolicy)
       throw Unsupported("NCCL " + std::to_string(version) + " has no CTA policy (copy-engine collectives need NCCL >= 2.28)");
     ncclUniqueId id;
     if (ncclResult_t res = lib_.ncclGetUniqueId(&id); res != ncclSuccess) throw BackendError("ncclGetUniqueId: " + nccl::error_text(res));

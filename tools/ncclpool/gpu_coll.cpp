@@ -60,7 +60,7 @@ void run_coll(const CollOptions& o, Report& report) {
   if (measures(kCopyEngine) && std::none_of(o.ops.begin(), o.ops.end(), [](const std::string& op) { return kind_carries(kCopyEngine, op); }))
     skip(kCopyEngine, "measured for all-gather only, and --ops has none");  // no ZERO-policy communicator and windows for nothing
   const int nccl_version = nccl_info().version;  // nccl_info() also looks for other NCCL copies: once
-  if (measures(kCopyEngine) && nccl_version < 22800) skip(kCopyEngine, "NCCL " + std::to_string(nccl_version) + " has no CTA policy (needs >= 2.28)");
+  if (measures(kCopyEngine) && nccl_version < kNcclFirstWithCtaPolicy) skip(kCopyEngine, "NCCL " + std::to_string(nccl_version) + " has no CTA policy (needs >= 2.28)");
   auto team = make_nccl_team(ranks, o.auto_pool ? 5 : 4, measures(kCopyEngine) ? std::set<int>{kCopyEngine} : std::set<int>{});
   std::string why_no_windows;
   if ((measures(kSymmetric) || measures(kCopyEngine)) && !team->windows(&why_no_windows)) {

@@ -33,7 +33,7 @@ struct ReplayPool {
     config.growth_chunk = chunk;
     config.min_segment = o.min_segment;
     config.alignment = o.alignment;
-    config.deterministic = o.kind == RegistrationKind::symmetric;
+    config.deterministic = registration_ops(o.kind).needs_deterministic_pool;
     outcome.name = name;
     registry = std::make_unique<Registry>(std::make_shared<Pool>(std::make_shared<SimSource>(sim), config));
     for (const auto& g : group_names) {
@@ -101,7 +101,7 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   r.recorded_segments = trace.recorded_segments;
   r.min_segment = o.min_segment;
   r.kind = o.kind;
-  r.growth_chunk = o.growth_chunk != 0 ? o.growth_chunk : (o.kind == RegistrationKind::symmetric ? 1024 * kMiB : 2 * kMiB);
+  r.growth_chunk = o.growth_chunk != 0 ? o.growth_chunk : registration_ops(o.kind).default_growth_chunk;
   ReplayPool shared("shared", trace.groups, o, r.growth_chunk);
   std::vector<std::unique_ptr<ReplayPool>> per_group;
   for (const auto& g : trace.groups) per_group.push_back(std::make_unique<ReplayPool>("group " + g, std::vector<std::string>{g}, o, r.growth_chunk));
@@ -153,7 +153,7 @@ ReplayResult replay(const Trace& trace, const ReplayOptions& o) {
   r.shared.name = "shared";
   for (auto& c : shared.comms) r.shared_registrations_per_group.push_back(shared.registry->stats(*c).registrations);
   for (auto& p : per_group) r.per_group.push_back(p->finish());
-  const double unit_ms = o.kind == RegistrationKind::symmetric ? o.window_ms : o.local_us / 1000.0;
+  const double unit_ms = registration_ops(o.kind).windows ? o.window_ms : o.local_us / 1000.0;
   r.registration_unit_ms = unit_ms;
   r.shared_registration_ms = static_cast<double>(r.shared.registrations) * unit_ms;
   std::size_t per_group_regs = 0;
@@ -172,7 +172,7 @@ std::string format_text(const ReplayResult& r, const std::string& title) {
                 r.min_segment ? mib(r.min_segment).c_str() : "growth chunk / 128");
   out << line;
   // The trade-off the table measures, stated once above it.
-  if (r.kind == RegistrationKind::symmetric)
+  if (registration_ops(r.kind).windows)
     std::snprintf(line, sizeof line, "%.3g ms a window (--window-ms)", r.registration_unit_ms);
   else
     std::snprintf(line, sizeof line, "%.3g us a local registration", r.registration_unit_ms * 1000);
@@ -248,10 +248,7 @@ std::string format_json(const ReplayResult& r) {
   auto pool = [&](const PoolOutcome& p) {
     out << "{\"name\":" << json_quote(p.name) << ",\"peak_reserved_bytes\":" << p.peak_reserved << ",\"peak_live_bytes\":" << p.peak_live
         << ",\"segments\":" << p.segments << ",\"registrations\":" << p.registrations
-        << ",\"fragmentation_at_peak\":" << json_number(p.fragmentation_at_peak) << ",\"at_peak\":{\"reserved\":" << p.at_peak.reserved
-        << ",\"requested\":" << p.at_peak.requested << ",\"rounding\":" << p.at_peak.rounding
-        << ",\"free_in_used_segments\":" << p.at_peak.free_in_used_segments << ",\"never_used\":" << p.at_peak.never_used
-        << ",\"other_streams_only\":" << p.at_peak.other_streams_only << ",\"empty_segments\":" << p.at_peak.empty_segments << "}}";
+        << ",\"fragmentation_at_peak\":" << json_number(p.fragmentation_at_peak) << ",\"at_peak\":" << to_json(p.at_peak) << "}";
   };
   out << "{\"events\":" << r.events << ",\"kind\":\"" << to_string(r.kind) << "\",\"growth_chunk\":" << r.growth_chunk
       << ",\"min_segment\":" << r.min_segment << ",\"registration_unit_ms\":" << json_number(r.registration_unit_ms) << ",\"groups\":[";

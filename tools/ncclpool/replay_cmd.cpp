@@ -42,9 +42,9 @@ constexpr const char* kReplayHelp =
 ReplayOptions replay_options(const Args& a) {
   ReplayOptions o;
   const std::string kind = a.get("kind", "symmetric");
-  if (kind == "symmetric") o.kind = RegistrationKind::symmetric;
-  else if (kind == "local") o.kind = RegistrationKind::local;
-  else throw UsageError("--kind must be symmetric or local, not '" + kind + "'");
+  const std::optional<RegistrationKind> parsed = registration_kind_from_string(kind);
+  if (!parsed || !registration_ops(*parsed).attachable) throw UsageError("--kind must be symmetric or local, not '" + kind + "'");
+  o.kind = *parsed;
   // Absent: the pool's default (1 GiB symmetric, 2 MiB local); given, at least 1 MiB.
   o.growth_chunk = static_cast<std::size_t>(a.get_int("growth-chunk-mib", 0, 1, 1 << 20)) << 20;
   o.min_segment = static_cast<std::size_t>(a.get_int("min-segment-mib", 0, 1, 1 << 20)) << 20;

@@ -10,7 +10,6 @@
 namespace ncclpool {
 namespace {
 
-constexpr int kFirstWithCtaPolicy = 22800;  // ncclConfig_t.CTAPolicy and NCCL_CTA_POLICY_ZERO: 2.28.0
 constexpr int kDefaultStreamFixed = 22907;  // copy-engine collectives on the null stream: fixed in 2.29.7 (NCCL #2003)
 
 std::string version_text(int v) { return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100); }
@@ -34,7 +33,7 @@ CopyEngineVote choose_copy_engine(CopyEngineRequest requested, const char* setti
     out.why = "off: not requested (copy_engine=False)" + ignored;
     return out;
   }
-  if (nccl_version < kFirstWithCtaPolicy) {
+  if (nccl_version < kNcclFirstWithCtaPolicy) {
     out.why = nccl_version == 0 ? "off: no NCCL loaded" : "off: NCCL " + version_text(nccl_version) + " has no CTA policy (copy-engine collectives: NCCL >= 2.28)";
     return out;
   }
