@@ -17,6 +17,7 @@ from ncclpool import errors
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
 from ranks import current, run_ranks
 from test_sglang_lockstep import per_rank, App  # noqa: F401
+from lockstep_judge import check
 
 
 def outcome_after(sim, r, fn, arg):
@@ -32,14 +33,6 @@ def outcome_after(sim, r, fn, arg):
     except errors.Error as e:
         app = str(e)
     return err, app
-
-
-def check(results, failures):
-    assert failures == [None] * len(results), failures
-    errs = [res[0] is not None for res in results]
-    apps = [res[1] for res in results]
-    assert all(a is None for a in apps), f"app collective did not pair: {results}"
-    assert all(errs) or not any(errs), f"one rank failed alone: {results}"
 
 
 def test_prealloc_forward_stream_failing_on_one_rank(sg, monkeypatch):

@@ -16,29 +16,7 @@ from ncclpool import errors
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
 from ranks import current, run_ranks
 from test_sglang_lockstep import per_rank, App  # noqa: F401
-
-
-def check(results, failures):
-    assert failures == [None] * len(results), failures
-    errs = [res[0] is not None for res in results]
-    apps = [res[1] for res in results]
-    assert all(a is None for a in apps), f"app collective did not pair: {results}"
-    assert all(errs) or not any(errs), f"one rank failed alone: {results}"
-
-
-def finish(m, sim, r, arg, err):
-    """The application's next collective, then the pool's poll (a rank that did not wait hears there)."""
-    app = None
-    try:
-        App(sim, r).collective(arg)
-    except errors.Error as e:
-        app = str(e)[:300]
-    try:
-        if m._pool is not None:
-            m._pool.poll()
-    except errors.Error as e:
-        err = err or f"poll: {type(e).__name__}: {e}"
-    return err, app
+from lockstep_judge import check, finish
 
 
 def _arm_device_fence(sg, monkeypatch, nth=1):

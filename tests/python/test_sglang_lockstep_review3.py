@@ -14,35 +14,7 @@ from ncclpool import errors
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
 from ranks import current, run_ranks
 from test_sglang_lockstep import per_rank, App  # noqa: F401
-
-
-def finish(m, sims, r, arg, err):
-    app = None
-    try:
-        if m._pool is not None:
-            m._pool.commit()
-    except Exception as e:  # noqa: BLE001
-        err = err or f"commit: {type(e).__name__}: {e}"[:300]
-    for i, sim in enumerate(sims):
-        try:
-            App(sim, r).collective(arg + i)
-        except errors.Error as e:
-            app = app or str(e)[:300]
-    try:
-        if m._pool is not None:
-            m._pool.poll()
-    except Exception as e:  # noqa: BLE001
-        err = err or f"poll: {type(e).__name__}: {e}"[:300]
-    return err, app
-
-
-def check(results, failures):
-    assert failures == [None] * len(results), failures
-    errs = [res[0] is not None for res in results]
-    apps = [res[1] for res in results]
-    assert all(a is None for a in apps), f"app collective did not pair: {results}"
-    assert not any("did not complete within" in (res[0] or "") for res in results), results
-    assert all(errs) or not any(errs), f"one rank failed alone: {results}"
+from lockstep_judge import check, finish
 
 
 @pytest.mark.parametrize("then", ["debug", "uses", "capture_debug"])
@@ -86,7 +58,7 @@ def test_register_window_failing_at_a_second_groups_attach(sg, monkeypatch, then
                         t.empty((8 * MiB,))
         except Exception as e:  # noqa: BLE001
             err = err or f"then: {type(e).__name__}: {e}"[:300]
-        return finish(m, [sim, sim2], r, 5, err) + (len(m._attachments),)
+        return finish(m, [sim, sim2], r, 5, err, commit=True) + (len(m._attachments),)
 
     results, failures = run_ranks(2, rank)
     check(results, failures)
@@ -111,7 +83,7 @@ def test_window_of_raising_on_one_rank(sg, monkeypatch):
             m.allocate_symmetric_buffer(kv[r].pynccl_comm, MiB)
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, [sim], r, 5, err)
+        return finish(m, [sim], r, 5, err, commit=True)
 
     check(*run_ranks(2, rank))
 
@@ -134,7 +106,7 @@ def test_debug_warning_path_raising_on_first_rank(sg, monkeypatch):
             m.debug_check_symmetric_mempool(tp[r], {"input": FakeTensor(seg.ptr, MiB)}, "all_reduce")
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, [sim], r, 5, err)
+        return finish(m, [sim], r, 5, err, commit=True)
 
     check(*run_ranks(2, rank))
 
@@ -167,7 +139,7 @@ def test_window_of_raising_on_one_rank_then_placements(sg, monkeypatch):
             kept[(r, 2)], _ = m.allocate_symmetric_buffer(kv[r].pynccl_comm, MiB)
         except Exception as e:  # noqa: BLE001
             err = err or f"second: {type(e).__name__}: {e}"[:300]
-        return finish(m, [sim], r, 5, err)
+        return finish(m, [sim], r, 5, err, commit=True)
 
     results, failures = run_ranks(2, rank)
     check(results, failures)
