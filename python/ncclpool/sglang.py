@@ -38,7 +38,7 @@ import torch
 
 import ncclpool
 import ncclpool.torch as _layer
-from ncclpool import AgreementError, InvalidArgument, InvalidState, Unsupported
+from ncclpool import InvalidArgument, InvalidState, Unsupported
 from ncclpool import _environment, _sglang_hook
 from ncclpool import _sglang_support as _support
 
