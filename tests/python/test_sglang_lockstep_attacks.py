@@ -17,7 +17,7 @@ from ncclpool import errors
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
 from ranks import current, run_ranks
 from test_sglang_lockstep import per_rank, App  # noqa: F401
-from lockstep_judge import check
+from lockstep_judge import arm_stream_fence, check
 
 
 def outcome_after(sim, r, fn, arg):
@@ -64,16 +64,7 @@ def test_stream_fence_failing_on_one_rank_at_a_scheduled_scope_end(sg, monkeypat
     right before the scope end's agreement."""
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    fake = sg.torch
-    armed = {"on": False}
-    original = fake.stream_synchronize
-
-    def sync():
-        if armed["on"] and current.rank == 0:
-            armed["on"] = False
-            raise RuntimeError("CUDA error: an illegal instruction was encountered (non-sticky stand-in)")
-        original()
-    monkeypatch.setattr(fake, "stream_synchronize", sync)
+    armed = arm_stream_fence(sg, monkeypatch)
 
     def rank(r):
         current.rank = r
@@ -137,26 +128,12 @@ def test_debug_check_with_a_buffer_outside_the_pool_on_one_rank(sg, monkeypatch)
     check(*run_ranks(2, rank))
 
 
-def _arm_fence(sg, monkeypatch):
-    fake = sg.torch
-    armed = {"on": False}
-    original = fake.stream_synchronize
-
-    def sync():
-        if armed["on"] and current.rank == 0:
-            armed["on"] = False
-            raise RuntimeError("CUDA error: stand-in asynchronous error surfacing at the fence")
-        original()
-    monkeypatch.setattr(fake, "stream_synchronize", sync)
-    return armed
-
-
 def test_fence_failing_at_a_scheduled_scope_end_with_the_exception_kept(sg, monkeypatch):
     """As S2, but the application keeps the exception (a log record, a re-raise later): the scope the
     fence left open ends only when its generator is collected."""
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    armed = _arm_fence(sg, monkeypatch)
+    armed = arm_stream_fence(sg, monkeypatch)
     kept = []
 
     def rank(r):
@@ -187,7 +164,7 @@ def test_fence_failing_at_a_groups_first_use(sg, monkeypatch):
     """The fence before the attach raises on rank 0: its attach is skipped."""
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    armed = _arm_fence(sg, monkeypatch)
+    armed = arm_stream_fence(sg, monkeypatch)
 
     def rank(r):
         current.rank = r

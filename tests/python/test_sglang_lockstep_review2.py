@@ -16,25 +16,7 @@ from ncclpool import errors
 from test_sglang import MiB, FakeOutOfMemory, FakeTensor, capture, sg  # noqa: F401
 from ranks import current, run_ranks
 from test_sglang_lockstep import per_rank, App  # noqa: F401
-from lockstep_judge import check, finish
-
-
-def _arm_device_fence(sg, monkeypatch, nth=1):
-    """torch.cuda.synchronize() (the fence AFTER a collective step) raises once on rank 0, at its nth call after arming."""
-    fake = sg.torch
-    armed = {"on": False, "n": 0}
-    original = fake.device_synchronize
-
-    def sync(device=None):
-        if armed["on"] and current.rank == 0:
-            armed["n"] += 1
-            if armed["n"] == nth:
-                armed["on"] = False
-                raise RuntimeError("CUDA error: an illegal memory access was encountered (late, at the device fence)")
-        original(device)
-    monkeypatch.setattr(fake, "device_synchronize", sync)
-    monkeypatch.setattr(sys.modules["torch"].cuda, "synchronize", sync)
-    return armed
+from lockstep_judge import arm_device_fence, arm_stream_fence, check, finish
 
 
 def test_device_fence_after_the_attach_fails_on_one_rank(sg, monkeypatch):
@@ -42,7 +24,7 @@ def test_device_fence_after_the_attach_fails_on_one_rank(sg, monkeypatch):
     attachment, so its next use attaches again, alone."""
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    armed = _arm_device_fence(sg, monkeypatch)
+    armed = arm_device_fence(sg, monkeypatch)
 
     def rank(r):
         current.rank = r
@@ -56,7 +38,7 @@ def test_device_fence_after_the_attach_fails_on_one_rank(sg, monkeypatch):
                     t.empty((8 * MiB,))
             except Exception as e:  # noqa: BLE001
                 err = err or f"use {i}: {type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 5, err)
+        return finish(m._pool, sim, r, 5, err)
 
     check(*run_ranks(2, rank))
 
@@ -66,7 +48,7 @@ def test_device_fence_after_a_scope_end_fails_on_one_rank(sg, monkeypatch):
     alone; does anybody else ever hear?"""
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    armed = _arm_device_fence(sg, monkeypatch)
+    armed = arm_device_fence(sg, monkeypatch)
 
     def rank(r):
         current.rank = r
@@ -86,7 +68,7 @@ def test_device_fence_after_a_scope_end_fails_on_one_rank(sg, monkeypatch):
             m._pool.commit()
         except Exception as e:  # noqa: BLE001
             err = err or f"commit: {type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 6, err)
+        return finish(m._pool, sim, r, 6, err)
 
     check(*run_ranks(2, rank))
 
@@ -104,7 +86,7 @@ def test_allocate_symmetric_buffer_bad_size_on_one_rank(sg):
             m.allocate_symmetric_buffer(kv[r].pynccl_comm, 0 if r == 0 else 64 * MiB)
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 7, err)
+        return finish(m._pool, sim, r, 7, err)
 
     check(*run_ranks(2, rank))
 
@@ -127,7 +109,7 @@ def test_allocate_symmetric_buffer_zero_fails_on_one_rank(sg, monkeypatch):
             m._pool.commit()
         except Exception as e:  # noqa: BLE001
             err = err or f"commit: {type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 7, err)
+        return finish(m._pool, sim, r, 7, err)
 
     check(*run_ranks(2, rank))
 
@@ -152,7 +134,7 @@ def test_debug_check_data_ptr_raises_on_one_rank(sg, monkeypatch):
             m.debug_check_symmetric_mempool(tp[r], {"input": cls(seg.ptr, MiB)}, "all_reduce")
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 4, err)
+        return finish(m._pool, sim, r, 4, err)
 
     check(*run_ranks(2, rank))
 
@@ -163,16 +145,7 @@ def test_debug_check_captured_checks_fence_fails_on_one_rank(sg, monkeypatch):
     monkeypatch.setenv("SGLANG_DEBUG_SYMM_MEM", "1")
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    fake = sg.torch
-    armed = {"on": False}
-    original = fake.stream_synchronize
-
-    def ssync():
-        if armed["on"] and current.rank == 0:
-            armed["on"] = False
-            raise RuntimeError("CUDA error: stand-in asynchronous error at the stream fence")
-        original()
-    monkeypatch.setattr(fake, "stream_synchronize", ssync)
+    armed = arm_stream_fence(sg, monkeypatch)
 
     def rank(r):
         current.rank = r
@@ -194,7 +167,7 @@ def test_debug_check_captured_checks_fence_fails_on_one_rank(sg, monkeypatch):
             m._pool.commit()
         except Exception as e:  # noqa: BLE001
             err = err or f"{type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 4, err)
+        return finish(m._pool, sim, r, 4, err)
 
     check(*run_ranks(2, rank))
 
@@ -205,7 +178,7 @@ def test_debug_captured_then_device_fence_after_commit_fails(sg, monkeypatch):
     monkeypatch.setenv("SGLANG_DEBUG_SYMM_MEM", "1")
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    armed = _arm_device_fence(sg, monkeypatch)
+    armed = arm_device_fence(sg, monkeypatch)
 
     def rank(r):
         current.rank = r
@@ -224,7 +197,7 @@ def test_debug_captured_then_device_fence_after_commit_fails(sg, monkeypatch):
                 pass
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 4, err)
+        return finish(m._pool, sim, r, 4, err)
 
     check(*run_ranks(2, rank))
 
@@ -234,7 +207,7 @@ def test_buffer_finalizer_failing_on_one_rank(sg, monkeypatch):
     block stays taken there. Buffer B (same size) then sits elsewhere on rank 0 only, silently."""
     mods = sg.make(2)
     sim, kv = sg.group("kv", 2, matching="strict")
-    armed = _arm_device_fence(sg, monkeypatch)
+    armed = arm_device_fence(sg, monkeypatch)
     import gc
 
     def rank(r):
@@ -252,7 +225,7 @@ def test_buffer_finalizer_failing_on_one_rank(sg, monkeypatch):
             offset = b.ptr - base
         except Exception as e:  # noqa: BLE001
             err, offset = f"{type(e).__name__}: {e}"[:300], None
-        err, app = finish(m, sim, r, 7, err)
+        err, app = finish(m._pool, sim, r, 7, err)
         return err, app, offset
 
     results, failures = run_ranks(2, rank)
@@ -283,7 +256,7 @@ def test_growth_chunk_unreadable_on_one_rank(sg, monkeypatch):
                 t.empty((8 * MiB,))
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 5, err)
+        return finish(m._pool, sim, r, 5, err)
 
     check(*run_ranks(2, rank))
 
@@ -292,8 +265,6 @@ def test_check_mode_unreadable_on_one_rank(sg, monkeypatch):
     """NCCLPOOL_CHECK='bogus' on rank 0 only."""
     mods = sg.make(2)
     sim, tp = sg.group("tp", 2, matching="strict")
-    from ncclpool import _environment
-    plain = _environment.check_mode
     import ncclpool.torch.binding as binding
     real_pool = ncclpool.Pool
 
@@ -313,7 +284,7 @@ def test_check_mode_unreadable_on_one_rank(sg, monkeypatch):
                 t.empty((8 * MiB,))
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 5, err)
+        return finish(m._pool, sim, r, 5, err)
 
     check(*run_ranks(2, rank))
 
@@ -336,7 +307,7 @@ def test_register_window_failing_at_growth_on_one_rank(sg, monkeypatch, kind):
                         t.empty((80 * MiB,))
             except Exception as e:  # noqa: BLE001
                 err = err or f"use {i}: {type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 5, err)
+        return finish(m._pool, sim, r, 5, err)
 
     results, failures = run_ranks(2, rank)
     check(results, failures)
@@ -364,7 +335,7 @@ def test_disable_on_one_rank_only(sg):
             m._pool.commit()
         except Exception as e:  # noqa: BLE001
             err = err or f"commit: {type(e).__name__}: {e}"[:300]
-        return finish(m, sim, r, 5, err)
+        return finish(m._pool, sim, r, 5, err)
 
     results, failures = run_ranks(2, rank)
     check(results, failures)
@@ -392,8 +363,8 @@ def test_nested_inner_context_failing_on_one_rank(sg):
                     err = err or f"inner {i}: {type(e).__name__}: {e}"[:300]
                 saved = m.disable_symmetric_memory_context()
                 m.restore_symmetric_memory_context(saved)
-        err, app = finish(m, sim, r, 5, err)
-        err2, app2 = finish(m, sim2, r, 6, err)
+        err, app = finish(m._pool, sim, r, 5, err)
+        err2, app2 = finish(m._pool, sim2, r, 6, err)
         return err2, app or app2
 
     results, failures = run_ranks(2, rank)

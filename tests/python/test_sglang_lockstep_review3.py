@@ -58,7 +58,7 @@ def test_register_window_failing_at_a_second_groups_attach(sg, monkeypatch, then
                         t.empty((8 * MiB,))
         except Exception as e:  # noqa: BLE001
             err = err or f"then: {type(e).__name__}: {e}"[:300]
-        return finish(m, [sim, sim2], r, 5, err, commit=True) + (len(m._attachments),)
+        return finish(m._pool, [sim, sim2], r, 5, err, commit=True) + (len(m._attachments),)
 
     results, failures = run_ranks(2, rank)
     check(results, failures)
@@ -83,7 +83,7 @@ def test_window_of_raising_on_one_rank(sg, monkeypatch):
             m.allocate_symmetric_buffer(kv[r].pynccl_comm, MiB)
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, [sim], r, 5, err, commit=True)
+        return finish(m._pool, [sim], r, 5, err, commit=True)
 
     check(*run_ranks(2, rank))
 
@@ -106,7 +106,7 @@ def test_debug_warning_path_raising_on_first_rank(sg, monkeypatch):
             m.debug_check_symmetric_mempool(tp[r], {"input": FakeTensor(seg.ptr, MiB)}, "all_reduce")
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        return finish(m, [sim], r, 5, err, commit=True)
+        return finish(m._pool, [sim], r, 5, err, commit=True)
 
     check(*run_ranks(2, rank))
 
@@ -139,7 +139,7 @@ def test_window_of_raising_on_one_rank_then_placements(sg, monkeypatch):
             kept[(r, 2)], _ = m.allocate_symmetric_buffer(kv[r].pynccl_comm, MiB)
         except Exception as e:  # noqa: BLE001
             err = err or f"second: {type(e).__name__}: {e}"[:300]
-        return finish(m, [sim], r, 5, err, commit=True)
+        return finish(m._pool, [sim], r, 5, err, commit=True)
 
     results, failures = run_ranks(2, rank)
     check(results, failures)

@@ -5,7 +5,6 @@ buffers differing, FSDP2's allocate raising. Ranks are threads over the stand-in
 import contextlib
 import sys
 import threading
-import types
 
 import pytest
 
@@ -14,6 +13,7 @@ import torch_stand_in
 from ncclpool import errors
 
 from ranks import rank_outcomes, run_ranks
+from lockstep_judge import check, finish
 from test_sglang_lockstep import App
 from test_torch_lockstep import rig
 from test_torch_copy_engine import fsdp, vote, yes  # noqa: F401
@@ -85,24 +85,13 @@ def test_graph_reserve_differs_on_one_rank(torch_layer, monkeypatch, fault):
                 pass
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:200]
-        app = None
-        try:
-            App(sim, r).collective(3)
-        except errors.Error as e:
-            app = str(e)[:300]
-        try:
-            pool.poll()
-        except errors.Error as e:
-            err = err or f"poll {type(e).__name__}: {e}"[:200]
-        return err, app
+        return finish(pool, sim, r, 3, err)
 
     try:
         results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
-    assert failures == [None] * 2, failures
-    assert all(app is None for _, app in results), results
-    assert all(err for err, _ in results) or not any(err for err, _ in results), results
+    check(results, failures)
 
 
 @pytest.mark.parametrize("op", ["deregister_window", "deregister_local"])
@@ -150,9 +139,7 @@ def test_deregister_failing_on_one_rank(torch_layer, monkeypatch, op):
         results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
-    assert failures == [None] * 2, failures
-    assert all(app is None for _, app in results), results
-    assert all(err for err, _ in results) or not any(err for err, _ in results), results
+    check(results, failures)
 
 
 def test_register_local_failing_on_one_rank_auto_pool(torch_layer, monkeypatch):
@@ -174,24 +161,13 @@ def test_register_local_failing_on_one_rank_auto_pool(torch_layer, monkeypatch):
                     pool.alloc(16 * MiB)  # grows the pool inside (as torch would through the allocator)
             except Exception as e:  # noqa: BLE001
                 err = err or f"use {i}: {type(e).__name__}: {e}"[:200]
-        app = None
-        try:
-            App(sim, r).collective(3)
-        except errors.Error as e:
-            app = str(e)[:300]
-        try:
-            pool.poll()
-        except errors.Error as e:
-            err = err or f"poll {type(e).__name__}: {e}"[:200]
-        return err, app
+        return finish(pool, sim, r, 3, err)
 
     try:
         results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
-    assert failures == [None] * 2, failures
-    assert all(app is None for _, app in results), results
-    assert all(err for err, _ in results) or not any(err for err, _ in results), results
+    check(results, failures)
 
 
 @pytest.mark.parametrize("fault", ["foreign", "cpu", "offset"])
@@ -233,16 +209,7 @@ def test_check_collectives_buffers_differ_on_one_rank(torch_layer, monkeypatch, 
             dist.all_reduce(t, group=handles[r])
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:200]
-        app = None
-        try:
-            App(sim, r).collective(3)
-        except errors.Error as e:
-            app = str(e)[:300]
-        try:
-            pool.poll()
-        except errors.Error as e:
-            err = err or f"poll {type(e).__name__}: {e}"[:200]
-        return err, app
+        return finish(pool, sim, r, 3, err)
 
     try:
         results, failures = run_ranks(2, rank)
@@ -287,21 +254,10 @@ def test_fsdp_allocate_raising_on_one_rank(torch_layer, monkeypatch, which):
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:200]
         tl.arm = False
-        app = None
-        try:
-            App(sim, r).collective(3)
-        except errors.Error as e:
-            app = str(e)[:300]
-        try:
-            pool.poll()
-        except errors.Error as e:
-            err = err or f"poll {type(e).__name__}: {e}"[:200]
-        return err, app
+        return finish(pool, sim, r, 3, err)
 
     try:
         results, failures = run_ranks(2, rank)
     finally:
         forget_all(layer, mempools.values())
-    assert failures == [None] * 2, failures
-    assert all(app is None for _, app in results), results
-    assert all(err for err, _ in results) or not any(err for err, _ in results), results
+    check(results, failures)

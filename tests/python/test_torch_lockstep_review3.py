@@ -1,15 +1,12 @@
 """ncclpool.torch when an exception is raised inside a context on one rank alone (a third review of
 issue 44): every kind of context, MemPoolAllocatorWithoutRegistration included (it ends no scope: the
 failure is still that rank's "no" at the next agreement point)."""
-import threading
-
 import pytest
 
 import ncclpool
-from ncclpool import errors
 
 from ranks import run_ranks
-from test_sglang_lockstep import App
+from lockstep_judge import check, finish
 from test_torch_lockstep import rig
 
 MiB = 1 << 20
@@ -30,20 +27,7 @@ def _run(layer, monkeypatch, body, nranks=2):
             body(layer, r, mp, handles[r], lib)
         except Exception as e:  # noqa: BLE001
             err = f"{type(e).__name__}: {e}"[:300]
-        try:
-            npool.commit()
-        except Exception as e:  # noqa: BLE001
-            err = err or f"commit: {type(e).__name__}: {e}"[:300]
-        app = None
-        try:
-            App(sim, r).collective(3)
-        except errors.Error as e:
-            app = str(e)[:300]
-        try:
-            npool.poll()
-        except Exception as e:  # noqa: BLE001
-            err = err or f"poll: {type(e).__name__}: {e}"[:300]
-        return err, app
+        return finish(npool, sim, r, 3, err, commit=True)
 
     try:
         results, failures = run_ranks(2, rank)
@@ -51,10 +35,7 @@ def _run(layer, monkeypatch, body, nranks=2):
         for r in range(2):
             for c in list(layer.ncclpool_pool(mempools[r]).communicators):
                 c.forget()
-    assert failures == [None] * 2, failures
-    assert all(app is None for _, app in results), results
-    assert not any("did not complete" in (e or "") for e, _ in results), results
-    assert all(err for err, _ in results) or not any(err for err, _ in results), results
+    check(results, failures)
 
 
 @pytest.mark.parametrize("ctx", ["without_registration", "nccl_mem", "use_mem_pool", "nccl_mem_late"])
