@@ -7,6 +7,7 @@ The docs (README.md, docs/**/*.md but docs/benchmarks/data/) hold three kinds of
   <!-- table:NAME -->  ...a Markdown table...  <!-- /table -->        one generated table
   <!-- nodata: why -->...<!-- /nodata -->    figures with no raw data in the tree, and why
   <!-- todo: why -->...<!-- /todo -->        figures not converted yet (counted and reported)
+  <!-- todo-file: why -->                     a whole file not converted yet (counted and reported)
 
 NAME is a figure of the registry (scripts/figures_registry/*.py): a function that reads files under
 docs/benchmarks/data/, returns the text of the marked place, and names the run(s) it read (device,
@@ -45,15 +46,10 @@ TOLERANCE = registry.TOLERANCE
 DOC_ROOTS = ["README.md", "docs"]
 SKIP = ("docs/benchmarks/data/",)
 
-# Whole files not converted yet (edited by others while this was written): every measured number in
-# them counts as todo, with this reason. Move a file out by marking its figures.
-TODO_FILES = {
-    "docs/registry.md": "not converted yet (issue 47): registry semantics, figures quoted from docs/benchmarks",
-    "docs/sglang.md": "not converted yet (issue 47): SGLang figures, raw data in data/*sglang*",
-    "docs/python.md": "not converted yet (issue 47): figures quoted from docs/benchmarks",
-    "docs/gpu-check.md": "not converted yet (issue 47): run times of gpu-check sections",
-    "docs/checks.md": "not converted yet (issue 47)",
-}
+# A whole file not converted yet says so in its own text, `<!-- todo-file: why -->`: every measured
+# number in it outside markers counts as todo, with that reason. Move a file out by marking its
+# figures and deleting the line (each file carries its own tag, so pages convert independently).
+TODO_FILE = re.compile(r"<!--\s*todo-file:\s*(.*?)\s*-->", re.S)
 
 NUM = r"\d+(?:,\d{3})*(?:\.\d+)?"
 UNIT = r"ns|us|µs|ms|s|sec|seconds|minutes|min|h|hours|GB/s|GiB/s|MB/s|GiB|MiB|KiB|GB|MB|TB|%"
@@ -66,7 +62,7 @@ POW2_SIZE = {"KiB", "MiB", "GiB", "GB", "MB", "TB"}
 TOKEN = re.compile(r"\d{4}-\d{2}-\d{2}|(?<![\w.])" + NUM + r"(?=x(?!\w)|[^\w]|$)")
 REGION = re.compile(r"<!--\s*(fig|table):([\w.-]+)\s*-->(.*?)<!--\s*/(fig|table)\s*-->|"
                     r"<!--\s*(nodata|todo)(?::\s*(.*?))?\s*-->(.*?)<!--\s*/(nodata|todo)\s*-->", re.S)
-ANY_MARK = re.compile(r"<!--\s*/?(?:fig|table|nodata|todo)\b")
+ANY_MARK = re.compile(r"<!--\s*/?(?:fig|table|nodata|todo)(?![\w-])")
 FENCE = re.compile(r"^([ \t]*)(```|~~~).*?^\1\2[^\n]*$", re.S | re.M)
 CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -219,7 +215,8 @@ def scan(root, path, text, generated=None):
         if inside(m.start()) is None:
             problems.append(f"{path}:{line_of(text, m.start())}: a figure marker without its pair")
     problems += [f"{path}:{line_of(text, o)}: {why}" for o, why in _paragraph_breaks(text)]
-    todo_file = TODO_FILES.get(path)
+    tag = TODO_FILE.search(text)
+    todo_file = tag.group(1) if tag else None
     for offset, what in measured(text):
         if inside(offset) is None:
             if todo_file:

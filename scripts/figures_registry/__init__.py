@@ -165,4 +165,12 @@ def table(header, body, source=None):
     return text_
 
 
-from . import alloc, scope, torch_layer, coll, decode_fsdp2  # noqa: E402,F401  (register their figures)
+def _register_every_module():
+    """Import every module of this package: each registers its figures (one module per page)."""
+    import importlib
+    import pkgutil
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        importlib.import_module(f"{__name__}.{info.name}")
+
+
+_register_every_module()
