@@ -9,22 +9,6 @@ RUN = "2026-11-24-gpu-check-2xh200-df7cf49/call2-torch-fsdp2-megatron-decode/"
 DECODE, FSDP2 = RUN + "decode.json", RUN + "fsdp2.json"
 
 
-@figure("decode.run", DECODE)
-def _run():
-    return Run(DECODE).label()
-
-
-@figure("decode.auto_speedup", DECODE)
-def _auto_speedup():
-    """Plain memory's time over the auto pool's, per size (medians over the rounds), every size."""
-    us = defaultdict(list)
-    for s in data(DECODE)["samples"]:
-        us[(s["size"], s["mode"])].append(s["us"])
-    sizes = sorted({size for size, _ in us})
-    return span([statistics.median(us[(z, "plain")]) / statistics.median(us[(z, "auto")])
-                 for z in sizes], 2) + "x"
-
-
 def _fsdp2(spec, key):
     return statistics.mean(r[key] for r in data(FSDP2) if r["spec"] == spec)
 
