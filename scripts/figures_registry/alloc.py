@@ -1,6 +1,6 @@
 """Figures of docs/benchmarks/alloc.md: `ncclpool bench alloc` on an H200."""
 
-from . import Run, data, figure, fmt, row, rows, span, table
+from . import Run, data, figure, fmt, rows, span, table
 
 ALLOC = "2026-11-27-gpu-check-2xh200-s4/call3-toolbench/bench-alloc.json"
 

@@ -47,7 +47,6 @@ def _table():
 import statistics  # noqa: E402
 
 from . import jsonl  # noqa: E402
-from .alloc import Pair, g4, mmm  # noqa: E402,F401
 
 DF7 = "2026-11-24-gpu-check-2xh200-df7cf49/call1-cuda-nccl-toolbench/bench-scope.json"
 DEB = "2026-11-27-gpu-check-2xh200-deb58c4/call1-nccl-pdl-torch-scope/bench-scope.json"
