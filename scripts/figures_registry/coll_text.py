@@ -266,3 +266,11 @@ def _s4_ref_1m():
     v = compare_points(COLL.rsplit("/", 1)[0] + "/coll-compare.txt")[("all_gather", MIB)]
     return f"{fmt(v['reference'])} GB/s vs {fmt(v['reference'] * v['none'])}"
 
+
+
+# ---- quoted from decode.md: the decode bench at the CTA run's commit (237829c), CUDA graphs ----
+
+@figure("coll.decode_small", "2026-11-23-decode-2xh200-237829c.json")
+def _decode_small():
+    from .decode import C237, ratio, sizes
+    return span([ratio(C237, "symmetric", sz) for sz in sizes(C237) if sz <= 64 * KIB], 2) + "x"
