@@ -1,7 +1,8 @@
 """Figures of docs/gpu-check.md: how long gpu-check's calls and parts took on 2x H200 (2026-11-27), from
 what the runs' own files record: each call's start (the date gpu-check.log prints under `=== machine`)
 and end (the time stamp of its summary), gtest's times, tune's progress lines, the NCCL build's line;
-and the figures its table of issues quotes (first registration, FSDP2 memory, the torch control row).
+and the figures its table of issues quotes that no benchmark page's module gives (first registration
+at 1a4ee3c, FSDP2 memory at e370088).
 
 The sections of each call are those of its command (the folder's name and its lease's README.md say it):
 a fact of the command, not a measurement.
@@ -161,7 +162,6 @@ figure("gpu_check.nccl_build_mib", BUILD)(lambda: f"{_build()[2]} MiB")
 
 # The issue table's figures.
 S3_TORCH = D + "s3/call3-torch-cetrain-compute-bound/torch.log"
-S5_TORCH = D + "s5/call2-nccltests-torch/torch.log"
 S2_FSDP2 = D + "e370088-s2/call1-pdl-fsdp2-decode-guard/gpu-check/fsdp2/fsdp2.json"
 
 
@@ -188,8 +188,3 @@ def _s2_fsdp2_memory():
         by.setdefault(r["spec"], []).append(r["device_used_gib"])
     plain = statistics.median(by.pop("plain"))
     return "+" + span([(statistics.median(v) / plain - 1) * 100 for v in by.values()], 1) + "%"
-
-
-@figure("gpu_check.s5_use_us", S5_TORCH)
-def _s5_use():
-    return fmt(_bench_median(S5_TORCH, "per use, ncclpool, G=2"), 1) + " us"
