@@ -290,3 +290,10 @@ def _fsdp2_faster(spec, than):
 
 figure("pdl.cost.fsdp2_vs_plain_pct", FSDP2)(lambda: _fsdp2_faster("auto", "plain"))
 figure("pdl.cost.fsdp2_vs_on_pct", FSDP2)(lambda: _fsdp2_faster("auto", "on"))
+
+
+# ---- the device calls' wall time: gpu-check's start (its log) to its summary's time stamp ----
+
+from .gpu_check import call_s  # noqa: E402
+
+figure("pdl.e37.call1_s", S2 + "gpu-check.log")(lambda: fmt(call_s(S2)) + " s")
