@@ -1,4 +1,5 @@
-"""Figures of docs/registry.md: what an agreement costs (bench scope, the agreement-launch bench) and
+"""Figures of docs/registry.md: what an agreement costs (bench scope, the agreement-launch bench; before the schedule: scope.md's
+scope.agree.per_group_us) and
 what windows cost (the torch benchmark's first registration), all on 2x H200; the dead-rank test's
 time in the NCCL suites.
 
@@ -9,10 +10,9 @@ The cost of one window here is torch.md's (`torch.window_ms`), computed again fr
 import re
 import statistics
 
-from . import Run, data, figure, fmt, jsonl, row, rows, span, text
+from . import Run, data, figure, fmt, jsonl, rows, span, text
 
 LAUNCH = "2026-11-23-agreement-launch-2xh200-e8d14d7.txt"
-EVERY_USE = [f"2026-11-22-scope-2xh200-32b2253-run{i}.json" for i in (1, 2, 3)]  # before the schedule
 SCHEDULED = "2026-11-27-gpu-check-2xh200-s4/call3-toolbench/bench-scope.json"
 LAYOUT = "2026-11-22-scope-2xh200-a3fd605-check-layout.json"
 SAME_SESSION = [f"2026-11-22-scope-2xh200-a3fd605-run{i}.json" for i in (1, 2, 3)]
@@ -43,15 +43,6 @@ def _graph():
 
 def _ncclpool_rows(path, segments=64):
     return [r for r in rows(data(path)) if r["strategy"] == "ncclpool" and r["segments"] == segments]
-
-
-@figure("registry.agreement_every_use_us", *EVERY_USE)
-def _every_use():
-    """Host us per use and group when every use agreed (32b2253): per group count, the median of 3 runs."""
-    per_group = []
-    for g in (1, 2):
-        per_group.append(statistics.median(row(_ncclpool_rows(p), groups=g)["host_per_use_us"] for p in EVERY_USE) / g)
-    return f"{span(per_group, 1)} us per group per use ({Run(EVERY_USE[0]).label()})"
 
 
 @figure("registry.agreement_scheduled_us", SCHEDULED)
