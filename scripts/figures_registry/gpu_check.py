@@ -119,33 +119,17 @@ def _nccl_suites():
     return f"{span(totals)} s on 2 GPUs (16 tests, {span(each, 1)} s each)"
 
 
-# tune: the start of each run ("N of M runs, S s so far"); the diagnostic calls' runs by hand.
+# tune: the start of each run ("N of M runs, S s so far"); a run's length is tool.md's tool.tune.run_s.
 TUNE_ERR = [D + "s5/call5-tune-nccl-2.30.7/tune.err", D + "s5/call5-tune-nccl-2.30.7/tunece.err"]
-DIAG = D + "s4/diag-tune-hang/"
 
 
 def _starts(path):
     return [int(s) for s in re.findall(r"runs, (\d+) s so far\)", text(path))]
 
 
-def _gaps(path):
-    s = _starts(path)
-    return [b - a for a, b in zip(s, s[1:])]
-
-
 @figure("gpu_check.tune_last_start", *TUNE_ERR)
 def _tune_last():
     return f"{fmt(_starts(TUNE_ERR[0])[-1])} s (`tunece`: {fmt(_starts(TUNE_ERR[1])[-1])} s)"
-
-
-@figure("gpu_check.tune_run_s", *TUNE_ERR, DIAG + "call4-diag.txt", DIAG + "call5-diag2.txt", DIAG + "call6-diag3.txt")
-def _tune_runs():
-    """One tune run: the gaps between run starts (s5 on 2.30.7, the s4 diagnostic's eager tune), and the
-    child commands run by hand that ended (rc=0)."""
-    runs = _gaps(TUNE_ERR[0]) + _gaps(TUNE_ERR[1]) + _gaps(DIAG + "call4-diag.txt")
-    for path in (DIAG + "call5-diag2.txt", DIAG + "call6-diag3.txt"):
-        runs += [float(s) for s in re.findall(r"CASE (?:tune-)?child-\S+: rc=0 in ([\d.]+) s", text(path))]
-    return span(runs) + " s"
 
 
 BUILD = D + "s5/call3-diag-hang/build-nccl.log"
