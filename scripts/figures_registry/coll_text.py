@@ -6,7 +6,7 @@ import re
 import statistics
 
 from . import data, figure, fmt, rows, span, text
-from .coll import COLL, DF7, G15, GIB, KIB, MIB, NT, OPS, S5_NT, S5_NT32, _compare_ratios, _nt_lines, _points, size
+from .coll import COLL, DF7, G15, GIB, KIB, MIB, NT, OPS, S5_NT, S5_NT32, _nt_lines, _points, size
 
 S5_NT_DIR = S5_NT.rsplit("/", 1)[0] + "/nccl-tests/"
 S5_NT32_DIR = S5_NT32.rsplit("/", 1)[0] + "/nccl-tests/"
