@@ -9,6 +9,8 @@ default, TOLERANCE, only absorbs rounding of a value already rounded in the text
 One module per benchmark page; each registers its figures on import (listed at the end).
 """
 
+import glob
+import gzip
 import json
 import os
 import re
@@ -20,6 +22,8 @@ DATA = "docs/benchmarks/data"
 
 # Data folders whose name carries no commit: the commit their README.md gives.
 RUN_COMMITS = {
+    "2026-11-23-replay-ramp": "aff232b",  # replay folders without a commit: the commit that added them
+    "2026-11-23-replay-ramp8": "c6a6039",
     "2026-11-27-gpu-check-2xh200-s3": "1a4ee3c",
     "2026-11-27-gpu-check-2xh200-s4": "7ec0c4a",
     "2026-11-27-gpu-check-2xh200-s5": "db1dd20",
@@ -49,7 +53,10 @@ class Run:
                 self.device = "simulator"
             elif part == "cpu" and self.device == "?":
                 self.device = "CPU"
-        commits = [p for p in rest if re.fullmatch(r"[0-9a-f]{7}", p) and re.search(r"[a-f]", p)]
+        if self.device == "?" and rest[:1] in (["replay"], ["growth"]):
+            self.device = "simulator"  # the tool's replays run the simulator's pools
+        # A commit is 7 hex digits (digits only too: 4422052); the date's parts are split off above.
+        commits = [p for p in rest if re.fullmatch(r"[0-9a-f]{7}", p)]
         self.commit = RUN_COMMITS.get(top) or (commits[0] if commits else "?")
 
     def __str__(self):
@@ -70,13 +77,21 @@ _TEXT = {}
 
 
 def text(path):
+    """The text of docs/benchmarks/data/path (a .gz file read uncompressed)."""
     full = _full(path)
     st = os.stat(full)
     key = (full, st.st_mtime_ns, st.st_size)
     if key not in _TEXT:  # figures read the same files many times: once while unchanged
-        with open(full, encoding="utf-8") as f:
+        opener = gzip.open if full.endswith(".gz") else open
+        with opener(full, "rt", encoding="utf-8") as f:
             _TEXT[key] = f.read()
     return _TEXT[key]
+
+
+def listdir(path, pattern="*"):
+    """The files of the data folder `path` matching `pattern`, as paths under docs/benchmarks/data/, sorted."""
+    full = _full(path)
+    return sorted(os.path.relpath(f, _full("")).replace(os.sep, "/") for f in glob.glob(os.path.join(full, pattern)))
 
 
 _JSON = {}

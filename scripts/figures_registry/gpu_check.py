@@ -9,11 +9,10 @@ a fact of the command, not a measurement.
 """
 
 import datetime
-import gzip
 import re
 import statistics
 
-from . import Run, _full, data, figure, fmt, jsonl, span, table, text
+from . import Run, data, figure, fmt, jsonl, span, table, text
 
 D = "2026-11-27-gpu-check-2xh200-"
 # (lease, call, sections, gpu-check.log, the stdout holding the summary's time stamp)
@@ -46,8 +45,7 @@ def _log_text(folder):
     try:
         return text(folder + "gpu-check.log")
     except FileNotFoundError:  # the fourth lease's first call keeps its log compressed
-        with gzip.open(_full(folder + "gpu-check.log.gz"), "rt", encoding="utf-8") as f:
-            return f.read()
+        return text(folder + "gpu-check.log.gz")
 
 
 def _summary_text(folder):

@@ -29,15 +29,6 @@ SPAN297 = ("2026-11-27-gpu-check-2xh200-e370088-s2/call5-ncclversions-2.29.7-tor
            "window-span-nccl-2.29.7-1-2rank.json")
 
 
-class SimRun(Run):
-    """A replay run: on the simulator (the folder's name says `sim`, or it is a replay folder)."""
-
-    def __init__(self, path):
-        super().__init__(path)
-        if self.device == "?":
-            self.device = "simulator"
-
-
 def seg(key, m):
     return data(f"{SIM}{key}-segments-min{m}.json")
 
@@ -82,7 +73,7 @@ def _segments_table():
             b = (lambda s: f"**{s}**") if bold else str
             body.append(["", growth, b(w), fmt(w / tw, 3), fmt(w * unit, 1), fmt(r / MIB), b(fmt(r / tb, 3))])
     return table(["trace", "growth", "windows / group", "vs torch", "est. ms / group", "peak reserved MiB",
-                  "vs PyTorch"], body, [SimRun(SIM + "*-segments-min*.json")])
+                  "vs PyTorch"], body, [Run(SIM + "*-segments-min*.json")])
 
 
 SMALL = [f"{SIM}{f}-min{m}.json" for f in ("torch_snapshot_small-segments", "two_groups") for m in (0, 2, 1024)]
@@ -118,7 +109,7 @@ def _torch64_table():
                      fmt(r["first_registration_ms"], 1), fmt(r["torch_first_registration_ms"], 1),
                      f"**{ratio}**" if bold else ratio])
     return table(["growth", "segments", "windows / group", "reserved MiB", "first registration, est. ms",
-                  "torch's, est. ms", "ratio"], body, [SimRun(TORCH64)])
+                  "torch's, est. ms", "ratio"], body, [Run(TORCH64)])
 
 
 TEN_FILES = _sources(*(f"tensors-min{m}" for m in SETTINGS))
@@ -131,7 +122,7 @@ def _tensors_table():
         body.append([name] + [f"{windows(j)} / {fmt(vs_live(j), 3)}"
                               for j in (data(f"{SIM}{key}-tensors-min{m}.json") for m in SETTINGS)])
     return table(["trace", "default", "min_segment 2 MiB", "64 MiB", "256 MiB", "1 GiB", "2 GiB"], body,
-                 [SimRun(SIM + "*-tensors-min*.json")])
+                 [Run(SIM + "*-tensors-min*.json")])
 
 
 CHUNKS = [("chunk64", "growth_chunk 64 MiB"), ("min0", "1 GiB (default)"), ("chunk8192", "8 GiB")]
@@ -142,7 +133,7 @@ CHUNK_FILES = _sources(*(f"segments-{c}" for c, _ in CHUNKS))
 def _chunk_table():
     body = [[name] + [f"{windows(j)} / {fmt(vs_torch(j), 3)}" for j in
                       (data(f"{SIM}{key}-segments-{c}.json") for c, _ in CHUNKS)] for key, name in TRACES]
-    return table(["trace"] + [h for _, h in CHUNKS], body, [SimRun(SIM + "*-segments-{chunk64,min0,chunk8192}.json")])
+    return table(["trace"] + [h for _, h in CHUNKS], body, [Run(SIM + "*-segments-{chunk64,min0,chunk8192}.json")])
 
 
 @figure("growth.chunk_change", *CHUNK_FILES)

@@ -28,24 +28,6 @@ C9C_FSDP2 = ["2026-11-23-fsdp2-2xh200-c9c2fc7-dim4096.json", "2026-11-23-fsdp2-2
 AC5_MEG = "2026-11-23-megatron-fsdp-2xh200-ac5b222.jsonl"
 
 
-# Replay folders whose name carries no commit: the commit that landed the change and added the folder.
-FOLDER_COMMITS = {"2026-11-23-replay-ramp": "aff232b", "2026-11-23-replay-ramp8": "c6a6039"}
-
-
-class SimRun(Run):
-    """A replay run: on the simulator (the replay folders' names carry no device). Run() skips a commit
-    of digits only (4422052); this takes it."""
-
-    def __init__(self, path):
-        super().__init__(path)
-        top = path.split("/")[0]
-        if self.device == "?":
-            self.device = "simulator"
-        if self.commit == "?":
-            digits = [p for p in top.split("-")[3:] if re.fullmatch(r"[0-9]{7}", p)]
-            self.commit = FOLDER_COMMITS.get(top) or (digits[0] if digits else "?")
-
-
 # ---- reading one replay's --json ----
 def ratio(j):
     """Peak reserved over peak live of the shared pool."""
@@ -126,7 +108,7 @@ def _stands_table():
     return table(["trace", "PyTorch's allocator on the trace (corrected)", "was reported",
                   "tensors, symmetric 1 GiB chunks (default): 844d423 -> 11dc88f -> **4913f08** (segments)",
                   "tensors, local 2 MiB chunks", "segments (torch layer)"], body,
-                 [SimRun(p) for p in STANDS_SOURCES])
+                 [Run(p) for p in STANDS_SOURCES])
 
 
 def _bench_rows(path):
@@ -184,8 +166,8 @@ def _variants_table():
     body = [[label] + [cell(get(k), bold) if not bold else f"**{fmt(ratio(get(k)), 3)} ({segs(get(k))})**"
                        for k, _ in TRACES] for label, get, bold in rows_]
     return table(["growth (rules committed)"] + [n for _, n in TRACES], body,
-                 [SimRun(SCALED + "*-x1-844d423.json"), SimRun(R11DC + "*-tensors-symmetric.json"),
-                  SimRun(R4913 + "*-tensors-symmetric.json")])
+                 [Run(SCALED + "*-x1-844d423.json"), Run(R11DC + "*-tensors-symmetric.json"),
+                  Run(R4913 + "*-tensors-symmetric.json")])
 
 
 # ---- beyond one size mix: the 28 scaled variants ----
@@ -204,7 +186,7 @@ def _scaled_table():
             body.append([name, label] + [f"**{fmt(ratio(get(key, x)), 3)}** ({segs(get(key, x))})" if bold else
                                          cell(get(key, x)) for x in SCALES])
     return table(["trace", "rule"] + [f"x{x}" for x in SCALES], body,
-                 [SimRun(SCALED + "*-x*-{844d423,new}.json"), SimRun(R4913 + "*-tensors-symmetric.json")])
+                 [Run(SCALED + "*-x*-{844d423,new}.json"), Run(R4913 + "*-tensors-symmetric.json")])
 
 
 def _all(get):
@@ -329,7 +311,7 @@ def _seg_table():
         body.append([name, "**own sizes within the budget (55a2e40)**"] +
                     [f"**{fmt(ratio(seg_new(key, x)), 3)}** ({segs(seg_new(key, x))})" for x in SCALES])
     return table(["trace", "rule"] + [f"x{x}" for x in SCALES], body,
-                 [SimRun(SEG_OLD + "*-segments.json"), SimRun(SEG_NEW + "*-segments.json")])
+                 [Run(SEG_OLD + "*-segments.json"), Run(SEG_NEW + "*-segments.json")])
 
 
 @figure("memory.seg.summary", SEG_OLD, SEG_NEW)
@@ -382,7 +364,7 @@ def _c9c_table():
         body.append(row)
     return table(["trace", "tensors, 1 GiB chunks (symmetric default)", "tensors, 256 MiB", "tensors, 64 MiB",
                   "segments (torch layer), 1 GiB", "segments, 256 MiB"], body,
-                 [SimRun(RC9C + "*.json"), SimRun(R4422 + "*.json")])
+                 [Run(RC9C + "*.json"), Run(R4422 + "*.json")])
 
 
 def _used_pct(path, mode_match):

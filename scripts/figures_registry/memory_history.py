@@ -3,7 +3,7 @@
 before segments of their own size; c9c2fc7: with them; the torch layer's ramped chunks)."""
 
 from . import data, figure, fmt, span, table
-from .memory import MIB, R4422, RAMP, RC9C, TRACES, SimRun, c9c, cell, r4422, ratio, recorded, segs
+from .memory import MIB, R4422, RAMP, RC9C, TRACES, Run, c9c, cell, r4422, ratio, recorded, segs
 
 RAMP8 = "2026-11-23-replay-ramp8/"
 HIST_ROWS = [("fsdp_ep", 1024), ("fsdp_ep", 256), ("fsdp_ep", 64), ("fsdp2", 1024), ("fsdp2", 256)]
@@ -44,7 +44,7 @@ def _hist_table():
         seen.add(key)
     return table(["trace", "chunk", "shared: peak reserved / live", "per group: peak reserved / live", "shared / per-group",
                   "windows shared (3 groups) / per group", "PyTorch's allocator on the same trace (as then reported)"],
-                 body, [SimRun(R4422 + "*-tensors-*.json")])
+                 body, [Run(R4422 + "*-tensors-*.json")])
 
 
 @figure("memory.hist.peak.table", R4422)
@@ -60,7 +60,7 @@ def _peak_table():
                      f"{fmt(a['free_in_used_segments'] / MIB)} ({fmt(a['free_in_used_segments'] / res * 100)}%)",
                      fmt(a["never_used"] / MIB), fmt(a["other_streams_only"] / MIB), fmt(a["empty_segments"] / MIB)])
     return table(["trace, chunk", "reserved", "live", "free in used segments", "of which never used (chunk tail)",
-                  "of which one stream only", "empty segments"], body, [SimRun(R4422 + "*-tensors-{1024,256}.json")])
+                  "of which one stream only", "empty segments"], body, [Run(R4422 + "*-tensors-{1024,256}.json")])
 
 
 def _peak(key, c=1024):
@@ -90,7 +90,7 @@ def _megatron_table():
                      fmt(pr / pl, 3), f"{fmt(rm)} MiB = **{fmt(rr, 3)}**" if first else fmt(rr, 3),
                      f"{fmt(a['never_used'] / MIB)} / {fmt((a['free_in_used_segments'] - a['never_used']) / MIB)} MiB"])
     return table(["chunk", "shared: peak reserved / live", "per group", "PyTorch's allocator on the trace (as then reported)",
-                  "at the peak: never used / free between live"], body, [SimRun(R4422 + "megatron_fsdp_2gpu-tensors-*.json")])
+                  "at the peak: never used / free between live"], body, [Run(R4422 + "megatron_fsdp_2gpu-tensors-*.json")])
 
 
 def _ramp(key, level):
@@ -121,7 +121,7 @@ def _segments_table():
         body.append([name, f"{fmt(g['shared']['peak_reserved_bytes'] / MIB)} / {fmt(g['shared']['peak_live_bytes'] / MIB)} "
                            f"MiB = **{fmt(ratio(g), 3)}** ({segs(g)}{' segments' if key == 'fsdp_ep' else ''})", cell(q)])
     return table(["trace (segments)", "1 GiB chunks (default for symmetric torch pools)", "256 MiB"], body,
-                 [SimRun(R4422 + "*-segments-*.json")])
+                 [Run(R4422 + "*-segments-*.json")])
 
 
 figure("memory.hist.segments_pct", R4422)(lambda: "+" + span(
@@ -140,7 +140,7 @@ def _rule_table():
             cols.append(f"{fmt(ratio(o), 3)} -> {nn} ({segs(o)} -> {segs(n)})")
         body.append([name] + cols)
     return table(["trace", "segments level: now -> rule (segments)", "tensors level: now -> rule (segments)"], body,
-                 [SimRun(R4422 + "*-1024.json"), SimRun(RC9C + "*-1024.json")])
+                 [Run(R4422 + "*-1024.json"), Run(RC9C + "*-1024.json")])
 
 
 @figure("memory.hist.ramp.table", RC9C, RAMP)
@@ -155,7 +155,7 @@ def _ramp_table():
                       f"= **{fmt(ratio(r), 3)}** ({segs(r)})")
         body.append([name, fixed, ramped, cell(_ramp(key, "blocks"))])
     return table(["trace", "segments level: fixed 1 GiB chunks (c9c2fc7)", "ramped chunks (landed)",
-                  "tensors level, fixed chunks"], body, [SimRun(RC9C + "*-segments-1024.json"), SimRun(RAMP + "*.json")])
+                  "tensors level, fixed chunks"], body, [Run(RC9C + "*-segments-1024.json"), Run(RAMP + "*.json")])
 
 
 @figure("memory.hist.ramp8.table", RAMP, RAMP8)
@@ -164,7 +164,7 @@ def _ramp8_table():
     body = [["1 (doubling, before)"] + [cell(_ramp(k, "segments")) for k, _ in keys],
             ["**8 (landed)**"] + [f"**{cell(data(f'{RAMP8}{k}-segments.json'))}**" for k, _ in keys]]
     return table(["divisor", "decode", "FSDP2", "FSDP+EP", "Megatron-FSDP"], body,
-                 [SimRun(RAMP + "*-segments.json"), SimRun(RAMP8 + "*-segments.json")])
+                 [Run(RAMP + "*-segments.json"), Run(RAMP8 + "*-segments.json")])
 
 
 # Reading (the first history table).

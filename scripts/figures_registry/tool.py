@@ -1,13 +1,11 @@
 """Figures of docs/tool.md: what the replay reports at a pool's peak, bench coll's noise and compute
 load, and `ncclpool tune`'s runs (2x H200), read from the raw files the benchmark pages cite."""
 
-import glob
 import math
-import os
 import re
 import statistics
 
-from . import Run, _full, data, figure, fmt, rows, span, text
+from . import Run, data, listdir, figure, fmt, rows, span, text
 from .coll import CE, COLL, DF7, OPS, S5_GRAPH, size
 from .coll_text import tune_tables
 
@@ -94,14 +92,14 @@ TUNE_RUNS = DF7 + "tune-runs/"
 
 
 def _run_files(folder):
-    return sorted(glob.glob(os.path.join(_full(folder), "coll-ctas-*-round-*.json")))
+    return listdir(folder, "coll-ctas-*-round-*.json")
 
 
 @figure("tool.coll.beside", TUNE_RUNS)
 def _beside():
     r_ = []
     for f in _run_files(TUNE_RUNS):
-        rel = os.path.relpath(f, _full("")).replace(os.sep, "/")
+        rel = f
         for op in OPS:
             for r in rows(data(rel), op):
                 if r.get("bytes", 0) >= 4 * MIB:
