@@ -34,6 +34,11 @@ struct AgreementRecord {
 /// (SymmetricKernels in nccl.hpp: the NCCL versions whose symmetric kernels can read their input
 /// early). Ranks must agree on it like on the CTA count.
 inline constexpr int kSymmetricKernelsOff = 1 << 16;
+/// Added to Communicator::prepare_symmetric_kernels()' value when this process registers windows with
+/// NCCL_WIN_COLL_SYMMETRIC and fences every collective it launches or wraps on them (SymmetricKernels'
+/// decision `fence`: NCCLPOOL_SYMMETRIC_KERNELS=fence, or auto in a process that called
+/// prefer_symmetric_fence, on the NCCL versions with the hazard). Compared across ranks like the rest.
+inline constexpr int kSymmetricKernelsFenced = 1 << 17;
 
 /// What a measured profile (profile.hpp) must match for a communicator, and what routes default to.
 struct MachineKey {
@@ -86,7 +91,8 @@ class NCCLPOOL_API Communicator {
   /// Called before the communicator's first symmetric agreement (and by auto pools choosing routes):
   /// fixes how this process launches symmetric kernels and returns it: the CTA count (SymmetricCtas
   /// in nccl.hpp; 0 = NCCL's own choice), plus kSymmetricKernelsOff when windows are registered
-  /// without the symmetric flag (SymmetricKernels); -1 = nothing to say. Ranks must return the same:
+  /// without the symmetric flag or kSymmetricKernelsFenced when collectives on them are fenced
+  /// (SymmetricKernels); -1 = nothing to say. Ranks must return the same:
   /// a symmetric kernel whose ranks launch different block counts (or that runs on some ranks only)
   /// waits for blocks that never come, so the registry's attach agreement compares the values and
   /// fails on every rank when they differ.

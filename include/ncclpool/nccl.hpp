@@ -10,10 +10,13 @@
 #include <ncclpool/segment_source.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+struct CUstream_st;  // cuda.h's CUstream (and the runtime's cudaStream_t) points to it: no CUDA header needed
 
 namespace ncclpool {
 
@@ -139,16 +142,27 @@ NCCLPOOL_API SymmetricCtas symmetric_ctas();
 /// async_op=False collectives on the current stream since torch 2.8) and every PyNccl-style caller.
 /// Plain memory and windows without the symmetric flag are not affected (their kernels have no PDL).
 ///
-/// NCCLPOOL_SYMMETRIC_KERNELS: `auto` (default) uses them except where the hazard exists; `on` uses
-/// them anyway (for callers that know the kernel before each collective never triggers early); `off`
-/// never. Ranks must decide alike (a symmetric kernel on some ranks and a ring kernel on others would
-/// pair wrong collectives): the registry's attach agreement compares the decision, with the CTA count
-/// (Communicator::prepare_symmetric_kernels). Auto pools route no size to windows while they are off.
+/// NCCLPOOL_SYMMETRIC_KERNELS: `auto` (default) uses them except where the hazard exists, and there
+/// fences them when the process declared that its collectives go through ncclpool's fences
+/// (prefer_symmetric_fence: ncclpool.torch, ncclpool.sglang, `ncclpool bench coll` and `tune`), else
+/// leaves them off (the guard); `fence` uses them and fences (symmetric_fence) where the hazard
+/// exists, declared or not; `on` uses them unfenced (for callers that know the kernel before each
+/// collective never triggers early); `off` never. The decision is one of four (`decision`): "on",
+/// "fence" (windows carry the flag; every collective on them must follow symmetric_fence on its
+/// stream), "guard" (off because of the hazard) and "off". Ranks must decide alike (a symmetric
+/// kernel on some ranks and a ring kernel on others would pair wrong collectives, and a fenced rank
+/// beside an unfenced one runs another launch sequence): the registry's attach agreement compares the
+/// decision, with the CTA count (Communicator::prepare_symmetric_kernels). Auto pools route no size
+/// to windows while they are off.
 struct SymmetricKernels {
   bool decided = false;  ///< false until the process's first symmetric attach of an NCCL communicator
   bool enabled = true;   ///< windows carry NCCL_WIN_COLL_SYMMETRIC
+  bool fence = false;    ///< enabled, the hazard exists, and ncclpool fences each collective it launches or wraps on windows
   bool hazard = false;   ///< this NCCL, GPU and driver have the missing grid-dependency sync
-  bool ignored_setting = false;  ///< NCCLPOOL_SYMMETRIC_KERNELS held something else than auto|on|off
+  bool ignored_setting = false;  ///< NCCLPOOL_SYMMETRIC_KERNELS held something else than auto|on|off|fence
+  bool fence_declared = false;   ///< the process had called prefer_symmetric_fence when it decided
+  int nccl_version = 0;  ///< the NCCL it decided for (the fence skips where NCCL's own graph edges suffice)
+  std::string decision = "on";  ///< "on", "fence", "guard" or "off"
   std::string why;       ///< the decision in words, for `ncclpool info`, stats and logs
 };
 
@@ -156,22 +170,87 @@ struct SymmetricKernels {
 /// launches symmetric kernels with PDL and they lack cudaGridDependencySynchronize().
 NCCLPOOL_API bool symmetric_kernels_hazard(int nccl_version, int cc_major, int driver_version) noexcept;
 
-/// @brief The decision for NCCLPOOL_SYMMETRIC_KERNELS = `setting` (nullptr: unset). Pure. A value other
-/// than auto|on|off is `auto` with ignored_setting (never an exception: it is decided inside a
-/// collective attach, where one rank throwing would leave the others waiting).
-NCCLPOOL_API SymmetricKernels choose_symmetric_kernels(const char* setting, int nccl_version, int cc_major, int driver_version);
+/// @brief The decision for NCCLPOOL_SYMMETRIC_KERNELS = `setting` (nullptr: unset) in a process that
+/// declared the fence (`fence_declared`) or not. Pure. A value other than auto|on|off|fence is `auto`
+/// with ignored_setting (never an exception: it is decided inside a collective attach, where one rank
+/// throwing would leave the others waiting).
+NCCLPOOL_API SymmetricKernels choose_symmetric_kernels(const char* setting, int nccl_version, int cc_major, int driver_version,
+                                                       bool fence_declared = false);
 
-/// @brief Decides (the first call in the process, from NCCLPOOL_SYMMETRIC_KERNELS) and returns the
-/// decision; later calls return the first one.
+/// @brief Decides (the first call in the process, from NCCLPOOL_SYMMETRIC_KERNELS and whether
+/// prefer_symmetric_fence was called) and returns the decision; later calls return the first one.
 NCCLPOOL_API SymmetricKernels apply_symmetric_kernels(int nccl_version, int cc_major, int driver_version);
 
 /// @brief What apply_symmetric_kernels decided in this process (decided = false before).
 NCCLPOOL_API SymmetricKernels symmetric_kernels();
 
 /// @brief The decision of this process, or (decided = false) what its first symmetric attach on GPU
-/// `device` would decide now with the loaded NCCL: for `ncclpool info`, features() and reports.
-/// Never throws (no NCCL or GPU: enabled = false and why says so).
-NCCLPOOL_API SymmetricKernels symmetric_kernels_on(int device);
+/// `device` would decide now with the loaded NCCL (`as_declared`: as if prefer_symmetric_fence had
+/// been called): for `ncclpool info`, features() and reports. Never throws (no NCCL or GPU: enabled =
+/// false, decision "off", and why says so).
+NCCLPOOL_API SymmetricKernels symmetric_kernels_on(int device, bool as_declared = false);
+
+/// @brief Declares that this process's collectives on windows go through ncclpool's fences (the
+/// layers that launch or wrap them call symmetric_fence before each): `auto` then resolves to `fence`
+/// instead of the guard where the hazard exists. Call it before the process's first symmetric attach
+/// (ncclpool.torch.init, ncclpool.sglang, `ncclpool bench coll` and `tune` do). Idempotent; after the
+/// decision it changes nothing, and where the decision would have been another with it (the guard)
+/// @throws InvalidState naming the decision.
+NCCLPOOL_API void prefer_symmetric_fence();
+
+/// @brief Whether prefer_symmetric_fence was called in this process.
+NCCLPOOL_API bool symmetric_fence_declared() noexcept;
+
+/// How symmetric_fence orders a stream (NCCLPOOL_SYMMETRIC_FENCE).
+enum class SymmetricFenceKind {
+  kernel = 0,  ///< one empty 1-thread kernel, launched without PDL: it starts only after the kernel before it ended
+  memset = 1,  ///< a 1-byte cuMemsetD8Async into a scratch byte of the stream's context
+};
+
+/// @brief "kernel" or "memset".
+NCCLPOOL_API const char* to_string(SymmetricFenceKind kind) noexcept;
+
+/// @brief The fence kind for NCCLPOOL_SYMMETRIC_FENCE = `setting` (nullptr or "": kernel); `ignored`
+/// (may be nullptr) is set when the value is neither kernel nor memset (then kernel). Pure.
+NCCLPOOL_API SymmetricFenceKind choose_symmetric_fence_kind(const char* setting, bool* ignored = nullptr);
+
+/// @brief The fence kind of this process: fixed when it decides its symmetric kernels; before that,
+/// what NCCLPOOL_SYMMETRIC_FENCE says now.
+NCCLPOOL_API SymmetricFenceKind symmetric_fence_kind();
+
+/// What symmetric_fence does on one call, and why: the policy, testable without a GPU.
+struct SymmetricFenceStep {
+  bool launch = false;
+  const char* why = "";  ///< static text
+};
+
+/// @brief Whether a fence is launched before a collective on windows, given the decision, whether the
+/// stream is capturing a CUDA graph and NCCL_GRAPH_MIXING_SUPPORT (nullptr: unset). Pure. No fence
+/// unless the decision is `fence`. In a capture, NCCL < 2.29 with graph mixing on (NCCL's default:
+/// the variable unset, or a value NCCL reads as non-zero) puts an event-wait node, a full dependency,
+/// before its kernel: no fence needed. From 2.29 a communicator's own config (graphUsageMode) can turn
+/// mixing off unseen, so the fence is launched in captures too.
+NCCLPOOL_API SymmetricFenceStep choose_symmetric_fence(const SymmetricKernels& kernels, bool capturing, const char* graph_mixing_support) noexcept;
+
+/// Counters of symmetric_fence over the process (all threads).
+struct SymmetricFenceStats {
+  std::uint64_t calls = 0;     ///< symmetric_fence calls
+  std::uint64_t launched = 0;  ///< fences launched (a node added where the stream was capturing)
+  std::uint64_t skipped_in_capture = 0;  ///< calls in a capture where NCCL's own event-wait node orders the collective
+};
+
+/// @brief The process's counters.
+NCCLPOOL_API SymmetricFenceStats symmetric_fence_stats() noexcept;
+
+/// @brief Orders `stream` (a CUstream / cudaStream_t; nullptr: the legacy default stream) so that a
+/// collective enqueued next on it starts only after the work before it ended: launches a fence of the
+/// process's kind (NCCLPOOL_SYMMETRIC_FENCE, read at the decision) where choose_symmetric_fence says
+/// so, else nothing. Cheap when nothing is needed (one atomic load: no driver call before the
+/// process decided `fence`). Call it right before each collective on windows (symmetric pools, auto
+/// pools' windows) that this process enqueues itself. Returns whether a fence was launched.
+/// @throws BackendError with the CUDA error text when the launch (or the first-use set-up of the
+/// stream's context: the fence's module, the scratch byte) fails; nothing is left half-made.
+NCCLPOOL_API bool symmetric_fence(::CUstream_st* stream);
 
 /// Whether this rank votes to run all-gather on a communicator made with NCCL's CTA policy ZERO:
 /// NCCL (>= 2.28) then moves an all-gather whose buffers are symmetric windows with the copy engines

@@ -109,10 +109,40 @@ typedef struct ncclpool_features {
   int symmetric_kernels_hazard;  /* this NCCL, GPU and driver launch symmetric kernels that can read
                                     their input early (NCCL 2.28.0-2.30.6, sm_90+, driver >= 12.3) */
   char symmetric_kernels_why[512];
+  /* Added in 0.1 after symmetric_kernels_why (the same rule). The decision in one word and the fence
+     (ncclpool_symmetric_fence below; docs/python.md, "NCCL versions"). */
+  char symmetric_kernels_decision[16]; /* "on", "fence" (windows carry the flag, collectives on them are
+                                          fenced), "guard" (off because of the hazard) or "off" */
+  int symmetric_fence_declared;  /* this process called ncclpool_prefer_symmetric_fence */
+  char symmetric_fence_kind[16]; /* "kernel" or "memset" (NCCLPOOL_SYMMETRIC_FENCE) */
+  uint64_t symmetric_fence_calls;     /* ncclpool_symmetric_fence calls so far (all threads) */
+  uint64_t symmetric_fences_launched; /* of them, fences launched (nodes added under capture) */
+  uint64_t symmetric_fences_skipped_in_capture; /* of them, captures where NCCL's own event-wait node orders
+                                                   the collective (NCCL < 2.29, graph mixing on) */
 } ncclpool_features_t;
 /* Fills *features (struct_size must be set; at least up to why_not). Loads the CUDA driver and NCCL
    if needed. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features);
+
+/* ---- The symmetric fence (NCCL 2.28.0-2.30.6: symmetric kernels that can read their input early) ----
+ * NCCL launches its symmetric kernels with PDL, and 2.28.0-2.30.6 left their wait for the kernel
+ * before them out: after a kernel that triggers its dependents early, a collective on windows with
+ * the symmetric flag can read its input before it is written. Where the process decides `fence`
+ * (NCCLPOOL_SYMMETRIC_KERNELS=fence, or auto in a process that declared the fence), windows carry the
+ * flag and every collective on them must follow ncclpool_symmetric_fence on its stream; elsewhere the
+ * call does nothing. */
+/* Declares that this process's collectives on windows follow ncclpool_symmetric_fence (auto then
+   resolves to `fence` instead of the guard where the hazard exists). Call it before the process's
+   first symmetric attach. Idempotent. INVALID_STATE, naming the decision, when the process decided
+   already without it (the guard). ncclpool.torch.init and ncclpool.sglang call it. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_prefer_symmetric_fence(void);
+/* Right before a collective on windows that the caller enqueues on `stream` (a cudaStream_t / CUstream;
+   NULL: the legacy default stream): where the process decided `fence`, launches one fence on it (an
+   empty kernel without PDL, or a 1-byte memset: NCCLPOOL_SYMMETRIC_FENCE), a node when the stream is
+   capturing a graph, except in a capture that NCCL orders itself (NCCL < 2.29 with graph mixing on).
+   *launched (may be NULL) gets 1 when a fence was launched, else 0. Cheap when nothing is needed (no
+   CUDA call before the decision is `fence`). BACKEND with the CUDA error text when the launch fails. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_symmetric_fence(void* stream, int* launched);
 
 /* This rank's vote for running all-gather on a communicator made with NCCL's CTA policy ZERO (NCCL's
    copy-engine collectives on windows: no SMs; CopyEngineVote in nccl.hpp, docs/python.md "Copy-engine
@@ -403,8 +433,10 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_live_registrations(ncclpool_
  * 3 deregister_window) on rank (-1 = every rank) fail. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_group_t group, int op, int rank, int nth);
 /* What `rank`'s (-1: every rank's) simulated communicators report as their symmetric kernel setting
-   (the CTA count; default -1: nothing), compared across ranks at a symmetric attach: tests of ranks
-   that would launch NCCL's symmetric kernels differently. */
+   (the CTA count 0-64, plus one of the flags below; default -1: nothing), compared across ranks at a
+   symmetric attach: tests of ranks that would launch NCCL's symmetric kernels differently. */
+#define NCCLPOOL_SIM_SYMMETRIC_KERNELS_OFF 0x10000    /* windows without the symmetric flag (off, the guard) */
+#define NCCLPOOL_SIM_SYMMETRIC_KERNELS_FENCED 0x20000 /* collectives on windows fenced (the decision `fence`) */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpool_sim_group_t group, int rank, int setting);
 /* Models a CUDA graph capture by the calling thread on a SIM pool's device (begins or ends it): the
  * calling thread's agreement points (commit, scope end) are skipped under it; another thread's are not. */

@@ -10,7 +10,8 @@ Pure Python over the C ABI (ctypes). The pieces:
 * :class:`SimGroup` - simulated ranks (threads of this process) for tests without GPUs (ncclpool/sim.py).
 * :func:`features` - what this machine supports (CUDA, NCCL version, symmetric windows);
   :func:`copy_engine_vote` - this rank's vote for copy-engine all-gather; :func:`version`,
-  :func:`last_error` (here).
+  :func:`last_error`; :func:`prefer_symmetric_fence` and :func:`symmetric_fence` - the fence before
+  collectives on windows where NCCL's symmetric kernels can read their input early (here).
 * :mod:`ncclpool.torch` - the PyTorch layer (Megatron-Core ``nccl_allocator`` compatible API).
 
 Argument conversion shared by them is in ncclpool/_arguments.py, the C ABI's declarations in
@@ -35,6 +36,7 @@ from .sim import SimGroup, sim_inject_oom, sim_set_capturing
 
 __all__ = [
     "Pool", "Communicator", "SimGroup", "features", "copy_engine_vote", "node_id", "version", "last_error", "library_path", "memory_summary",
+    "prefer_symmetric_fence", "symmetric_fence",
     "format_bytes", "errors", "Error", "InvalidArgument", "SizeTooLarge", "OutOfMemory", "DoubleFree",
     "ForeignPointer", "InvalidPointer", "BackendError", "Unsupported", "InvalidState", "RegistrationError",
     "AgreementError", "SOURCES", "REGISTRATIONS",
@@ -61,14 +63,40 @@ def features() -> dict:
     looked for at each call. ``symmetric_kernels_enabled``: windows carry NCCL's symmetric flag, so its
     symmetric kernels run on them; off by default on NCCL 2.28.0-2.30.6 on Hopper and newer
     (``symmetric_kernels_hazard``: those kernels can read their input before the kernel before them on
-    the stream wrote it); ``symmetric_kernels_why`` says why, ``NCCLPOOL_SYMMETRIC_KERNELS=on|off|auto``
-    decides (docs/python.md, "NCCL versions")."""
+    the stream wrote it); ``symmetric_kernels_why`` says why, ``NCCLPOOL_SYMMETRIC_KERNELS=auto|on|off|fence``
+    decides (docs/python.md, "NCCL versions"). ``symmetric_kernels_decision``: ``on``, ``fence`` (the
+    kernels on, every collective on windows that ncclpool launches or wraps fenced: ``auto`` in a process
+    that declared it, ``symmetric_fence_declared``, as ncclpool.torch does), ``guard`` (off because of
+    the hazard) or ``off``; ``symmetric_fence_kind``: ``kernel`` or ``memset`` (NCCLPOOL_SYMMETRIC_FENCE);
+    ``symmetric_fence_calls``, ``symmetric_fences_launched``, ``symmetric_fences_skipped_in_capture``:
+    :func:`symmetric_fence`'s counters in this process."""
     f = Features()
     f.struct_size = ctypes.sizeof(Features)
     call("ncclpool_get_features", byref(f))
     out = features_dict(f)
     out["library"] = library_path()
     return out
+
+
+def prefer_symmetric_fence() -> None:
+    """Declares that this process's collectives on windows follow :func:`symmetric_fence` (the layers of
+    ncclpool that launch or wrap collectives do: ncclpool.torch.init() and ncclpool.sglang call this):
+    where NCCL's symmetric kernels can read their input early (NCCL 2.28.0-2.30.6), ``auto`` then keeps
+    them on, fenced, instead of turning them off (the guard). Call it before the first symmetric attach;
+    idempotent. Raises InvalidState, naming the decision, when the process decided the guard already."""
+    call("ncclpool_prefer_symmetric_fence")
+
+
+def symmetric_fence(stream=None) -> bool:
+    """Right before a collective on windows that this process enqueues itself on ``stream`` (a
+    torch.cuda.Stream, an int cudaStream_t, None: the legacy default stream): where the process decided
+    ``fence`` (see :func:`features`), launches one fence on it so that the collective starts only after
+    the work before it ended; in a CUDA graph capture a node, except where NCCL orders the capture itself
+    (NCCL < 2.29 with graph mixing on). Returns whether a fence was launched. Cheap when nothing is
+    needed; BackendError with the CUDA error text when the launch fails."""
+    launched = ctypes.c_int(0)
+    call("ncclpool_symmetric_fence", _stream(stream), byref(launched))
+    return bool(launched.value)
 
 
 def copy_engine_vote(requested: bool | None, ranks: int, device: int = 0) -> tuple[bool, str]:

@@ -39,20 +39,23 @@ class PoolOptions(ctypes.Structure):
 
 
 # ncclpool_features_t's members after struct_size, in order, the one list here: (name, kind), kind
-# "flag" (an int read as a bool), "int", or a text's capacity in bytes. Features and features() are
-# made from it.
+# "flag" (an int read as a bool), "int", "u64" (uint64_t), or a text's capacity in bytes. Features and
+# features() are made from it.
 FEATURE_FIELDS = [
     ("built_with_cuda", "flag"), ("cuda_available", "flag"), ("cuda_device_count", "int"), ("nccl_available", "flag"),
     ("nccl_version", "int"), ("nccl_windows", "flag"), ("nccl_reused_loaded", "flag"), ("nccl_library", 512), ("why_not", 512),
     ("symmetric_ctas_decided", "flag"), ("symmetric_ctas", "int"), ("symmetric_ctas_source", 256),
     ("nccl_other_copies", "int"), ("nccl_other_version", "int"), ("nccl_other_library", 512),
     ("symmetric_kernels_decided", "flag"), ("symmetric_kernels_enabled", "flag"), ("symmetric_kernels_hazard", "flag"),
-    ("symmetric_kernels_why", 512),
+    ("symmetric_kernels_why", 512), ("symmetric_kernels_decision", 16), ("symmetric_fence_declared", "flag"),
+    ("symmetric_fence_kind", 16), ("symmetric_fence_calls", "u64"), ("symmetric_fences_launched", "u64"),
+    ("symmetric_fences_skipped_in_capture", "u64"),
 ]
+_FEATURE_CTYPES = {"flag": c_int, "int": c_int, "u64": c_uint64}
 
 
 class Features(ctypes.Structure):
-    _fields_ = [("struct_size", c_size_t)] + [(name, c_int if kind in ("flag", "int") else c_char * kind)
+    _fields_ = [("struct_size", c_size_t)] + [(name, _FEATURE_CTYPES[kind] if kind in _FEATURE_CTYPES else c_char * kind)
                                               for name, kind in FEATURE_FIELDS]
 
 
@@ -61,7 +64,7 @@ def features_dict(f: Features) -> dict:
     out = {}
     for name, kind in FEATURE_FIELDS:
         value = getattr(f, name)
-        out[name] = bool(value) if kind == "flag" else value if kind == "int" else value.decode(errors="replace")
+        out[name] = bool(value) if kind == "flag" else value if kind in ("int", "u64") else value.decode(errors="replace")
     return out
 
 
@@ -138,6 +141,8 @@ _PROTOTYPES = {
     "ncclpool_get_features": (_Status, [POINTER(Features)]),
     "ncclpool_copy_engine_vote": (_Status, [c_int, c_int, c_int, POINTER(c_int), c_char_p, c_size_t]),
     "ncclpool_node_id": (_Status, [POINTER(c_uint64)]),
+    "ncclpool_prefer_symmetric_fence": (_Status, []),
+    "ncclpool_symmetric_fence": (_Status, [_P, POINTER(c_int)]),
     "ncclpool_pool_options_init": (None, [POINTER(PoolOptions)]),
     "ncclpool_pool_create": (_Status, [POINTER(PoolOptions), POINTER(_P)]),
     "ncclpool_pool_destroy": (_Status, [_P]),

@@ -39,7 +39,7 @@ import torch
 import ncclpool
 import ncclpool.torch as _layer
 from ncclpool import InvalidArgument, InvalidState, Unsupported
-from ncclpool import _environment, _sglang_hook
+from ncclpool import _environment, _sglang_fence, _sglang_hook
 from ncclpool import _sglang_support as _support
 
 __all__ = [
@@ -106,6 +106,7 @@ def get_nccl_mem_pool():
                 _cur_device = torch.cuda.current_device()
                 _settings = settings
                 _mem_pool = mempool
+                _sglang_fence.install(_attachments)  # SGLang's PyNccl collectives on the windows, fenced (issue 46)
     return _mem_pool
 
 
@@ -489,9 +490,10 @@ def install() -> list:
     """Makes ``import sglang.srt.distributed.device_communicators.pynccl_allocator`` give this module,
     here and (through ncclpool-sglang.pth and NCCLPOOL_SGLANG=1) in the processes this one starts;
     rebinds modules that imported SGLang's already. Returns (and warns with) what it replaced."""
-    return _sglang_hook.install(sys.modules[__name__], SGLANG_NAMES)
+    return _sglang_hook.install(sys.modules[__name__], SGLANG_NAMES) + _sglang_fence.install(_attachments)
 
 
 def uninstall() -> None:
     """Reverts install()."""
     _sglang_hook.uninstall()
+    _sglang_fence.uninstall()

@@ -73,11 +73,18 @@ class SimGroup:
         call("ncclpool_sim_group_inject_failure", self.handle, self.OPS[op], _int(rank, "inject_failure: rank"),
              _int(nth, "inject_failure: nth"))
 
-    def set_symmetric_kernels(self, rank: int, setting: int) -> None:
+    # The decisions a simulated rank can report beside its CTA count (NCCLPOOL_SIM_SYMMETRIC_KERNELS_* in ncclpool.h).
+    DECISIONS = {"on": 0, "off": 0x10000, "guard": 0x10000, "fence": 0x20000}
+
+    def set_symmetric_kernels(self, rank: int, setting: int, decision: str = "on") -> None:
         """What `rank`'s (-1: every rank's) communicators report as their symmetric kernel setting (the
-        CTA count; -1: nothing), compared across ranks at a symmetric attach."""
+        CTA count; -1: nothing) and decision (``on``, ``off`` / ``guard``: windows without the symmetric
+        flag, ``fence``: collectives on windows fenced), compared across ranks at a symmetric attach."""
+        if decision not in self.DECISIONS:
+            raise InvalidArgument(f"decision {decision!r} is not one of {sorted(self.DECISIONS)}")
+        setting = _int(setting, "set_symmetric_kernels: setting")
         call("ncclpool_sim_group_set_symmetric_kernels", self.handle, _int(rank, "set_symmetric_kernels: rank"),
-             _int(setting, "set_symmetric_kernels: setting"))
+             setting if setting < 0 else setting | self.DECISIONS[decision])
 
 
 def sim_set_capturing(pool: Pool, capturing: bool) -> None:

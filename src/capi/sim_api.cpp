@@ -79,7 +79,12 @@ ncclpool_status_t ncclpool_sim_group_inject_failure(ncclpool_sim_group_t group, 
 
 ncclpool_status_t ncclpool_sim_group_set_symmetric_kernels(ncclpool_sim_group_t group, int rank, int setting) {
   return guarded("ncclpool_sim_group_set_symmetric_kernels", [&] {
-    if (setting < -1 || setting > 64) throw InvalidArgument("setting " + std::to_string(setting) + " is not -1..64");
+    constexpr int flags = NCCLPOOL_SIM_SYMMETRIC_KERNELS_OFF | NCCLPOOL_SIM_SYMMETRIC_KERNELS_FENCED;
+    static_assert(NCCLPOOL_SIM_SYMMETRIC_KERNELS_OFF == kSymmetricKernelsOff && NCCLPOOL_SIM_SYMMETRIC_KERNELS_FENCED == kSymmetricKernelsFenced);
+    const int ctas = setting & ~flags;
+    if (setting != -1 && (setting < 0 || ctas > 64 || (setting & flags) == flags))
+      throw InvalidArgument("setting " + std::to_string(setting) + " is not -1..64, or a CTA count 0..64 plus NCCLPOOL_SIM_SYMMETRIC_KERNELS_OFF "
+                            "or NCCLPOOL_SIM_SYMMETRIC_KERNELS_FENCED");
     require(group, "group")->group->set_symmetric_kernels(rank, setting);
   });
 }

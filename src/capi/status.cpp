@@ -101,6 +101,13 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
     out.symmetric_kernels_enabled = kernels.enabled ? 1 : 0;
     out.symmetric_kernels_hazard = kernels.hazard ? 1 : 0;
     copy(out.symmetric_kernels_why, sizeof out.symmetric_kernels_why, kernels.why);
+    copy(out.symmetric_kernels_decision, sizeof out.symmetric_kernels_decision, kernels.decision);
+    out.symmetric_fence_declared = ncclpool::symmetric_fence_declared() ? 1 : 0;
+    copy(out.symmetric_fence_kind, sizeof out.symmetric_fence_kind, ncclpool::to_string(ncclpool::symmetric_fence_kind()));
+    const ncclpool::SymmetricFenceStats fences = ncclpool::symmetric_fence_stats();
+    out.symmetric_fence_calls = fences.calls;
+    out.symmetric_fences_launched = fences.launched;
+    out.symmetric_fences_skipped_in_capture = fences.skipped_in_capture;
     out.nccl_other_copies = static_cast<int>(nccl.other_copies.size());
     if (!nccl.other_copies.empty()) {
       out.nccl_other_version = nccl.other_copies.front().version;

@@ -23,6 +23,8 @@ std::string text_of(const char* name) {
 std::string nccl_library() { return text_of("NCCLPOOL_NCCL_LIBRARY"); }
 
 const char* symmetric_kernels() { return std::getenv("NCCLPOOL_SYMMETRIC_KERNELS"); }
+const char* symmetric_fence() { return std::getenv("NCCLPOOL_SYMMETRIC_FENCE"); }
+const char* nccl_graph_mixing_support() { return std::getenv("NCCL_GRAPH_MIXING_SUPPORT"); }
 const char* copy_engine() { return std::getenv("NCCLPOOL_COPY_ENGINE"); }
 const char* nccl_hostid() { return std::getenv("NCCL_HOSTID"); }
 const char* ncclpool_sym_ctas() { return std::getenv("NCCLPOOL_SYM_CTAS"); }

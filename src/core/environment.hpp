@@ -23,8 +23,10 @@ NCCLPOOL_INTERNAL std::string nccl_library();
 
 // --- Read at the process's first symmetric attach (and by `ncclpool info`, environment_problems) ---
 
-/// NCCLPOOL_SYMMETRIC_KERNELS as set (auto|on|off expected; nullptr: unset). choose_symmetric_kernels reads it.
+/// NCCLPOOL_SYMMETRIC_KERNELS as set (auto|on|off|fence expected; nullptr: unset). choose_symmetric_kernels reads it.
 NCCLPOOL_INTERNAL const char* symmetric_kernels();
+/// NCCLPOOL_SYMMETRIC_FENCE as set (kernel|memset expected; nullptr: unset). choose_symmetric_fence_kind reads it.
+NCCLPOOL_INTERNAL const char* symmetric_fence();
 /// NCCLPOOL_SYM_CTAS as set ("nccl" or 1-64 expected; nullptr: unset). choose_symmetric_ctas reads it.
 NCCLPOOL_INTERNAL const char* ncclpool_sym_ctas();
 /// NCCL_SYM_CTAS (NCCL's own) as set (nullptr: unset). choose_symmetric_ctas reads it.
@@ -32,6 +34,11 @@ NCCLPOOL_INTERNAL const char* nccl_sym_ctas();
 /// Sets NCCL_SYM_CTAS to `ctas` unless it is set already: the only variable the library sets. False
 /// (errno says why) when setenv fails.
 NCCLPOOL_INTERNAL bool set_nccl_sym_ctas(int ctas);
+
+// --- Read by symmetric_fence on a capturing stream, where the process decided `fence` ------------
+
+/// NCCL_GRAPH_MIXING_SUPPORT (NCCL's own) as set (nullptr: unset). choose_symmetric_fence reads it.
+NCCLPOOL_INTERNAL const char* nccl_graph_mixing_support();
 
 // --- Read at each copy-engine vote (copy_engine_vote; ncclpool.torch.copy_engine_group) -----------
 

@@ -48,7 +48,8 @@ std::string describe_record(const AgreementRecord& r) {
   if (check >= CheckLevel::layout) msg << ", " << w[word::live_blocks] << " live block(s) with layout digest " << hex(w[word::layout_digest]);
   if (const int kernels = symmetric_kernels_of(w[word::check]); kernels >= 0) {
     if ((kernels & kSymmetricKernelsOff) != 0) msg << ", symmetric kernels off (windows without the symmetric flag)";
-    const int ctas = kernels & ~kSymmetricKernelsOff;
+    if ((kernels & kSymmetricKernelsFenced) != 0) msg << ", symmetric kernels fenced (ncclpool fences every collective on windows)";
+    const int ctas = kernels & ~(kSymmetricKernelsOff | kSymmetricKernelsFenced);
     msg << ", symmetric kernels' CTAs " << (ctas == 0 ? std::string("NCCL's choice") : std::to_string(ctas));
   }
   msg << ", scope period " << scope_period_of(w[word::check]);
@@ -162,9 +163,10 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
     msg << " (the ranks attach with different kinds: this rank as " << my_kind << (settings.empty() ? "" : " with agreed settings '" + settings + "'")
         << "; a local attach on one rank and a symmetric one on another would pair a window registration with another collective)";
   else if (differ([](const AgreementRecord& r) { return symmetric_kernels_of(r.words[word::check]); }))
-    msg << " (the ranks would launch NCCL's symmetric kernels differently, with different CTA counts or on some ranks only, which "
-           "waits forever for blocks that never come: give every rank the same NCCL, NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS, "
-           "NCCLPOOL_SYMMETRIC_KERNELS and profile)";
+    msg << " (the ranks would launch NCCL's symmetric kernels differently, with different CTA counts, on some ranks only or fenced "
+           "on some ranks only, which waits forever for blocks that never come or pairs unlike launches: give every rank the same NCCL, "
+           "NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, fence declaration (ncclpool_prefer_symmetric_fence, which "
+           "ncclpool.torch and ncclpool.sglang make: every rank or none) and profile)";
   else if (differ([](const AgreementRecord& r) { return scope_period_of(r.words[word::check]); }))
     msg << " (the ranks' scope periods differ, so their scope ends would agree at different uses: give every rank the "
            "same RegistryOptions::scope_period and check level)";

@@ -17,6 +17,16 @@
 //                 one programmatic edge from the producer: the positive control of the kernel itself
 //                 (wrong on 2.28.0-2.30.6 with the symmetric flag, right on 2.30.7+; NCCL's ring
 //                 kernels don't wait either, so it promises nothing for windows without the flag)
+// and, for windows, for each fence (--fence, issue 46) put between the producer and the collective:
+//   none          nothing (the collective as an unwrapped caller enqueues it)
+//   kernel        ncclpool's symmetric fence, an empty kernel launched without PDL
+//   memset        ncclpool's symmetric fence, a 1-byte memset
+// as ncclpool_symmetric_fence puts it: the same policy (nothing unless the process decided `fence`;
+// in a capture nothing where NCCL < 2.29 with graph mixing on orders the collective itself) and the
+// same launch, of the row's kind (the process's own kind is fixed at its decision). With a fence in
+// the list the program declares the fence before its first attach (ncclpool_prefer_symmetric_fence,
+// as ncclpool.torch does), so that `auto` decides `fence` where the hazard exists: the window rows
+// with fence none are then the unfenced positive control beside the fenced ones.
 // The producer runs on few CTAs (--producer-ctas, 4) with the maximum shared-memory carveout, so
 // NCCL's CTAs (512 threads, 82,240 B of dynamic shared memory, up to 128 registers) find idle SMs:
 // a CTA of the dependent starts early only where it fits beside the producer's.
@@ -26,14 +36,16 @@
 //            grid, consumer footprint and launch path (eager, eager behind a cross-stream event wait
 //            as NCCL does, graph).
 // With one GPU NCCL runs no symmetric kernel: the check then proves that the program runs. The exit
-// code is 1 when plain memory, or windows with the symmetric kernels off, got a wrong result eagerly
-// or in the graph as captured (the guard's promise); a wrong result on windows with the kernels on is
-// the hazard itself (reported).
+// code is 1 when plain memory, windows with the symmetric kernels off, or fenced windows of a process
+// that decided `fence` got a wrong result eagerly or in the graph as captured (the guard's and the
+// fence's promise); a wrong result on unfenced windows with the kernels on is the hazard itself
+// (reported).
 //
 //   ncclpool_pdl_hazard [--gpus N] [--launches 200] [--delay-us 300] [--kib 1024]
-//                       [--modes canary,plain,window] [--producer-ctas 4] [--producer-carveout 100]
-//                       [--no-forced] [--json]
+//                       [--modes canary,plain,window] [--fence none,kernel,memset] [--producer-ctas 4]
+//                       [--producer-carveout 100] [--no-forced] [--json]
 
+#include "backends/cuda/fence.hpp"
 #include "bench_driver.hpp"
 #include "bench_nccl.hpp"
 #include "pdl_producer_ptx.hpp"
@@ -46,6 +58,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -67,6 +80,7 @@ struct Options {
   int delay_us = 300;
   std::size_t count = 256 * 1024;  // floats (1 MiB)
   std::vector<std::string> modes = {"canary", "plain", "window"};
+  std::vector<std::string> fences = {"none"};  // per window row: none, kernel, memset
   int producer_ctas = 4;        // few CTAs: the other SMs stay idle for the dependent's CTAs
   int producer_carveout = 100;  // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT; -1: the driver's default
   bool forced = true;           // the graph-forced rows (window)
@@ -93,6 +107,10 @@ Options parse(int argc, char** argv) {
       o.modes.clear();
       std::stringstream in(next());
       for (std::string m; std::getline(in, m, ',');) o.modes.push_back(m);
+    } else if (a == "--fence") {
+      o.fences.clear();
+      std::stringstream in(next());
+      for (std::string f; std::getline(in, f, ',');) o.fences.push_back(f);
     } else {
       throw InvalidArgument("unknown argument " + a);
     }
@@ -102,6 +120,9 @@ Options parse(int argc, char** argv) {
     throw InvalidArgument("--producer-ctas >= 1, --producer-carveout -1..100");
   for (const auto& m : o.modes)
     if (m != "plain" && m != "window" && m != "canary") throw InvalidArgument("--modes: canary, plain, window (not " + m + ")");
+  for (const auto& f : o.fences)
+    if (f != "none" && f != "kernel" && f != "memset") throw InvalidArgument("--fence: none, kernel, memset (not " + f + ")");
+  if (o.fences.empty()) throw InvalidArgument("--fence needs at least one of none, kernel, memset");
   return o;
 }
 
@@ -110,6 +131,8 @@ const char* launch_name(Launch l) { return l == Launch::eager ? "eager" : l == L
 
 struct Result {
   std::string mode;
+  std::string fence = "none";  // what was put between producer and collective (windows)
+  int fences = 0;              // fences enqueued on rank 0 (eager: per launch; graph: in the capture)
   Launch launch = Launch::eager;
   int wrong = 0;            // launches with at least one wrong element, summed over ranks
   float first_wrong = 0;    // a wrong value seen (the sum without some rank's contribution)
@@ -159,8 +182,20 @@ const PdlDriver& pdl_driver() {
 // The captured graph's producer node (the kernel node running `producer`) and NCCL's kernel node (the
 // other kernel node; nullptr unless there is exactly one).
 struct CapturedNodes {
-  CUgraphNode producer = nullptr, nccl = nullptr;
+  CUgraphNode producer = nullptr, nccl = nullptr, fence = nullptr;
 };
+
+// Whether a kernel node runs ncclpool's symmetric fence (by name where the driver says it, else by
+// its shape: one thread, no parameters).
+bool is_fence(const CUDA_KERNEL_NODE_PARAMS& params) {
+  using FuncGetName = CUresult (*)(const char**, CUfunction);
+  static const auto get_name = reinterpret_cast<FuncGetName>(::dlsym(tool::bench_driver().handle, "cuFuncGetName"));
+  const char* name = nullptr;
+  if (get_name != nullptr && get_name(&name, params.func) == CUDA_SUCCESS && name != nullptr)
+    return std::string(name) == "ncclpool_symmetric_fence";
+  return params.gridDimX * params.gridDimY * params.gridDimZ == 1 && params.blockDimX * params.blockDimY * params.blockDimZ == 1 &&
+         params.kernelParams == nullptr;
+}
 
 CapturedNodes find_nodes(CUgraph graph, CUfunction producer) {
   const PdlDriver& p = pdl_driver();
@@ -178,6 +213,8 @@ CapturedNodes find_nodes(CUgraph graph, CUfunction producer) {
     cuda::check(p.kernel_params(node, &params), "cuGraphKernelNodeGetParams");
     if (params.func == producer) {
       found.producer = node;
+    } else if (is_fence(params)) {
+      found.fence = node;
     } else {
       found.nccl = node;
       ++others;
@@ -217,7 +254,7 @@ std::string describe_dependencies(const CapturedNodes& c) {
     const char* edge = e.type != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC          ? "full"
                        : e.from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC ? "programmatic"
                                                                                 : "launch-order";
-    out += (i ? " + " : "") + std::string(deps[i] == c.producer ? "producer" : node_type_name(type)) + ":" + edge;
+    out += (i ? " + " : "") + std::string(deps[i] == c.producer ? "producer" : deps[i] == c.fence ? "fence" : node_type_name(type)) + ":" + edge;
   }
   return n ? out : "none";
 }
@@ -461,6 +498,11 @@ int run(const Options& o) {
     }
   };
 
+  // A fence in the list: declared before the first attach, so that `auto` decides `fence` where the
+  // hazard exists (as in ncclpool.torch); the rows with fence none are the unfenced control beside it.
+  if (std::any_of(o.fences.begin(), o.fences.end(), [](const std::string& f) { return f != "none"; })) prefer_symmetric_fence();
+  const char* mixing_env = std::getenv("NCCL_GRAPH_MIXING_SUPPORT");
+
   for (const std::string& mode : o.modes) {
     if (mode == "canary") {
       std::vector<std::thread> threads;
@@ -484,26 +526,42 @@ int run(const Options& o) {
       for (auto& t : threads) t.join();
       continue;
     }
-    std::vector<Launch> launches = {Launch::eager, Launch::graph};
-    if (mode == "window" && o.forced) launches.push_back(Launch::forced);
-    for (const Launch launch : launches) {
+    // Rows: (fence, launch). Plain memory gets no fence; graph-forced rows replace NCCL's edges with one
+    // from the producer, which would bypass a fence: fence none only.
+    std::vector<std::pair<std::string, Launch>> rows;
+    for (const std::string& fence : mode == "window" ? o.fences : std::vector<std::string>{"none"})
+      for (const Launch l : {Launch::eager, Launch::graph, Launch::forced})
+        if (l != Launch::forced || (mode == "window" && o.forced && fence == "none")) rows.emplace_back(fence, l);
+    for (const auto& [fence, launch] : rows) {
       Result total;
       total.mode = mode;
+      total.fence = fence;
       total.launch = launch;
       std::vector<std::thread> threads;
       for (int r = 0; r < n; ++r) {
         threads.emplace_back([&, r] {
-          with_rank(r, mode + " (" + launch_name(launch) + ")", [&](CUfunction producer, CUfunction, CUstream stream) {
+          with_rank(r, mode + " (" + launch_name(launch) + ", fence " + fence + ")", [&](CUfunction producer, CUfunction, CUstream stream) {
             Buffers buffers(mode, r, comms[static_cast<std::size_t>(r)], bytes);
             const float value = static_cast<float>(r + 1);
             std::uint64_t count = o.count, delay = static_cast<std::uint64_t>(o.delay_us) * 1000;
             CUdeviceptr send = buffers.send;
             float v = value;
             void* args[] = {&send, &count, &v, &delay};
+            int fences = 0;
+            // ncclpool_symmetric_fence's policy and launch, of this row's kind (fence.hpp).
+            auto fence_before_collective = [&] {
+              if (fence == "none") return;
+              CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+              cuda::check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+              if (!choose_symmetric_fence(symmetric_kernels(), capture != CU_STREAM_CAPTURE_STATUS_NONE, mixing_env).launch) return;
+              cuda::launch_fence(stream, fence == "memset" ? SymmetricFenceKind::memset : SymmetricFenceKind::kernel);
+              ++fences;
+            };
             auto enqueue = [&] {
               cuda::check(d.cuMemsetD32Async(send, 0, o.count, stream), "cuMemsetD32Async");
               cuda::check(d.cuLaunchKernel(producer, static_cast<unsigned>(o.producer_ctas), 1, 1, 256, 1, 1, 0, stream, args, nullptr),
                           "cuLaunchKernel (producer)");
+              fence_before_collective();
               if (lib.ncclAllReduce(reinterpret_cast<void*>(send), reinterpret_cast<void*>(buffers.recv), o.count, ncclFloat, ncclSum,
                                     comms[static_cast<std::size_t>(r)], reinterpret_cast<cudaStream_t>(stream)) != ncclSuccess)
                 throw BackendError("ncclAllReduce failed");
@@ -553,7 +611,10 @@ int run(const Options& o) {
             std::lock_guard lock(results_mutex);
             total.wrong += wrong;
             if (wrong) total.first_wrong = seen;
-            if (r == 0) total.nccl_deps = deps;
+            if (r == 0) {
+              total.nccl_deps = deps;
+              total.fences = fences;
+            }
           });
         });
       }
@@ -565,14 +626,15 @@ int run(const Options& o) {
   for (ncclComm_t c : comms) lib.ncclCommDestroy(c);
 
   const SymmetricKernels guard = symmetric_kernels();
-  const char* mixing = std::getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  const char* mixing = mixing_env;
   int broken_promise = 0;
   std::ostringstream json;
   json << "{\"gpus\":" << n << ",\"nccl_version\":" << lib.info.version << ",\"launches\":" << o.launches << ",\"delay_us\":" << o.delay_us
        << ",\"bytes\":" << bytes << ",\"producer_ctas\":" << o.producer_ctas << ",\"producer_carveout\":" << o.producer_carveout
        << ",\"graph_mixing_support\":" << (mixing ? json_quote(mixing) : "null") << ",\"symmetric_kernels\":{\"decided\":"
        << (guard.decided ? "true" : "false") << ",\"enabled\":" << (guard.enabled ? "true" : "false")
-       << ",\"hazard\":" << (guard.hazard ? "true" : "false") << "},\"canary\":[";
+       << ",\"hazard\":" << (guard.hazard ? "true" : "false") << ",\"decision\":" << json_quote(guard.decided ? guard.decision : "undecided")
+       << ",\"fence_declared\":" << (symmetric_fence_declared() ? "true" : "false") << "},\"canary\":[";
   for (std::size_t i = 0; i < canary_total.size(); ++i) {
     const CanaryResult& c = canary_total[i];
     json << (i ? "," : "") << "{\"case\":" << json_quote(c.name) << ",\"early\":" << c.early << ",\"on_time\":" << c.on_time
@@ -585,17 +647,19 @@ int run(const Options& o) {
   json << "],\"results\":[";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const Result& res = results[i];
-    // never wrong as NCCL launches it: plain memory, or the guard's windows (graph-forced promises nothing)
-    const bool promised = res.launch != Launch::forced && (res.mode == "plain" || !res.symmetric_flag);
+    // never wrong as NCCL launches it: plain memory, the guard's windows, or fenced windows of a process
+    // that decided `fence` (graph-forced promises nothing)
+    const bool promised = res.launch != Launch::forced && (res.mode == "plain" || !res.symmetric_flag || (res.fence != "none" && guard.fence));
     if (promised && res.wrong > 0) ++broken_promise;
-    json << (i ? "," : "") << "{\"mode\":\"" << res.mode << "\",\"graph\":" << (res.launch != Launch::eager ? "true" : "false")
+    json << (i ? "," : "") << "{\"mode\":\"" << res.mode << "\",\"fence\":\"" << res.fence << "\",\"fences\":" << res.fences
+         << ",\"graph\":" << (res.launch != Launch::eager ? "true" : "false")
          << ",\"launch\":\"" << launch_name(res.launch) << "\",\"symmetric_flag\":" << (res.symmetric_flag ? "true" : "false")
          << ",\"wrong\":" << res.wrong << ",\"launches\":" << o.launches * n;
     if (res.launch != Launch::eager) json << ",\"nccl_deps\":" << json_quote(res.nccl_deps);
     json << "}";
     if (!o.json)
-      std::printf("%-7s %-12s symmetric flag %-3s  wrong %4d of %d%s%s\n", res.mode.c_str(), launch_name(res.launch), res.symmetric_flag ? "yes" : "no",
-                  res.wrong, o.launches * n,
+      std::printf("%-7s %-12s fence %-6s (%4d) symmetric flag %-3s  wrong %4d of %d%s%s\n", res.mode.c_str(), launch_name(res.launch),
+                  res.fence.c_str(), res.fences, res.symmetric_flag ? "yes" : "no", res.wrong, o.launches * n,
                   res.wrong ? (" (e.g. " + std::to_string(res.first_wrong) + " instead of " + std::to_string(expected) + ")").c_str() : "",
                   res.launch != Launch::eager ? ("  NCCL node <- " + res.nccl_deps).c_str() : "");
   }

@@ -149,7 +149,7 @@ def sg(torch_layer, monkeypatch):
     monkeypatch.syspath_prepend(STANDINS)
     for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.") or n.startswith("ncclpool.sglang")]:
         monkeypatch.delitem(sys.modules, name)
-    for name in ("sglang", "_sglang_support"):  # imported again over this test's torch
+    for name in ("sglang", "_sglang_support", "_sglang_fence"):  # imported again over this test's torch
         monkeypatch.delitem(sys.modules, f"ncclpool.{name}", raising=False)
         monkeypatch.delattr(ncclpool, name, raising=False)
     monkeypatch.setenv("NCCLPOOL_SGLANG_KIND", "symmetric")

@@ -71,7 +71,7 @@ grep -q "^environment  6 variable(s) hold values ncclpool does not accept" "$tmp
 for line in "NCCLPOOL_GROWTH_CHUNK='abc' is not a number of bytes" "NCCLPOOL_MIN_SEGMENT='1G' is not a number of bytes" \
             "NCCLPOOL_SYM_CTAS='99' is neither 'nccl' nor a count from 1 to 64" \
             "NCCLPOOL_AGREEMENT_TIMEOUT_S='-1' is not a positive number of seconds" "NCCLPOOL_AGREEMENT_BUFFERS='gpu' is not 'host' or 'device'" \
-            "NCCLPOOL_SYMMETRIC_KERNELS='maybe' is not auto, on or off"; do
+            "NCCLPOOL_SYMMETRIC_KERNELS='maybe' is not auto, on, off or fence"; do
   grep -qF "  $line" "$tmp/out" || { cat "$tmp/out"; fail "info: no line '$line'"; }
 done
 expect_rc 0 env NCCLPOOL_SYM_CTAS=0 "$tool" info --json; json_ok "$tmp/out"

@@ -623,26 +623,28 @@ TEST(Agreement, TimeoutVariableIsParsedStrictly) {
 
 TEST(Environment, EveryBadVariableIsNamedWithWhatIsAccepted) {
   const char* const names[] = {"NCCLPOOL_AGREEMENT_TIMEOUT_S", "NCCLPOOL_AGREEMENT_BUFFERS", "NCCLPOOL_SYM_CTAS", "NCCLPOOL_SYMMETRIC_KERNELS",
-                               "NCCLPOOL_GROWTH_CHUNK", "NCCLPOOL_MIN_SEGMENT"};
+                               "NCCLPOOL_SYMMETRIC_FENCE", "NCCLPOOL_GROWTH_CHUNK", "NCCLPOOL_MIN_SEGMENT"};
   for (const char* n : names) ::unsetenv(n);
   EXPECT_TRUE(environment_problems().empty());
   EXPECT_FALSE(agreement_buffers_on_device_from_env());
   // Accepted values: no problem.
   for (auto [n, v] : {std::pair{"NCCLPOOL_AGREEMENT_TIMEOUT_S", "2.5"}, {"NCCLPOOL_AGREEMENT_BUFFERS", "device"}, {"NCCLPOOL_SYM_CTAS", "nccl"},
-                      {"NCCLPOOL_SYMMETRIC_KERNELS", "off"}, {"NCCLPOOL_GROWTH_CHUNK", "67108864"}, {"NCCLPOOL_MIN_SEGMENT", "1073741824"}})
+                      {"NCCLPOOL_SYMMETRIC_KERNELS", "fence"}, {"NCCLPOOL_SYMMETRIC_FENCE", "memset"}, {"NCCLPOOL_GROWTH_CHUNK", "67108864"},
+                      {"NCCLPOOL_MIN_SEGMENT", "1073741824"}})
     ::setenv(n, v, 1);
   EXPECT_TRUE(environment_problems().empty());
   EXPECT_TRUE(agreement_buffers_on_device_from_env());
   // Bad ones: each named, with its value and what is accepted, in the order above.
   for (auto [n, v] : {std::pair{"NCCLPOOL_AGREEMENT_TIMEOUT_S", "soon"}, {"NCCLPOOL_AGREEMENT_BUFFERS", "gpu"}, {"NCCLPOOL_SYM_CTAS", "99"},
-                      {"NCCLPOOL_SYMMETRIC_KERNELS", "maybe"}, {"NCCLPOOL_GROWTH_CHUNK", "abc"}, {"NCCLPOOL_MIN_SEGMENT", "1GiB"}})
+                      {"NCCLPOOL_SYMMETRIC_KERNELS", "maybe"}, {"NCCLPOOL_SYMMETRIC_FENCE", "event"}, {"NCCLPOOL_GROWTH_CHUNK", "abc"},
+                      {"NCCLPOOL_MIN_SEGMENT", "1GiB"}})
     ::setenv(n, v, 1);
   EXPECT_THROW((void)agreement_buffers_on_device_from_env(), InvalidArgument);
   const std::vector<EnvironmentProblem> problems = environment_problems();
-  ASSERT_EQ(problems.size(), 6u);
+  ASSERT_EQ(problems.size(), 7u);
   const char* const accepted[] = {"is not a positive number of seconds", "is not 'host' or 'device'", "is neither 'nccl' nor a count from 1 to 64",
-                                  "is not auto, on or off", "is not a number of bytes", "is not a number of bytes"};
-  for (std::size_t i = 0; i < 6; ++i) {
+                                  "is not auto, on, off or fence", "is not kernel or memset", "is not a number of bytes", "is not a number of bytes"};
+  for (std::size_t i = 0; i < 7; ++i) {
     EXPECT_EQ(problems[i].variable, names[i]);
     EXPECT_TRUE(contains(problems[i].message, std::string(names[i]) + "='" + problems[i].value + "'")) << problems[i].message;
     EXPECT_TRUE(contains(problems[i].message, accepted[i])) << problems[i].message;
@@ -735,17 +737,102 @@ TEST(SymmetricKernels, OffByDefaultWhereTheKernelsCanReadTheirInputEarly) {
     EXPECT_FALSE(choose_symmetric_kernels("off", c.nccl, c.cc, c.driver).enabled);
   }
   const SymmetricKernels guarded = choose_symmetric_kernels(nullptr, 22809, 9, 13000);
+  EXPECT_EQ(guarded.decision, "guard");
+  EXPECT_FALSE(guarded.fence);
   EXPECT_TRUE(contains(guarded.why, "NCCL 2.28.9")) << guarded.why;
   EXPECT_TRUE(contains(guarded.why, "cudaGridDependencySynchronize")) << guarded.why;
-  EXPECT_TRUE(contains(guarded.why, "NCCLPOOL_SYMMETRIC_KERNELS=on")) << guarded.why;
+  EXPECT_TRUE(contains(guarded.why, "NCCLPOOL_SYMMETRIC_KERNELS=fence")) << guarded.why;
+  EXPECT_TRUE(contains(guarded.why, "ncclpool_prefer_symmetric_fence")) << guarded.why;
   const SymmetricKernels forced = choose_symmetric_kernels("on", 22809, 9, 13000);
   EXPECT_TRUE(contains(forced.why, "although")) << forced.why;
+  EXPECT_EQ(forced.decision, "on");
+  EXPECT_EQ(choose_symmetric_kernels("off", 22809, 9, 13000).decision, "off");
   for (const char* bad : {"yes", "1", "ON", " on"}) {
     const SymmetricKernels k = choose_symmetric_kernels(bad, 22809, 9, 13000);
     EXPECT_TRUE(k.ignored_setting) << bad;
     EXPECT_FALSE(k.enabled) << bad;  // auto: the hazard keeps them off
     EXPECT_TRUE(contains(k.why, "ignored")) << k.why;
   }
+}
+
+// Issue 46: the third choice. Where the hazard exists, `auto` in a process that declared the fence
+// (prefer_symmetric_fence) and `fence` keep the kernels on and fence every collective; without the
+// hazard nothing needs a fence; `on` and `off` are what they say, declared or not.
+TEST(SymmetricKernels, FencedWhereTheHazardIsAndTheFenceDeclaredOrAsked) {
+  for (const bool declared : {false, true}) {
+    const SymmetricKernels a = choose_symmetric_kernels(nullptr, 22809, 9, 13000, declared);
+    EXPECT_EQ(a.decision, declared ? "fence" : "guard") << a.why;
+    EXPECT_EQ(a.enabled, declared);
+    EXPECT_EQ(a.fence, declared);
+    EXPECT_EQ(a.fence_declared, declared);
+    EXPECT_EQ(a.nccl_version, 22809);
+    const SymmetricKernels f = choose_symmetric_kernels("fence", 22907, 9, 13000, declared);
+    EXPECT_EQ(f.decision, "fence") << f.why;
+    EXPECT_TRUE(f.enabled && f.fence && f.hazard);
+    EXPECT_TRUE(contains(f.why, "NCCLPOOL_SYMMETRIC_KERNELS=fence")) << f.why;
+    const SymmetricKernels on = choose_symmetric_kernels("on", 22809, 9, 13000, declared);
+    EXPECT_EQ(on.decision, "on");
+    EXPECT_TRUE(on.enabled && !on.fence);
+    const SymmetricKernels off = choose_symmetric_kernels("off", 22809, 9, 13000, declared);
+    EXPECT_EQ(off.decision, "off");
+    EXPECT_TRUE(!off.enabled && !off.fence);
+    for (const char* setting : {static_cast<const char*>(nullptr), "auto", "fence"}) {  // no hazard: no fence needed
+      const SymmetricKernels safe = choose_symmetric_kernels(setting, 23007, 9, 13000, declared);
+      EXPECT_EQ(safe.decision, "on") << safe.why;
+      EXPECT_TRUE(safe.enabled && !safe.fence);
+    }
+  }
+  const SymmetricKernels declared = choose_symmetric_kernels("auto", 22809, 9, 13000, true);
+  EXPECT_TRUE(contains(declared.why, "the fence declared")) << declared.why;
+  const SymmetricKernels odd = choose_symmetric_kernels("fenced", 22809, 9, 13000, true);
+  EXPECT_TRUE(odd.ignored_setting);
+  EXPECT_EQ(odd.decision, "fence");  // auto, declared
+  EXPECT_TRUE(contains(odd.why, "not auto, on, off or fence: ignored")) << odd.why;
+  // Every text fits ncclpool_features_t's 512 bytes for it.
+  for (const char* setting : {static_cast<const char*>(nullptr), "on", "off", "fence", "maybe"})
+    for (const bool d : {false, true}) EXPECT_LT(choose_symmetric_kernels(setting, 22809, 9, 13000, d).why.size(), 512u) << (setting ? setting : "unset");
+}
+
+// The fence's policy: nothing unless the decision is `fence`; eagerly always; in a capture not where
+// NCCL < 2.29 adds its event-wait node itself (graph mixing on: unset, or a value NCCL reads as non-zero),
+// always from 2.29 (a communicator's graphUsageMode can turn mixing off unseen).
+TEST(SymmetricFence, LaunchedWhereNcclDoesNotOrderTheCollective) {
+  const SymmetricKernels fence_2_28 = choose_symmetric_kernels(nullptr, 22809, 9, 13000, true);
+  const SymmetricKernels fence_2_29 = choose_symmetric_kernels(nullptr, 22907, 9, 13000, true);
+  for (const SymmetricKernels& k : {choose_symmetric_kernels(nullptr, 22809, 9, 13000), choose_symmetric_kernels("on", 22809, 9, 13000),
+                                    choose_symmetric_kernels(nullptr, 23007, 9, 13000, true), SymmetricKernels{}})
+    for (const bool capturing : {false, true}) EXPECT_FALSE(choose_symmetric_fence(k, capturing, "0").launch) << k.why;
+  EXPECT_TRUE(choose_symmetric_fence(fence_2_28, false, nullptr).launch);
+  EXPECT_TRUE(choose_symmetric_fence(fence_2_29, false, nullptr).launch);
+  struct Case {
+    const char* mixing;
+    bool launch_2_28;
+  };
+  for (const Case& c : {Case{nullptr, false}, Case{"", false}, Case{"1", false}, Case{"2", false}, Case{"0", true}, Case{"00", true}, Case{"0x0", true},
+                        Case{"off", true}, Case{"99999999999999999999", false}}) {
+    EXPECT_EQ(choose_symmetric_fence(fence_2_28, true, c.mixing).launch, c.launch_2_28) << (c.mixing ? c.mixing : "unset");
+    EXPECT_TRUE(choose_symmetric_fence(fence_2_29, true, c.mixing).launch) << (c.mixing ? c.mixing : "unset");
+  }
+  EXPECT_TRUE(contains(choose_symmetric_fence(fence_2_28, true, nullptr).why, "event-wait node"));
+  bool ignored = true;
+  EXPECT_EQ(choose_symmetric_fence_kind(nullptr, &ignored), SymmetricFenceKind::kernel);
+  EXPECT_FALSE(ignored);
+  EXPECT_EQ(choose_symmetric_fence_kind("memset", &ignored), SymmetricFenceKind::memset);
+  EXPECT_FALSE(ignored);
+  EXPECT_EQ(choose_symmetric_fence_kind("event", &ignored), SymmetricFenceKind::kernel);
+  EXPECT_TRUE(ignored);
+  EXPECT_STREQ(to_string(SymmetricFenceKind::memset), "memset");
+}
+
+// Before any decision (no NCCL attach in this test program), the fence launches nothing, touches no
+// driver, and counts the call: the simulator's and any process's state without windows.
+TEST(SymmetricFence, NothingBeforeTheDecision) {
+  ASSERT_FALSE(symmetric_kernels().decided);
+  const SymmetricFenceStats before = symmetric_fence_stats();
+  EXPECT_FALSE(symmetric_fence(nullptr));
+  const SymmetricFenceStats after = symmetric_fence_stats();
+  EXPECT_EQ(after.calls, before.calls + 1);
+  EXPECT_EQ(after.launched, before.launched);
 }
 
 // Ranks that would run NCCL's symmetric kernels on some ranks only (another NCCL, or another
@@ -771,6 +858,67 @@ TEST(SymmetricKernels, RanksThatDecideDifferentlyFailAtAttach) {
     EXPECT_TRUE(contains(e, "symmetric kernels off (windows without the symmetric flag)")) << e;
     EXPECT_TRUE(contains(e, "on some ranks only")) << e;
   }
+}
+
+// Issue 46: one rank alone decided otherwise (fence against the guard, against unfenced `on`, guard
+// against fence, with the same CTA count): every rank's attach fails naming NCCLPOOL_SYMMETRIC_KERNELS
+// and the fence declaration, nothing is registered, and the ranks stay in lockstep: the application
+// collective each makes next pairs (the same call logs, the group not broken).
+TEST(SymmetricKernels, OneRankFencedAloneFailsEveryRankAtAttach) {
+  struct Case {
+    int others, alone;
+    const char* named;
+  };
+  for (const Case& c : {Case{32 + kSymmetricKernelsOff, 32 + kSymmetricKernelsFenced, "symmetric kernels fenced"},
+                        Case{32, 32 + kSymmetricKernelsFenced, "symmetric kernels fenced"},
+                        Case{32 + kSymmetricKernelsFenced, 32 + kSymmetricKernelsOff, "symmetric kernels off"}}) {
+    auto group = nccl_like("world", 3);
+    group->set_symmetric_kernels(-1, c.others);
+    group->set_symmetric_kernels(1, c.alone);
+    std::array<std::string, 3> attach_errors;
+    std::array<std::size_t, 3> attached{};
+    const auto errors = on_ranks(3, [&](int rank) {
+      Rank r = make_rank();
+      void* block = r.pool->allocate(MiB);  // a segment the attach would register
+      auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+      try {
+        r.registry->attach(comm, RegistrationKind::symmetric);
+      } catch (const AgreementError& e) {
+        attach_errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+      attached[static_cast<std::size_t>(rank)] = r.registry->attached();
+      comm->user_collective(7);  // the application's next collective: pairs only if every rank made the same calls
+      r.pool->deallocate(block);
+    });
+    for (int rank = 0; rank < 3; ++rank) {
+      const auto i = static_cast<std::size_t>(rank);
+      EXPECT_EQ(errors[i], "") << "rank " << rank;
+      EXPECT_EQ(attached[i], 0u) << "rank " << rank;
+      const std::string& e = attach_errors[i];
+      EXPECT_TRUE(contains(e, "ranks disagree at attach #0")) << e;
+      EXPECT_TRUE(contains(e, c.named)) << e;
+      EXPECT_TRUE(contains(e, "NCCLPOOL_SYMMETRIC_KERNELS") && contains(e, "fence declaration")) << e;
+      EXPECT_TRUE(contains(e, "symmetric kernels' CTAs 32")) << e;
+      EXPECT_EQ(group->call_log(rank), group->call_log(0)) << "rank " << rank << "'s collective calls differ from rank 0's";
+    }
+    EXPECT_FALSE(group->broken());
+    EXPECT_EQ(group->live_registrations(), 0);
+  }
+  // The same decision on every rank, fenced: attaches, registers, detaches.
+  auto same = nccl_like("same", 2);
+  same->set_symmetric_kernels(-1, 32 + kSymmetricKernelsFenced);
+  const auto fine = on_ranks(2, [&](int rank) {
+    Rank r = make_rank();
+    void* block = r.pool->allocate(MiB);
+    auto comm = std::make_shared<LoopbackCommunicator>(same, rank);
+    r.registry->attach(comm, RegistrationKind::symmetric);
+    EXPECT_EQ(r.registry->attached(), 1u);
+    r.pool->deallocate(block);
+    r.registry->detach(*comm);
+  });
+  EXPECT_EQ(fine[0], "");
+  EXPECT_EQ(fine[1], "");
+  EXPECT_EQ(same->live_registrations(), 0);
 }
 
 TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {

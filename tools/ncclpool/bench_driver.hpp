@@ -9,13 +9,14 @@
 namespace ncclpool::tool {
 
 #define NCCLPOOL_BENCH_CUDA_FUNCTIONS(X)                                                             \
-  X(cuStreamSynchronize) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2) X(cuMemsetD8Async)    \
+  X(cuStreamSynchronize) X(cuMemcpyHtoD_v2) X(cuMemcpyDtoH_v2) X(cuMemsetD8_v2)                       \
   X(cuMemsetD32Async) X(cuStreamBeginCapture_v2) X(cuStreamEndCapture) X(cuGraphDestroy)              \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuMemPoolCreate)            \
   X(cuMemPoolDestroy) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo) X(cuMemAllocFromPoolAsync)          \
-  X(cuMemFreeAsync) X(cuDeviceGetP2PAttribute) X(cuDeviceGetPCIBusId) X(cuModuleLoadData)             \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)                    \
+  X(cuMemFreeAsync) X(cuDeviceGetP2PAttribute) X(cuDeviceGetPCIBusId) X(cuFuncSetAttribute)           \
   X(cuCtxGetStreamPriorityRange) X(cuStreamCreateWithPriority)
+// cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel and cuMemsetD8Async are the
+// library's own (its symmetric fence: src/backends/cuda/fence.cpp), in the table above.
 
 // A copy of the library's table (its function pointers: the state stays the library's) with the
 // benches' entry points after it.

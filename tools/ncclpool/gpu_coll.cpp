@@ -46,6 +46,9 @@ void run_coll(const CollOptions& o, Report& report) {
   const int gpus = gpu_count(&why);
   if (gpus == 0) throw Unsupported("bench coll needs GPUs: " + why);
   const int ranks = o.ranks == 0 ? gpus : o.ranks;
+  // Every collective on windows below follows symmetric_fence (RankRunner::measure_on): with NCCL's
+  // hazard, `auto` then measures the symmetric kernels fenced, as ncclpool.torch runs them.
+  prefer_symmetric_fence();
   if (ranks > gpus) throw InvalidArgument("--ranks " + std::to_string(ranks) + ": there are " + std::to_string(gpus) + " GPU(s)");
   Sweep sweep;
   sweep.ranks = ranks;

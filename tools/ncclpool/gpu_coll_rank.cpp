@@ -140,7 +140,10 @@ void RankRunner::measure_on(const std::string& op, std::size_t count, int group,
     else if (op == "reduce_scatter") in = send, res = send + static_cast<std::size_t>(rank_) * chunk;
     else in = res = recv;
   }
+  // The fence before each collective on windows (a no-op unless the process decided `fence`).
+  const bool windows = group == kSymmetric || group == kCopyEngine || group == kAutoPoolGroup;
   auto launch_on = [&](CUstream stream) {
+    if (windows) (void)symmetric_fence(stream);
     ncclResult_t r;
     if (op == "all_gather") r = lib_.ncclAllGather(in, res, count, ncclFloat, comm, stream);
     else if (op == "reduce_scatter") r = lib_.ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, stream);

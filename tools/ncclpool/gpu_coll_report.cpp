@@ -252,7 +252,10 @@ void add_kernel_facts_and_check(int ranks, const Findings& f, Report& report) {
   report.facts.push_back({"symmetric_ctas_source", ctas.source});
   // Whether windows carried the symmetric flag (the NCCL-version guard): without it no CTA count
   // applied, and `ncclpool tune` records none.
-  report.facts.push_back({"symmetric_kernels", symmetric_kernels_on(0).enabled ? "on" : "off"});
+  const SymmetricKernels kernels = symmetric_kernels_on(0);
+  report.facts.push_back({"symmetric_kernels", kernels.enabled ? "on" : "off"});
+  // Whether each collective on windows followed a fence (the decision `fence`), and of which kind.
+  report.facts.push_back({"symmetric_fence", kernels.fence ? to_string(symmetric_fence_kind()) : "none"});
   if (ranks == 1) report.notes.push_back("1 rank: bus bandwidth is 0 by definition (factor (n-1)/n); times are still meaningful");
   report.notes.push_back(f.wrong_total == 0 ? "check: every sampled result was right" : "check: " + std::to_string(f.wrong_total) + " sampled results were WRONG");
   if (f.wrong_total != 0) throw BackendError("bench coll: " + std::to_string(f.wrong_total) + " wrong results\n" + report.text());

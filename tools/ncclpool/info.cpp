@@ -107,6 +107,11 @@ int cmd_info(const Args& args) {
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
   const SymmetricKernels kernels = symmetric_kernels_on(0);
   const std::string kernels_text = gpus.empty() ? "no GPU" : kernels.why;
+  // What a process that declares the fence decides (ncclpool.torch, ncclpool.sglang, bench coll, tune),
+  // and the fence's kind.
+  const SymmetricKernels declared = symmetric_kernels_on(0, true);
+  const std::string declared_text = gpus.empty() ? "no GPU" : declared.why;
+  const std::string fence_kind = to_string(symmetric_fence_kind());
   // The copy-engine all-gather vote a rank here casts when asked for auto (the profile's rank count).
   const int vote_ranks = profile.profile ? profile.profile->ranks : 2;
   const CopyEngineVote copy_engine =
@@ -172,7 +177,9 @@ int cmd_info(const Args& args) {
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
       << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source)
       << ",\"symmetric_kernels\":{\"enabled\":" << (kernels.enabled ? "true" : "false") << ",\"hazard\":" << (kernels.hazard ? "true" : "false")
-      << ",\"why\":" << json_quote(kernels_text) << "},\"copy_engine_all_gather\":{\"vote\":" << (copy_engine.use && !gpus.empty() ? "true" : "false")
+      << ",\"decision\":" << json_quote(gpus.empty() ? "off" : kernels.decision) << ",\"why\":" << json_quote(kernels_text)
+      << ",\"declared_decision\":" << json_quote(gpus.empty() ? "off" : declared.decision) << ",\"declared_why\":" << json_quote(declared_text)
+      << ",\"fence_kind\":" << json_quote(fence_kind) << "},\"copy_engine_all_gather\":{\"vote\":" << (copy_engine.use && !gpus.empty() ? "true" : "false")
       << ",\"why\":" << json_quote(copy_engine_text) << "},\"auto_routes\":" << json_quote(routes_text)
       << ",\"auto_routes_windows\":" << (windows_routed ? "true" : "false") << "},\"profile\":" << json_quote(profile_text) << ",\"environment_problems\":[";
     for (std::size_t i = 0; i < env_problems.size(); ++i)
@@ -228,6 +235,9 @@ int cmd_info(const Args& args) {
   std::printf("  %-24s %-4s %s\n", "symmetric (windows)", symmetric_ok ? "ok" : "no",
               symmetric_ok ? "vmm or nccl sources, deterministic pools" : symm_why.c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels", kernels_text.c_str());
+  if (declared_text != kernels_text)
+    std::printf("  %-24s      %s\n", "  with the fence declared", (declared_text + " (ncclpool.torch, ncclpool.sglang, bench coll, tune declare it)").c_str());
+  std::printf("  %-24s      %s\n", "symmetric fence", (fence_kind + " (NCCLPOOL_SYMMETRIC_FENCE), launched where the decision is fence").c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
   std::printf("  %-24s      %s\n", "copy-engine all-gather", copy_engine_text.c_str());
   std::printf("  %-24s      %s\n", "auto pools route", routes_text.c_str());

@@ -115,7 +115,9 @@ int cmd_tune(const Args& a) {
     // are only evidence when resolved. --graph is accepted for the scripts written before.
     if (!a.has("eager")) coll_args.insert(coll_args.end(), {"--graph", "--replays", std::to_string(a.get_int("replays", 5, 1, 100000))});
     if (!a.has("no-compute")) coll_args.push_back("--compute");
-    // The children decide their symmetric kernels as this process would (same NCCL, environment, GPU).
+    // The children decide their symmetric kernels as this process would (same NCCL, environment, GPU,
+    // and the fence declared: bench coll declares it).
+    prefer_symmetric_fence();
     const TunePlan plan = plan_tune_runs(symmetric_kernels_on(0), ctas, a.has("ctas"), !a.has("no-compute"), a.has("copy-engine"));
     for (const auto& note : plan.notes) std::fprintf(stderr, "tune: %s\n", note.c_str());
     plan_notes = plan.notes;

@@ -6,6 +6,8 @@ table mapping MemPools to pools, their attachments and the lock are state.py's.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -14,7 +16,7 @@ from ncclpool import errors
 from ncclpool._capi import library, library_path
 
 from . import state
-from .checks import check_collectives
+from .checks import check_collectives, fence_collectives
 from .copy_engine import pool_stats, summary_lines
 
 _allocator = None  # torch.cuda.memory.CUDAPluggableAllocator over ncclpool_torch_alloc/free
@@ -29,13 +31,19 @@ def init() -> None:
     one library torch and ncclpool share may be newer than the NCCL torch was built with (a
     libnccl.so.2 swapped under nvidia/nccl/lib/ to get a fix): that is allowed; ``ncclpool.features()``
     says which is loaded (``nccl_version``, ``nccl_library``), ``torch.cuda.nccl.version()`` what torch
-    was built with."""
+    was built with.
+
+    Declares the symmetric fence (ncclpool.prefer_symmetric_fence): on NCCL 2.28.0-2.30.6 the
+    symmetric kernels then stay on, and torch.distributed's collectives on groups attached with windows
+    are wrapped to follow ncclpool.symmetric_fence on the current stream (docs/python.md, "NCCL
+    versions")."""
     global _allocator
     with state.lock:
         if _allocator is not None:
             return
         if not torch.cuda.is_available():
             raise errors.Unsupported("ncclpool.torch needs CUDA: torch.cuda.is_available() is False")
+        _declare_fence()
         features = _np.features()
         if not features["nccl_available"]:
             raise errors.Unsupported(f"ncclpool.torch: NCCL unavailable: {features['why_not']}")
@@ -54,6 +62,19 @@ def init() -> None:
                 f"(nvidia/nccl/lib/ in its environment) instead of loading a second one with LD_PRELOAD (docs/python.md)")
         _allocator = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "ncclpool_torch_alloc", "ncclpool_torch_free")
         state.install_destroy_hook()
+        if features.get("symmetric_kernels_decision") == "fence":  # checks.py: the collectives of groups with windows
+            fence_collectives(True)
+
+
+def _declare_fence() -> None:
+    """This layer fences the torch.distributed collectives of groups with windows (checks.py), so the
+    process declares it before any attach: where NCCL's symmetric kernels can read their input early,
+    ``auto`` keeps them on, fenced. A process that decided the guard already keeps it (safe, slower):
+    said once, as a warning."""
+    try:
+        _np.prefer_symmetric_fence()
+    except errors.InvalidState as e:
+        warnings.warn(f"ncclpool.torch.init(): {e}", RuntimeWarning, stacklevel=3)
 
 
 def _torch_nccl_version() -> int:

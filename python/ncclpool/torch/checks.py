@@ -1,11 +1,24 @@
-"""ncclpool.torch's check mode 'collectives': every torch.distributed collective on a group with windows
-is preceded by verify_buffers over that group, on every rank, so that buffers at different offsets of
-the symmetric windows (which symmetric kernels would exchange silently wrong) end in an error.
-check_collectives() patches the collectives in and out."""
+"""ncclpool.torch's wrapped torch.distributed collectives, for two duties that each switch on alone:
+
+* check mode 'collectives' (check_collectives): every collective on a group with windows is preceded
+  by verify_buffers over that group, on every rank, so that buffers at different offsets of the
+  symmetric windows (which symmetric kernels would exchange silently wrong) end in an error;
+* the symmetric fence (fence_collectives; init() switches it on where the process's decision is
+  ``fence``: NCCL 2.28.0-2.30.6, whose symmetric kernels can read their input before the kernel before
+  them wrote it): every collective on a group attached with windows follows ncclpool.symmetric_fence
+  on the current stream (where torch >= 2.8 enqueues a synchronous collective).
+
+The same wrappers serve both; they are patched in while either duty is on and out when neither is.
+torch.distributed._functional_collectives are not wrapped: their eager form runs on ProcessGroupNCCL's
+own stream behind an event recorded after the work before them had ended (never a programmatic
+dependency on a producer), and torch.compile calls the c10d ops directly.
+"""
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+
+import ncclpool as _np
 
 from . import state
 
@@ -15,6 +28,8 @@ _COLLECTIVES = {  # name -> positions of tensor arguments (lists of tensors are 
     "_all_gather_base": (0, 1), "_reduce_scatter_base": (0, 1),
 }
 _originals: dict = {}
+_verify = False  # check mode 'collectives' (check_collectives)
+_fence = False   # the symmetric fence (fence_collectives)
 
 
 def _tensors(args, kwargs, positions):
@@ -44,14 +59,30 @@ def _symmetric_comm_of(group):
     return None
 
 
-def _checked(name, original, positions):
+def _fenced_group(group) -> bool:
+    """Whether the group is attached to a pool with a kind that makes windows (symmetric, auto): its
+    collectives may run NCCL's symmetric kernels on them. No C call (every collective asks); a group
+    whose auto pool routed no size to windows gets a fence it did not need (a microsecond)."""
+    group = group if group is not None else dist.group.WORLD
+    for binding in tuple(state.bindings.values()):
+        for a in tuple(binding.attachments.values()):
+            if a.group is group and a.kind != "local" and a.comm.attached:
+                return True
+    return False
+
+
+def _wrapped(name, original, positions):
     def collective(*args, **kwargs):
-        group = kwargs.get("group")
-        if group is None:  # positional: after the tensors and op/src in torch's signatures
-            group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
-        comm = _symmetric_comm_of(group)
-        if comm is not None and not torch.cuda.is_current_stream_capturing():
-            comm.verify_buffers(*_tensors(args, kwargs, positions))
+        if _verify or _fence:
+            group = kwargs.get("group")
+            if group is None:  # positional: after the tensors and op/src in torch's signatures
+                group = next((a for a in args if isinstance(a, dist.ProcessGroup)), None)
+            if _verify:
+                comm = _symmetric_comm_of(group)
+                if comm is not None and not torch.cuda.is_current_stream_capturing():
+                    comm.verify_buffers(*_tensors(args, kwargs, positions))
+            if _fence and _fenced_group(group):
+                _np.symmetric_fence(torch.cuda.current_stream())
         return original(*args, **kwargs)
 
     collective.__wrapped__ = original
@@ -59,21 +90,40 @@ def _checked(name, original, positions):
     return collective
 
 
+def _patch() -> None:
+    """Patches the wrappers in while a duty is on, the originals back when none is. state.lock held."""
+    wanted = _verify or _fence
+    for name, positions in _COLLECTIVES.items():
+        current = getattr(dist, name, None)
+        if current is None:
+            continue
+        if wanted and name not in _originals:
+            _originals[name] = current
+            wrapped = _wrapped(name, current, positions)
+            setattr(dist, name, wrapped)
+            setattr(dist.distributed_c10d, name, wrapped)
+        elif not wanted and name in _originals:
+            setattr(dist, name, _originals[name])
+            setattr(dist.distributed_c10d, name, _originals.pop(name))
+
+
 def check_collectives(enable: bool = True) -> None:
     """Turns the per-collective buffer check on or off (check mode 'collectives' turns it on). It
     wraps the torch.distributed collectives named in _COLLECTIVES; functional collectives and DTensor
     paths are not covered. Costs one small all-gather with a host wait per collective on a group with
     windows: for first runs, not for production."""
+    global _verify
     with state.lock:
-        for name, positions in _COLLECTIVES.items():
-            current = getattr(dist, name, None)
-            if current is None:
-                continue
-            if enable and name not in _originals:
-                _originals[name] = current
-                wrapped = _checked(name, current, positions)
-                setattr(dist, name, wrapped)
-                setattr(dist.distributed_c10d, name, wrapped)
-            elif not enable and name in _originals:
-                setattr(dist, name, _originals[name])
-                setattr(dist.distributed_c10d, name, _originals.pop(name))
+        _verify = bool(enable)
+        _patch()
+
+
+def fence_collectives(enable: bool = True) -> None:
+    """Turns the symmetric fence before the torch.distributed collectives of groups attached with
+    windows on or off (init() turns it on where the process decides ``fence``). ncclpool.symmetric_fence
+    launches nothing unless the decision is ``fence``, and in a CUDA graph capture only where NCCL does
+    not order the collective itself."""
+    global _fence
+    with state.lock:
+        _fence = bool(enable)
+        _patch()

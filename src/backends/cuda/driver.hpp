@@ -25,7 +25,8 @@ namespace ncclpool::cuda {
   X(cuEventQuery) X(cuEventSynchronize) X(cuStreamWaitEvent) X(cuStreamIsCapturing) X(cuThreadExchangeStreamCaptureMode)             \
   X(cuStreamCreate) X(cuStreamDestroy_v2) X(cuStreamQuery) X(cuGetErrorName) X(cuGetErrorString) \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync_v2) X(cuMemcpyDtoHAsync_v2)             \
-  X(cuMemHostGetDevicePointer_v2) X(cuPointerGetAttribute)
+  X(cuMemHostGetDevicePointer_v2) X(cuPointerGetAttribute) X(cuStreamGetCtx) X(cuModuleLoadData)  \
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemsetD8Async)
 
 struct Driver {
 #define NCCLPOOL_DECLARE_FN(name) decltype(&::name) name = nullptr;

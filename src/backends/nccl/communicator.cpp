@@ -18,6 +18,8 @@
 #include "library.hpp"
 
 #include "../cuda/driver.hpp"
+#include "../cuda/fence.hpp"
+#include "core/environment.hpp"
 
 #include <ncclpool/errors.hpp>
 
@@ -156,7 +158,10 @@ class NcclCommunicator final : public Communicator {
            type == CU_MEMORYTYPE_DEVICE;
   }
 
-  int prepare_symmetric_kernels() override { return decide_symmetric_ctas() + (decide_symmetric_kernels().enabled ? 0 : kSymmetricKernelsOff); }
+  int prepare_symmetric_kernels() override {
+    const SymmetricKernels k = decide_symmetric_kernels();
+    return decide_symmetric_ctas() + (!k.enabled ? kSymmetricKernelsOff : k.fence ? kSymmetricKernelsFenced : 0);
+  }
 
   MachineKey machine() const override {
     const cuda::Driver& d = cuda::driver();
@@ -196,15 +201,28 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Once per process, before the first window: whether windows carry NCCL_WIN_COLL_SYMMETRIC.
+  // Once per process, before the first window: whether windows carry NCCL_WIN_COLL_SYMMETRIC and
+  // whether collectives on them are fenced. With the fence, its kernel or scratch byte is set up in
+  // this communicator's context at its first symmetric step, before any capture (a failure is left to
+  // the first fence, which reports it: this runs inside a collective step, where one rank throwing
+  // would strand the others).
   SymmetricKernels decide_symmetric_kernels() const {
-    if (const SymmetricKernels decided = symmetric_kernels(); decided.decided) return decided;
-    const cuda::Driver& d = cuda::driver();
-    CUdevice dev = 0;
-    int major = 0;
-    if (d.cuDeviceGet(&dev, device_) != CUDA_SUCCESS || d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS)
-      major = 9;  // unknown: assume the GPU that has the hazard, the safe side
-    return apply_symmetric_kernels(lib_.info.version, major, d.version);
+    SymmetricKernels decided = symmetric_kernels();
+    if (!decided.decided) {
+      const cuda::Driver& d = cuda::driver();
+      CUdevice dev = 0;
+      int major = 0;
+      if (d.cuDeviceGet(&dev, device_) != CUDA_SUCCESS || d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS)
+        major = 9;  // unknown: assume the GPU that has the hazard, the safe side
+      decided = apply_symmetric_kernels(lib_.info.version, major, d.version);
+    }
+    if (decided.fence && !fence_prepared_.exchange(true)) {
+      try {
+        cuda::prepare_fence(context_->get(), choose_symmetric_fence_kind(environment::symmetric_fence()));
+      } catch (const Error&) {
+      }
+    }
+    return decided;
   }
 
   std::unique_ptr<PendingGather> start_all_gather(const AgreementRecord& mine) override {
@@ -326,6 +344,7 @@ class NcclCommunicator final : public Communicator {
   CUstream stream_ = nullptr;
   bool staged_ = false;  // records through device memory (NCCLPOOL_AGREEMENT_BUFFERS=device)
   int symmetric_support_ = -1;  // nccl::symmetric_support: 1, 0, or -1 (the library cannot say)
+  mutable std::atomic<bool> fence_prepared_{false};  // the fence set up in context_ (decide_symmetric_kernels)
   std::mutex mutex_;  // slots_ and broken_reason_
   std::vector<std::unique_ptr<GatherSlot>> slots_;
   std::atomic<bool> broken_{false};

@@ -181,10 +181,11 @@ NcclInfo nccl_info() {
   return info;
 }
 
-SymmetricKernels symmetric_kernels_on(int device) {
+SymmetricKernels symmetric_kernels_on(int device, bool as_declared) {
   if (const SymmetricKernels decided = symmetric_kernels(); decided.decided) return decided;
   SymmetricKernels out;
   out.enabled = false;
+  out.decision = "off";
   try {
     const nccl::Library& lib = nccl::library();
     const cuda::Driver& d = cuda::driver();
@@ -194,7 +195,7 @@ SymmetricKernels symmetric_kernels_on(int device) {
       out.why = "no GPU " + std::to_string(device);
       return out;
     }
-    out = choose_symmetric_kernels(environment::symmetric_kernels(), lib.info.version, major, d.version);
+    out = choose_symmetric_kernels(environment::symmetric_kernels(), lib.info.version, major, d.version, as_declared || symmetric_fence_declared());
     out.decided = false;  // what a first symmetric attach would decide now
   } catch (const Error& e) {
     out.why = e.what();

@@ -39,7 +39,10 @@ std::vector<EnvironmentProblem> environment_problems() {
   if (const char* v = environment::ncclpool_sym_ctas(); v != nullptr && choose_symmetric_ctas(nullptr, v, 9, 0).ignored_setting)
     add("NCCLPOOL_SYM_CTAS", v, std::string("NCCLPOOL_SYM_CTAS='") + v + "' is neither 'nccl' nor a count from 1 to 64: ignored (NCCL's own choice)");
   if (const char* v = environment::symmetric_kernels(); v != nullptr && choose_symmetric_kernels(v, 0, 0, 0).ignored_setting)
-    add("NCCLPOOL_SYMMETRIC_KERNELS", v, std::string("NCCLPOOL_SYMMETRIC_KERNELS='") + v + "' is not auto, on or off: ignored (auto)");
+    add("NCCLPOOL_SYMMETRIC_KERNELS", v, std::string("NCCLPOOL_SYMMETRIC_KERNELS='") + v + "' is not auto, on, off or fence: ignored (auto)");
+  if (bool ignored = false; (void)choose_symmetric_fence_kind(environment::symmetric_fence(), &ignored), ignored)
+    add("NCCLPOOL_SYMMETRIC_FENCE", environment::symmetric_fence(),
+        std::string("NCCLPOOL_SYMMETRIC_FENCE='") + environment::symmetric_fence() + "' is not kernel or memset: ignored (kernel)");
   if (const char* v = environment::copy_engine(); v != nullptr && choose_copy_engine(CopyEngineRequest::automatic, v, 0, SymmetricKernels{}, nullptr).ignored_setting)
     add("NCCLPOOL_COPY_ENGINE", v, std::string("NCCLPOOL_COPY_ENGINE='") + v + "' is not auto, on or off: ignored (auto)");
   // Read by ncclpool.torch.create_nccl_mem_pool (python/ncclpool/torch), which refuses the same values.

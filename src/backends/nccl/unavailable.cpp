@@ -3,6 +3,8 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/nccl.hpp>
 
+#include "fence_state.hpp"
+
 namespace ncclpool {
 
 namespace {
@@ -14,9 +16,10 @@ NcclInfo nccl_info() {
   info.why_not = kWhy;
   return info;
 }
-SymmetricKernels symmetric_kernels_on(int) {
+SymmetricKernels symmetric_kernels_on(int, bool) {
   SymmetricKernels out;
   out.enabled = false;
+  out.decision = "off";
   out.why = kWhy;
   return out;
 }
@@ -24,6 +27,11 @@ CopyEngineVote copy_engine_vote(CopyEngineRequest, int, int, const std::function
   CopyEngineVote out;
   out.why = std::string("off: ") + kWhy;
   return out;
+}
+// No NCCL backend: no attach can decide `fence`, so there is never a fence to launch (counted).
+bool symmetric_fence(::CUstream_st*) {
+  nccl::fence_state().calls.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 std::shared_ptr<Communicator> make_nccl_communicator(void*, NcclCommunicatorOptions) { throw Unsupported(kWhy); }
 std::shared_ptr<SegmentSource> make_nccl_source(int) { throw Unsupported(kWhy); }

@@ -1,0 +1,113 @@
+// The symmetric fence's launches (fence.hpp): per CUDA context, the fence kernel's module and a
+// scratch byte, made at their first use there and kept for the life of the process. A context reset
+// or destroyed and made again at the same address is noticed (a failed launch; the scratch byte's
+// buffer id, which the driver never reuses, no longer its own) and set up again once: the memset
+// never writes into memory that is not its own.
+
+#include "fence.hpp"
+
+#include "fence_ptx.hpp"
+
+#include <mutex>
+#include <vector>
+
+namespace ncclpool::cuda {
+namespace {
+
+struct ContextFence {
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;  // ncclpool_symmetric_fence, once the module is loaded
+  CUdeviceptr scratch = 0;        // the memset kind's byte (256 bytes: the allocation granule)
+  unsigned long long scratch_id = 0;  // its CU_POINTER_ATTRIBUTE_BUFFER_ID (process-wide unique)
+};
+
+unsigned long long buffer_id(CUdeviceptr p) {
+  unsigned long long id = 0;
+  return driver().cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) == CUDA_SUCCESS ? id : 0;
+}
+
+std::mutex g_mutex;
+std::vector<ContextFence> g_fences;  // guarded by g_mutex; a few entries (one per context used)
+
+ContextFence& entry_of(CUcontext context) {
+  for (ContextFence& f : g_fences)
+    if (f.context == context) return f;
+  g_fences.push_back(ContextFence{context});
+  return g_fences.back();
+}
+
+// What `kind` needs in the entry's context, made now if missing. g_mutex held. A failure leaves the
+// entry as it was (nothing half-made) and throws.
+void set_up(ContextFence& f, SymmetricFenceKind kind) {
+  const Driver& d = driver();
+  if (kind == SymmetricFenceKind::kernel && f.function != nullptr) return;
+  if (kind == SymmetricFenceKind::memset && f.scratch != 0) return;
+  ScopedContext scope(f.context);
+  const RelaxedCaptureMode relaxed;  // a module load or an allocation is "unsafe" under another thread's global capture
+  if (kind == SymmetricFenceKind::memset) {
+    CUdeviceptr scratch = 0;
+    check(d.cuMemAlloc_v2(&scratch, 256), "symmetric fence: cuMemAlloc of its scratch byte");
+    const unsigned long long id = buffer_id(scratch);
+    if (id == 0) {
+      d.cuMemFree_v2(scratch);
+      throw BackendError("symmetric fence: cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID) of its scratch byte failed");
+    }
+    f.scratch = scratch;
+    f.scratch_id = id;
+    return;
+  }
+  CUmodule module = nullptr;
+  check(d.cuModuleLoadData(&module, kFencePtx), "symmetric fence: cuModuleLoadData of its kernel");
+  CUfunction function = nullptr;
+  if (const CUresult r = d.cuModuleGetFunction(&function, module, "ncclpool_symmetric_fence"); r != CUDA_SUCCESS) {
+    d.cuModuleUnload(module);
+    check(r, "symmetric fence: cuModuleGetFunction");
+  }
+  f.module = module;
+  f.function = function;
+}
+
+CUresult enqueue(const ContextFence& f, CUstream stream, SymmetricFenceKind kind) {
+  const Driver& d = driver();
+  // A plain launch: no launch attribute, so no programmatic stream serialization (not a stream
+  // attribute either): the kernel waits for the whole of the work before it on the stream.
+  if (kind == SymmetricFenceKind::kernel) return d.cuLaunchKernel(f.function, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr);
+  if (f.scratch_id == 0 || buffer_id(f.scratch) != f.scratch_id) return CUDA_ERROR_CONTEXT_IS_DESTROYED;  // not ours any more
+  return d.cuMemsetD8Async(f.scratch, 0, 1, stream);
+}
+
+// Forgets an entry whose context went away (its handles are gone with it).
+void drop(CUcontext context) {
+  for (auto it = g_fences.begin(); it != g_fences.end(); ++it)
+    if (it->context == context) {
+      g_fences.erase(it);
+      return;
+    }
+}
+
+}  // namespace
+
+void prepare_fence(CUcontext context, SymmetricFenceKind kind) {
+  std::lock_guard lock(g_mutex);
+  set_up(entry_of(context), kind);
+}
+
+void launch_fence(CUstream stream, SymmetricFenceKind kind) {
+  const Driver& d = driver();
+  CUcontext context = nullptr;
+  check(d.cuStreamGetCtx(stream, &context), "symmetric fence: cuStreamGetCtx");
+  std::lock_guard lock(g_mutex);
+  ContextFence* f = &entry_of(context);
+  set_up(*f, kind);
+  CUresult r = enqueue(*f, stream, kind);
+  if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {  // a new context at an old address: once more
+    drop(context);
+    f = &entry_of(context);
+    set_up(*f, kind);
+    r = enqueue(*f, stream, kind);
+  }
+  check(r, std::string("symmetric fence: ") + (kind == SymmetricFenceKind::kernel ? "cuLaunchKernel" : "cuMemsetD8Async"));
+}
+
+}  // namespace ncclpool::cuda
