@@ -26,12 +26,18 @@ in every round, and prints plain against symmetric at each count and the best of
 ``nccl`` (NCCL's own choice: NCCLPOOL_SYM_CTAS=nccl; ``default`` is the same), ``ncclpool``
 (ncclpool's default: neither variable set) or a number (NCCL_SYM_CTAS).
 
-    python3 bench/decode_bench.py --guard auto,on [--nproc 2] [--rounds 3] [--json FILE] ...
+    python3 bench/decode_bench.py --guard guard,fence,fence-memset,on [--nproc 2] [--rounds 3] [--json FILE] ...
 
-does the same per setting of NCCLPOOL_SYMMETRIC_KERNELS (the NCCL-version guard, python.md "NCCL
-versions"): what the guard's default costs where it turns the symmetric kernels off (the symmetric
-pool's windows then run NCCL's ring kernels, the auto pool registers locally): per setting the
-symmetric and the auto pool, median (min-max) over rounds, and plain over each.
+does the same per setting of NCCLPOOL_SYMMETRIC_KERNELS (python.md "NCCL versions"): ``auto``, ``on``,
+``off``, ``guard`` (the same as ``off``: windows without the symmetric flag, what a process that did
+not declare the fence gets on NCCL 2.28.0-2.30.6; the symmetric pool's windows then run NCCL's ring
+kernels, the auto pool registers locally), ``fence`` / ``fence-kernel`` and ``fence-memset`` (the
+kernels on, each collective of the torch layer fenced with that kind: NCCLPOOL_SYMMETRIC_FENCE). The
+torch layer declares the fence, so ``auto`` is ``fence`` (kernel) on those versions. Per setting the
+symmetric and the auto pool, median (min-max) over rounds, and plain over each; each run's decision.
+In a captured graph NCCL < 2.29 orders the collective itself unless NCCL_GRAPH_MIXING_SUPPORT=0, and
+the fence is then not launched: run once more with NCCL_GRAPH_MIXING_SUPPORT=0 in the environment to
+measure it there.
 """
 import argparse
 import faulthandler
@@ -54,6 +60,7 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ncclpool  # noqa: E402
 import ncclpool.torch as nccl_allocator  # noqa: E402
 from graph_timing import time_graph  # noqa: E402  (this folder)
 
@@ -90,11 +97,19 @@ def capture(mode, size, per_graph, group, pools):
     return graph, buf
 
 
+# --guard's values: NCCLPOOL_SYMMETRIC_KERNELS and NCCLPOOL_SYMMETRIC_FENCE (None: as the environment has it).
+GUARD_SETTINGS = {"auto": ("auto", None), "on": ("on", None), "off": ("off", None), "guard": ("off", None),
+                  "fence": ("fence", "kernel"), "fence-kernel": ("fence", "kernel"), "fence-memset": ("fence", "memset")}
+
+
 def variant_env(kind, value):
     """The environment of one driver run: the CTA count (--sym-ctas) or the guard setting (--guard)."""
     env = {k: v for k, v in os.environ.items() if k not in ("NCCL_SYM_CTAS", "NCCLPOOL_SYM_CTAS")}
-    if kind == "guard":  # the NCCL-version guard: NCCLPOOL_SYMMETRIC_KERNELS (python.md, "NCCL versions")
-        env["NCCLPOOL_SYMMETRIC_KERNELS"] = value
+    if kind == "guard":  # NCCLPOOL_SYMMETRIC_KERNELS and the fence's kind (python.md, "NCCL versions")
+        kernels, fence = GUARD_SETTINGS[value]
+        env["NCCLPOOL_SYMMETRIC_KERNELS"] = kernels
+        if fence is not None:
+            env["NCCLPOOL_SYMMETRIC_FENCE"] = fence
         env.update({k: os.environ[k] for k in ("NCCL_SYM_CTAS", "NCCLPOOL_SYM_CTAS") if k in os.environ})
     elif value in ("nccl", "default"):
         env["NCCLPOOL_SYM_CTAS"] = "nccl"
@@ -107,7 +122,7 @@ def drive_variants(args, kind, values):
     """One torchrun per (round, value), values interleaved in every round; a table over them. kind
     "ctas": the symmetric kernels' CTA count; "guard": NCCLPOOL_SYMMETRIC_KERNELS (what the guard's
     default costs: windows without the symmetric flag, auto pools on local registration)."""
-    samples, failures = [], []
+    samples, failures, decisions = [], [], {}
     what = "NCCL_SYM_CTAS" if kind == "ctas" else "NCCLPOOL_SYMMETRIC_KERNELS"
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(args.rounds):
@@ -127,8 +142,10 @@ def drive_variants(args, kind, values):
                     print(run.stdout[-3000:] + run.stderr[-3000:], file=sys.stderr)
                     continue
                 with open(out) as f:
-                    for sample in json.load(f)["samples"]:
-                        samples.append(dict(sample, round=rnd, **{kind: value}))
+                    run_json = json.load(f)
+                for sample in run_json["samples"]:
+                    samples.append(dict(sample, round=rnd, **{kind: value}))
+                decisions.setdefault(value, set()).add(run_json.get("symmetric_kernels", "?"))
     sizes = sorted({s["size"] for s in samples})
     def times(mode, size, value=None):  # us of one mode and size, over every value when None
         return [s["us"] for s in samples if s["mode"] == mode and s["size"] == size and (value is None or s[kind] == value)]
@@ -157,12 +174,16 @@ def drive_variants(args, kind, values):
             plain = med("plain", size)
             print(f"{size >> 10:>6}Ki {plain:9.2f} " + " ".join(f"{med(m, size, v):8.2f} ({spread(m, size, v):>11})" for m, v in cols)
                   + "  " + " ".join(f"{plain / med(m, size, v):15.2f}x" for m, v in cols))
+    if kind == "guard":
+        print("decisions: " + "; ".join(f"{v}: {', '.join(sorted(decisions.get(v, {'no run'})))}" for v in values)
+              + f"; NCCL_GRAPH_MIXING_SUPPORT={os.environ.get('NCCL_GRAPH_MIXING_SUPPORT', '(unset)')}")
     if failures:
         print("FAILED runs: " + "; ".join(failures))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(nproc=args.nproc, per_graph=args.per_graph, replays=args.replays, variant=kind, values=values,
-                           samples=samples), f, indent=1)
+                           samples=samples, decisions={v: sorted(d) for v, d in decisions.items()},
+                           graph_mixing_support=os.environ.get("NCCL_GRAPH_MIXING_SUPPORT")), f, indent=1)
     sys.exit(1 if failures else 0)
 
 
@@ -174,7 +195,8 @@ def main():
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--json", default="")
     ap.add_argument("--sym-ctas", default="", help="driver: CTA counts to compare, e.g. nccl,ncclpool,16 (nccl: NCCL's own; ncclpool: ncclpool's default)")
-    ap.add_argument("--guard", default="", help="driver: NCCLPOOL_SYMMETRIC_KERNELS settings to compare, e.g. auto,on")
+    ap.add_argument("--guard", default="", help="driver: NCCLPOOL_SYMMETRIC_KERNELS settings to compare, e.g. guard,fence,fence-memset,on "
+                                                "(auto, on, off, guard = off, fence = fence-kernel, fence-memset)")
     ap.add_argument("--nproc", type=int, default=2, help="driver: processes (GPUs) per run")
     args = ap.parse_args()
     if args.sym_ctas and args.guard:
@@ -182,9 +204,9 @@ def main():
     if args.sym_ctas:
         return drive_variants(args, "ctas", args.sym_ctas.split(","))
     if args.guard:
-        bad = [v for v in args.guard.split(",") if v not in ("auto", "on", "off")]
+        bad = [v for v in args.guard.split(",") if v not in GUARD_SETTINGS]
         if bad:
-            ap.error(f"--guard takes auto, on and off, not {bad}")
+            ap.error(f"--guard takes {', '.join(GUARD_SETTINGS)}, not {bad}")
         return drive_variants(args, "guard", args.guard.split(","))
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -237,8 +259,12 @@ def main():
         if wrong:
             print(f"WRONG RESULT (expected {expect:g} everywhere): " + ", ".join(wrong))
         if args.json:
+            features = ncclpool.features()  # the process's decision (made at its first symmetric attach)
             with open(args.json, "w") as f:
-                json.dump(dict(world=n, per_graph=args.per_graph, replays=args.replays, samples=samples), f, indent=1)
+                json.dump(dict(world=n, per_graph=args.per_graph, replays=args.replays, samples=samples,
+                               symmetric_kernels=features["symmetric_kernels_decision"]
+                               + (f" ({features['symmetric_fence_kind']})" if features["symmetric_kernels_decision"] == "fence" else ""),
+                               fences_launched=features["symmetric_fences_launched"]), f, indent=1)
     # Graphs first: NCCL's communicator destroy waits for every graph that captured one of its
     # collectives to be destroyed (pytorch/pytorch#115388), so destroy_process_group would hang.
     graphs.clear()

@@ -108,6 +108,28 @@ static void test_copy_engine_vote(void) {
   }
 }
 
+/* The symmetric fence (issue 46): declared before any attach (accepted, idempotent), reported by
+   ncclpool_get_features; no decision in this process, so it launches nothing and counts the calls. */
+static void test_symmetric_fence(void) {
+  ncclpool_features_t before, after;
+  int launched = 7;
+  OK(ncclpool_prefer_symmetric_fence());
+  OK(ncclpool_prefer_symmetric_fence());
+  before.struct_size = sizeof before;
+  OK(ncclpool_get_features(&before));
+  EXPECT(before.symmetric_fence_declared == 1 && before.symmetric_kernels_decided == 0);
+  EXPECT(strcmp(before.symmetric_fence_kind, "kernel") == 0 || strcmp(before.symmetric_fence_kind, "memset") == 0);
+  EXPECT(strcmp(before.symmetric_kernels_decision, "on") == 0 || strcmp(before.symmetric_kernels_decision, "fence") == 0 ||
+         strcmp(before.symmetric_kernels_decision, "guard") == 0 || strcmp(before.symmetric_kernels_decision, "off") == 0);
+  OK(ncclpool_symmetric_fence(NULL, &launched));
+  EXPECT(launched == 0);
+  OK(ncclpool_symmetric_fence(NULL, NULL));
+  after.struct_size = sizeof after;
+  OK(ncclpool_get_features(&after));
+  EXPECT(after.symmetric_fence_calls == before.symmetric_fence_calls + 2);
+  EXPECT(after.symmetric_fences_launched == before.symmetric_fences_launched);
+}
+
 static void test_alloc_free_errors(void) {
   ncclpool_pool_t pool = make_sim_pool("c-basic", NCCLPOOL_REGISTRATION_LOCAL);
   ncclpool_pool_stats_t stats;
@@ -527,6 +549,7 @@ static void test_attach_nccl_refusals(void) {
 int main(void) {
   test_status_and_version();
   test_copy_engine_vote();
+  test_symmetric_fence();
   test_alloc_free_errors();
   test_registration_and_scopes();
   test_nested_scopes_and_failures();

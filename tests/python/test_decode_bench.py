@@ -82,7 +82,16 @@ def test_a_failed_run_fails_the_driver(decode, monkeypatch, capsys):
     assert "FAILED runs: round 1 NCCLPOOL_SYMMETRIC_KERNELS=on: rc=3" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, message", [(["--guard", "maybe"], "--guard takes auto, on and off"),
+def test_guard_driver_runs_the_fence_kinds_beside_the_guard(decode, monkeypatch, capsys):
+    monkeypatch.setenv("NCCLPOOL_SYMMETRIC_FENCE", "memset")  # each fence value names its kind, whatever the caller set
+    seen = fake_runs(decode, monkeypatch, lambda env, mode: 10.0)
+    assert drive(decode, monkeypatch, ["--guard", "guard,fence,fence-memset,on", "--rounds", "1"]) == 0
+    assert [(e["NCCLPOOL_SYMMETRIC_KERNELS"], e.get("NCCLPOOL_SYMMETRIC_FENCE")) for e in seen] == [
+        ("off", "memset"), ("fence", "kernel"), ("fence", "memset"), ("on", "memset")]
+    assert "decisions: guard: ?; fence: ?" in capsys.readouterr().out  # the fake runs name none
+
+
+@pytest.mark.parametrize("argv, message", [(["--guard", "maybe"], "--guard takes auto, on, off, guard, fence"),
                                           (["--guard", "on", "--sym-ctas", "16"], "two drivers")])
 def test_bad_driver_arguments_are_refused(decode, monkeypatch, capsys, argv, message):
     assert drive(decode, monkeypatch, argv) == 2

@@ -190,8 +190,8 @@ def test_sections_header_and_default_agree():
     header = text[:text.index("set -uo pipefail")]
     listed = re.search(r"comma list of: (.*?);", header, re.S).group(1)
     assert sorted(re.sub(r"[#\s]+", " ", listed).replace(",", " ").split()) == sorted(all_sections)
-    said_opt_in = re.search(r"asnodes; (.*?) only when named", header, re.S).group(1)
-    assert sorted(re.findall(r"\b(window|cetrain|asnodes|pdl|ncclversions)\b", said_opt_in)) == sorted(opt_in)
+    said_opt_in = re.search(r"torchversions; (.*?) only when named", header, re.S).group(1)
+    assert sorted(re.findall(r"\b(window|cetrain|asnodes|pdl|ncclversions|torchversions)\b", said_opt_in)) == sorted(opt_in)
     programs = script_text("gpu-check-programs.sh") + script_text("gpu-check-asnodes.sh")
     wanted = set(re.findall(r"\bwant (\w+)", text + programs)) - {"1"}
     assert wanted == set(all_sections), wanted ^ set(all_sections)
@@ -208,7 +208,7 @@ def normalized(path):
 
 
 def test_every_nccl_log_a_row_reads_is_removed_before_its_run():
-    for name in ("gpu-check.sh", "gpu-check-programs.sh", "gpu-check-asnodes.sh"):
+    for name in ("gpu-check.sh", "gpu-check-programs.sh", "gpu-check-asnodes.sh", "gpu-check-torch-versions.sh"):
         lines = script_text(name).splitlines()
         for i, line in enumerate(lines):
             for target in re.findall(r'NCCL_DEBUG_FILE=("[^"]*"|\S+)', line):
@@ -248,6 +248,10 @@ def test_pdl_verdict(pdl_verdict):
         "ncclpool graph raised on 1 rank(s): on another rank"]
     # Not promised (kernels on, or torch-symm) or unavailable: reported, not a broken promise.
     assert judge(pdl_rows(r4={"unavailable": "no symm_mem"}), [0] * 6, [0, 0, 1, 0, 0, 1], 200, 2, symmetric_flag=True) == []
+    # The fence (issue 46): fenced ncclpool windows are promised; the unfenced control beside them is not.
+    fenced = pdl_rows() + [{"mode": "ncclpool-unfenced", "graph": g, "wrong": 0} for g in (False, True)]
+    assert judge(fenced, [0, 0, 0, 0, 400, 0, 400, 400], [0] * 8, 200, 2, symmetric_flag=True, fenced=True) == []
+    assert judge(fenced, [0, 0, 0, 2, 0, 0, 400, 0], [0] * 8, 200, 2, symmetric_flag=True, fenced=True) == ["ncclpool graph wrong 2 of 400"]
 
 
 # ---- SGLang's bench: a mode that failed setup is not "right" ----

@@ -506,6 +506,12 @@ TEST(TunePlan, ForcedOnWithTheHazardWarnsOfHangsBesideTheComputeLoad) {
   EXPECT_TRUE(plan.copy_engine);
   EXPECT_TRUE(plan.notes.empty());
   EXPECT_EQ(plan.hang_hint, "");
+  on.fence = true;  // the decision `fence` (tune declares it): the warning stays, saying so
+  plan = plan_tune_runs(on, all, false, /*compute=*/true);
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("fenced"), std::string::npos) << plan.notes[0];
+  EXPECT_NE(plan.hang_hint.find("known to hang"), std::string::npos) << plan.hang_hint;
+  on.fence = false;
   on.hazard = false;  // NCCL >= 2.30.7
   plan = plan_tune_runs(on, all, false, true);
   EXPECT_EQ(plan.ctas, all);

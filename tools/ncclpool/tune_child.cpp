@@ -30,10 +30,15 @@ TunePlan plan_tune_runs(const SymmetricKernels& kernels, const std::vector<std::
                                        : "no CTA count changes them, so tune measures NCCL's choice only") +
                            "; the kinds are judged on windows without the symmetric flag");
   } else if (kernels.hazard && compute) {
-    plan.notes.push_back("symmetric kernels forced on (NCCLPOOL_SYMMETRIC_KERNELS=on) with an NCCL whose symmetric kernels lack the "
+    // Fenced (tune declares the fence, so `auto` is `fence` here): whether the fence also prevents
+    // the hang is not measured yet, so the warning stays.
+    plan.notes.push_back(std::string(kernels.fence ? "symmetric kernels on and fenced (the decision `fence`: every bench coll collective on windows "
+                                                     "follows ncclpool's fence; whether that avoids the hang below is not measured yet)"
+                                                   : "symmetric kernels forced on (NCCLPOOL_SYMMETRIC_KERNELS=on)") +
+                         " with an NCCL whose symmetric kernels lack the "
                          "grid-dependency sync (2.28.0-2.30.6 on sm_90+): runs beside the compute load hung on 2x H200 with NCCL 2.28.3 and 2.28.9 "
-                         "(5 of 10), none with 2.30.7 (0 of 21). A hang ends tune after --run-timeout; NCCL >= 2.30.7, or --no-compute, "
-                         "avoids it (docs/tool.md, \"tune\")");
+                         "(5 of 10, unfenced), none with 2.30.7 (0 of 21). A hang ends tune after --run-timeout; NCCL >= 2.30.7, --no-compute, "
+                         "or NCCLPOOL_SYMMETRIC_KERNELS=off avoids it (docs/tool.md, \"tune\")");
     plan.hang_hint = "; on this NCCL, symmetric kernels beside the compute load are known to hang (NCCL < 2.30.7: use a newer NCCL or --no-compute)";
   }
   return plan;
