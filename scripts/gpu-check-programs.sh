@@ -66,14 +66,20 @@ if want decode; then
       tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-ctas.txt")" "(decode CTA sweep rc=$rc)")
       row "decode: plain/best symmetric per size" "rc=$rc; $(awk '/Ki / {printf "%s %s, ", $1, $NF}' "$OUT/decode-ctas.txt")"
     fi
-    if [ -n "${DECODE_GUARD:-}" ]; then  # what the NCCL-version guard's default costs: one run per setting and round
-      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py --guard "$DECODE_GUARD" \
-        --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-guard.json" >"$OUT/decode-guard.txt" 2>&1
+    # What the guard and the fence cost (DECODE_GUARD, e.g. guard,fence,fence-memset,on): one run per
+    # setting and round on DECODE_NPROC GPUs (2); DECODE_NOMIX=1: again with NCCL_GRAPH_MIXING_SUPPORT=0,
+    # where NCCL < 2.29 orders no graph itself and the fence adds its node.
+    for mix in "" ${DECODE_NOMIX:+0}; do
+      [ -n "${DECODE_GUARD:-}" ] || break
+      guard_out=decode-guard${mix:+-nomix}
+      env ${mix:+NCCL_GRAPH_MIXING_SUPPORT=0} NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py \
+        --guard "$DECODE_GUARD" --nproc "${DECODE_NPROC:-2}" --rounds "${DECODE_ROUNDS:-3}" ${DECODE_SIZES:+--sizes "$DECODE_SIZES"} \
+        --json "$OUT/$guard_out.json" >"$OUT/$guard_out.txt" 2>&1
       rc=$?
-      cat "$OUT/decode-guard.txt" >>"$LOG"
-      tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-guard.txt")" "(decode guard rc=$rc)")
-      row "decode: plain/(symm,auto pool) per guard ($DECODE_GUARD)" "rc=$rc; $(awk '/Ki / {s=$1; for (i=2; i<=NF; i++) if ($i ~ /x$/) s=s " " $i; printf "%s, ", s}' "$OUT/decode-guard.txt")"
-    fi
+      cat "$OUT/$guard_out.txt" >>"$LOG"
+      tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/$guard_out.txt")" "(decode guard${mix:+, graph mixing off} rc=$rc)")
+      row "decode: plain/(symm,auto pool) per guard ($DECODE_GUARD${mix:+, graph mixing off})" "rc=$rc; $(awk '/Ki / {s=$1; for (i=2; i<=NF; i++) if ($i ~ /x$/) s=s " " $i; printf "%s, ", s}' "$OUT/$guard_out.txt")"
+    done
   else
     row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
   fi
@@ -329,8 +335,8 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
       tune_env=(NCCLPOOL_NCCL_LIBRARY="$lib")
       row "tune: NCCL" "$ver (carried, built here): the loaded NCCL's symmetric kernels hung beside compute (docs/tool.md)"
     else
-      tune_env=(NCCLPOOL_SYMMETRIC_KERNELS=auto)
-      row "tune: NCCL" "the loaded one, symmetric kernels left to the guard (off): no NCCL >= 2.30.7 carried or built (.whl/nccl-src-VER.tar.gz)"
+      tune_env=(NCCLPOOL_SYMMETRIC_KERNELS=off)  # not auto: tune declares the fence, so auto would keep them on, fenced
+      row "tune: NCCL" "the loaded one, symmetric kernels off (the guard): no NCCL >= 2.30.7 carried or built (.whl/nccl-src-VER.tar.gz)"
     fi
   fi
   for part in tune tunece; do

@@ -188,10 +188,13 @@ fi
 
 # 3b. The PDL hazard (docs/python.md, "NCCL versions"): NCCL's symmetric kernels after a kernel that
 #     triggers its dependents early, on one stream; plain memory vs ncclpool windows, eager and in a
-#     CUDA graph, with the guard's default and with the symmetric kernels forced on (on NCCL
-#     2.28.0-2.30.6 the positive control: wrong results expected there, never with plain memory or the
-#     guard's windows); then the same through torch's dist.all_reduce, beside torch's own symmetric
-#     memory. One GPU runs no symmetric kernel: it proves that the checks run.
+#     CUDA graph, with the default (`auto`: on NCCL 2.28.0-2.30.6 the C++ program declares the fence,
+#     so windows keep the symmetric flag, rows with ncclpool's fences, kernel and memset, beside the
+#     unfenced ones) and with the symmetric kernels forced on (on NCCL 2.28.0-2.30.6 the positive
+#     control: wrong results expected there, never with plain memory, the guard's windows or fenced
+#     ones), each also with NCCL's graph mixing off; then the same through torch's dist.all_reduce
+#     (the torch layer fences it by default there), beside torch's own symmetric memory. One GPU runs
+#     no symmetric kernel: it proves that the checks run. PDL_GPUS: the GPUs of the C++ check (2).
 pdl_summary() {  # json file -> "eager/graph wrong per mode"
   python3 - "$1" <<'PY' 2>&1
 import json, sys
@@ -212,25 +215,24 @@ print(f"NCCL {j.get('nccl_version')}, {j.get('gpus', j.get('world'))} GPU(s){mix
 PY
 }
 run_pdl() {  # label, NCCL library ('' = torch's), [torch]
-  local label=$1 lib=$2 setting rc tag
+  local label=$1 lib=$2 setting rc tag fences
   for setting in auto on; do
+    fences=none; [ "$setting" = auto ] && fences=none,kernel,memset  # issue 46: ncclpool's fences beside the unfenced windows
     tag=$(echo "$label-$setting" | tr -c 'A-Za-z0-9.\n-' '-')  # file names without spaces or quotes (they come back from the GPU host)
     fresh "$OUT"/pdl-"$tag".nccl.*.log "$OUT"/pdl-"$tag"-nomix.nccl.*.log "$OUT/pdl-torch-$tag.json"
     if [ -x "$BUILD/tests/ncclpool_pdl_hazard" ]; then
       NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting NCCL_DEBUG_FILE="$OUT/pdl-$tag.nccl.%p.log" \
-        timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --json >"$OUT/pdl-$tag.json" 2>"$OUT/pdl-$tag.err"
+        timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus "${PDL_GPUS:-2}" --fence "$fences" --json >"$OUT/pdl-$tag.json" 2>"$OUT/pdl-$tag.err"
       rc=$?
       cat "$OUT/pdl-$tag.err" "$OUT"/pdl-"$tag".nccl.*.log >>"$LOG" 2>/dev/null
       row "pdl hazard (C++, $label), kernels $setting" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag.json")"
-      # With the kernels on, again with NCCL's graph mixing off (what SGLang sets with decode context
-      # parallelism): its captured graph then keeps no event wait between the producer and NCCL's kernel.
-      if [ "$setting" = on ]; then
-        NCCL_GRAPH_MIXING_SUPPORT=0 NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=on NCCL_DEBUG_FILE="$OUT/pdl-$tag-nomix.nccl.%p.log" \
-          timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus 2 --modes window --json >"$OUT/pdl-$tag-nomix.json" 2>"$OUT/pdl-$tag-nomix.err"
-        rc=$?
-        cat "$OUT/pdl-$tag-nomix.err" "$OUT"/pdl-"$tag"-nomix.nccl.*.log >>"$LOG" 2>/dev/null
-        row "pdl hazard (C++, $label), kernels on, graph mixing off" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag-nomix.json")"
-      fi
+      # Again with NCCL's graph mixing off (what SGLang sets with decode context parallelism): its
+      # captured graph then keeps no event wait between the producer and NCCL's kernel (a fence adds its node).
+      NCCL_GRAPH_MIXING_SUPPORT=0 NCCLPOOL_NCCL_LIBRARY=${lib:-$NCCLPOOL_NCCL_LIBRARY} NCCLPOOL_SYMMETRIC_KERNELS=$setting NCCL_DEBUG_FILE="$OUT/pdl-$tag-nomix.nccl.%p.log" \
+        timeout "$(within 180)" "$BUILD/tests/ncclpool_pdl_hazard" --gpus "${PDL_GPUS:-2}" --modes window --fence "$fences" --json >"$OUT/pdl-$tag-nomix.json" 2>"$OUT/pdl-$tag-nomix.err"
+      rc=$?
+      cat "$OUT/pdl-$tag-nomix.err" "$OUT"/pdl-"$tag"-nomix.nccl.*.log >>"$LOG" 2>/dev/null
+      row "pdl hazard (C++, $label), kernels $setting, graph mixing off" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag-nomix.json")"
     fi
     if [ "${3:-}" = torch ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
       local n=$(( gpus < 2 ? gpus : 2 ))
