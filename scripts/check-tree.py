@@ -307,8 +307,24 @@ def check_figures(root):
     return problems
 
 
+def check_builtin_routes(root):
+    """src/routing/builtin/*.json: each what scripts/builtin-routes.py makes from the run it names."""
+    import importlib.util
+    import io
+    import contextlib
+    spec = importlib.util.spec_from_file_location("builtin_routes", os.path.join(os.path.dirname(os.path.abspath(__file__)), "builtin-routes.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.BUILTIN = os.path.join(root, "src", "routing", "builtin")
+    module.DATA = os.path.join(root, "docs", "benchmarks", "data")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        module.check()
+    return [line.removeprefix("builtin-routes: ") for line in out.getvalue().splitlines()]
+
+
 CHECKS = {"layers": check_layers, "lines": check_lines, "getenv": check_getenv, "pyimports": check_pyimports,
-          "sources": check_sources, "figures": check_figures}
+          "sources": check_sources, "figures": check_figures, "builtin-routes": check_builtin_routes}
 
 
 def main(argv=None):

@@ -45,6 +45,7 @@ struct MachineKey {
   std::string gpu;       ///< device name, e.g. "NVIDIA H200"; the simulator's is "ncclpool simulator"
   int nccl_version = 0;  ///< ncclGetVersion; 0 for the simulator
   int ranks = 0;         ///< the communicator's size
+  int compute_capability = 0;  ///< major * 10 + minor (90: H100, H200); 0 unknown (the simulator's unless set)
 };
 
 /// An all-gather that was started and whose result has not been read yet. Destroying it without

@@ -69,8 +69,10 @@ class NCCLPOOL_API LoopbackGroup {
   [[nodiscard]] std::vector<std::string> call_log(int rank) const;
   /// The GPU name `rank`'s communicators report in machine() (-1 = every rank; default "ncclpool
   /// simulator"): tests of ranks on which a profile applies differently (one node with another GPU).
-  void set_machine_gpu(int rank, const std::string& gpu);
+  /// The GPU name (and compute capability, major * 10 + minor; 0 = unknown) machine() reports.
+  void set_machine_gpu(int rank, const std::string& gpu, int compute_capability = 0);
   [[nodiscard]] std::string machine_gpu(int rank) const;
+  [[nodiscard]] int machine_compute_capability(int rank) const;
   /// What `rank`'s communicators answer in supports_windows() (-1 = every rank; default true): models
   /// a communicator NCCL gives no symmetric memory (NCCL >= 2.29: ncclCommQueryProperties says so and
   /// window registration returns NULL; ranks not all NVLink/P2P-connected in one node).
@@ -115,7 +117,9 @@ class NCCLPOOL_API LoopbackCommunicator final : public Communicator {
   [[nodiscard]] int prepare_symmetric_kernels() override { return group_->symmetric_kernels(rank_); }
   /// {"ncclpool simulator", 0, size} (the GPU name as LoopbackGroup::set_machine_gpu set it for this
   /// rank): a profile written for these keys routes simulated auto pools.
-  [[nodiscard]] MachineKey machine() const override { return MachineKey{group_->machine_gpu(rank_), 0, size()}; }
+  [[nodiscard]] MachineKey machine() const override {
+    return MachineKey{group_->machine_gpu(rank_), 0, size(), group_->machine_compute_capability(rank_)};
+  }
   /// LoopbackGroup::set_node's value for this rank, else this process's host.
   [[nodiscard]] std::uint64_t node() const override;
 

@@ -49,6 +49,14 @@ struct Profile {
 /// @brief $NCCLPOOL_PROFILE, else the cache path above ("" when neither HOME nor XDG_CACHE_HOME is set).
 NCCLPOOL_API std::string profile_path();
 
+/// @brief The profile for communicators of `ranks` ranks: one machine keeps one per rank count.
+/// NCCLPOOL_PROFILE naming a file: that file (measured for one rank count, refused at others).
+/// Otherwise a folder (NCCLPOOL_PROFILE naming a folder, or ending in '/'; else the cache folder
+/// $XDG_CACHE_HOME/ncclpool or $HOME/.cache/ncclpool) and in it profile-<ranks>ranks.json, or the
+/// folder's profile.json (the one file of earlier versions) while that file is absent. `ncclpool
+/// tune` writes here by default. "" when no folder is known.
+NCCLPOOL_API std::string profile_path(int ranks);
+
 /// @brief Parses a profile document; `name` is used in messages.
 /// @throws InvalidArgument naming `name` and what is wrong (not JSON, another format, a missing or
 /// mistyped field, an unknown kind or collective, classes out of order).
@@ -67,12 +75,14 @@ struct ProfileLookup {
 /// @brief Reads and parses profile_path(), whatever machine it was measured on. Never throws: a
 /// missing or bad file is in why_not.
 NCCLPOOL_API ProfileLookup read_profile();
+/// @brief Reads and parses profile_path(ranks). Never throws.
+NCCLPOOL_API ProfileLookup read_profile(int ranks);
 
 /// @brief `lookup` with its profile kept only when it was measured on this GPU model, NCCL version
 /// and rank count; otherwise the profile is dropped and why_not says what differs.
 NCCLPOOL_API ProfileLookup match_profile(ProfileLookup lookup, const std::string& gpu, int nccl_version, int ranks);
 
-/// @brief match_profile(read_profile(), gpu, nccl_version, ranks). Never throws.
+/// @brief match_profile(read_profile(ranks), gpu, nccl_version, ranks). Never throws.
 NCCLPOOL_API ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks);
 
 }  // namespace ncclpool

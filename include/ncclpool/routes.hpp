@@ -2,18 +2,20 @@
 /// @file routes.hpp
 /// @brief Which registration an allocation of a given size gets in an `auto` pool (AutoPool, auto_pool.hpp): size
 /// classes, each with a placement (none, local, symmetric), taken from a measured Profile or from
-/// the built-in routes measured on H200 (docs/pool.md, "Auto pools").
+/// built-in routes measured per GPU architecture and rank count (docs/pool.md, "Auto pools").
 ///
 /// Routing depends on the request size only, so ranks that make the same requests route them the
 /// same, and a symmetric part stays deterministic. Ranks must hold the same routes: AutoPool
 /// compares their digests when it attaches a communicator.
 
+#include <ncclpool/communicator.hpp>
 #include <ncclpool/export.hpp>
 #include <ncclpool/profile.hpp>
 #include <ncclpool/registration.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,10 +64,25 @@ class NCCLPOOL_API SizeRoutes {
 /// symmetric picks become local.
 NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Collective collective = Collective::any);
 
-/// @brief The routes used without a profile, measured on H200 (NCCL 2.28, 2 GPUs, ncclpool's 32
-/// symmetric CTAs: windows are the fastest kind for every collective and size, docs/benchmarks/coll.md
-/// and decode.md): symmetric at every size where windows are possible, else local.
+/// @brief The generic routes: symmetric at every size where windows are possible, else local. An
+/// auto pool holds them until its first attach, and keeps them where no built-in routes were
+/// measured for the communicator's GPU (builtin_routes_for).
 NCCLPOOL_API SizeRoutes builtin_routes(bool windows_possible);
+
+/// @brief Built-in routes measured for a kind of machine: `ncclpool bench coll` runs turned into
+/// profiles by scripts/builtin-routes.py (src/routing/builtin/, compiled in), keyed by what changes
+/// the answer: the GPU's compute capability (major * 10 + minor) and the communicator's rank count
+/// (within one node: across nodes an auto pool routes no size to windows anyway). The file of the
+/// nearest measured rank count is taken (a tie goes to the larger count); `source` says which, and
+/// when the count differs.
+struct BuiltinRoutes {
+  std::optional<Profile> profile;  ///< none where no routes were measured for this compute capability
+  std::string source;              ///< "built-in routes for compute capability 9.0 at 4 ranks (measured ...)"
+};
+NCCLPOOL_API BuiltinRoutes builtin_routes_for(int compute_capability, int ranks);
+/// The routes an auto pool takes at its first attach without a profile: builtin_routes_for's
+/// profile under routes_from_profile's rules, else builtin_routes(windows_possible).
+NCCLPOOL_API SizeRoutes builtin_routes_for(const MachineKey& key, bool windows_possible, Collective collective = Collective::any);
 
 /// @brief Whether an auto pool may route sizes to windows: the one rule, used at its first attach
 /// (AutoPool::choose_routes_for, with the communicator's answers), for the routes it shows before

@@ -57,11 +57,18 @@ bool agreement_buffers_on_device() {
 
 const char* check() { return std::getenv("NCCLPOOL_CHECK"); }
 
-std::string profile_path() {
-  if (std::string p = text_of("NCCLPOOL_PROFILE"); !p.empty()) return p;
-  if (std::string x = text_of("XDG_CACHE_HOME"); !x.empty()) return x + "/ncclpool/profile.json";
-  if (std::string h = text_of("HOME"); !h.empty()) return h + "/.cache/ncclpool/profile.json";
+std::string profile_setting() { return text_of("NCCLPOOL_PROFILE"); }
+
+std::string profile_cache_dir() {
+  if (std::string x = text_of("XDG_CACHE_HOME"); !x.empty()) return x + "/ncclpool";
+  if (std::string h = text_of("HOME"); !h.empty()) return h + "/.cache/ncclpool";
   return "";
+}
+
+std::string profile_path() {
+  if (std::string p = profile_setting(); !p.empty()) return p;
+  const std::string dir = profile_cache_dir();
+  return dir.empty() ? dir : dir + "/profile.json";
 }
 
 const char* growth_chunk() { return std::getenv("NCCLPOOL_GROWTH_CHUNK"); }

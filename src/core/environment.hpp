@@ -68,6 +68,11 @@ NCCLPOOL_INTERNAL const char* check();
 /// Where the profile is: NCCLPOOL_PROFILE, else $XDG_CACHE_HOME/ncclpool/profile.json, else
 /// $HOME/.cache/ncclpool/profile.json (an empty variable counts as unset); "" when none is set.
 NCCLPOOL_INTERNAL std::string profile_path();
+// NCCLPOOL_PROFILE as set (a file, or a folder of profiles per rank count); "" when unset.
+NCCLPOOL_INTERNAL std::string profile_setting();
+// The folder of profiles when NCCLPOOL_PROFILE is unset: $XDG_CACHE_HOME/ncclpool, else
+// $HOME/.cache/ncclpool; "" when both are unset.
+NCCLPOOL_INTERNAL std::string profile_cache_dir();
 
 // --- Read by the Python package; checked here only (environment_problems) --------------------------
 

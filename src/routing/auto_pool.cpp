@@ -88,8 +88,10 @@ bool AutoPool::choose_routes_for(Communicator& comm) {
                      std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)" +
                      (windows ? "" : ", without windows: " + why);
   } else {
-    routes_.fill(builtin_routes(windows));
-    routes_source_ = "built-in routes (measured on H200)" + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
+    const BuiltinRoutes builtin = builtin_routes_for(key.compute_capability, key.ranks);
+    for (int c = 0; c < kCollectives; ++c)
+      routes_[static_cast<std::size_t>(c)] = builtin_routes_for(key, windows, static_cast<Collective>(c));
+    routes_source_ = builtin.source + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
   }
   return true;
 }
@@ -224,8 +226,9 @@ std::unique_ptr<AutoPool> make_auto_pool(const AutoPoolConfig& config) {
   };
   // Until the first attach (which decides with the communicator's answers), the routes are what that
   // attach would choose here without a profile.
-  std::string source = "built-in routes (measured on H200)" + (config.windows_possible ? std::string() : ", without windows: " + config.why_no_windows) +
-                       "; the first attached communicator decides them again, and a profile of its machine replaces them";
+  std::string source = "generic built-in routes" + (config.windows_possible ? std::string() : ", without windows: " + config.why_no_windows) +
+                       "; the first attached communicator decides them again: a profile of its machine, else the built-in routes measured "
+                       "for its GPU and rank count";
   return std::make_unique<AutoPool>(config.name, make_part, builtin_routes(config.windows_possible), std::move(source), config.registry);
 }
 

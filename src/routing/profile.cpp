@@ -112,15 +112,18 @@ std::string profile_to_json(const Profile& p) {
   return o.str();
 }
 
-ProfileLookup read_profile() {
+namespace {
+
+ProfileLookup read_profile_at(std::string path) {
   ProfileLookup out;
-  out.path = profile_path();
+  out.path = std::move(path);
   if (out.path.empty()) {
     out.why_not = "no profile path (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME unset)";
     return out;
   }
   if (std::error_code ec; std::filesystem::is_directory(out.path, ec)) {  // it opens, and reads as empty JSON
-    out.why_not = "profile " + out.path + " is a directory, not a profile file (`ncclpool tune --out FILE` writes one): not used";
+    out.why_not = "profile folder " + out.path + ": one profile per rank count in it (profile-<N>ranks.json, `ncclpool tune` writes one), " +
+                  "read by communicators of N ranks";
     return out;
   }
   std::ifstream in(out.path, std::ios::binary);
@@ -138,6 +141,25 @@ ProfileLookup read_profile() {
   return out;
 }
 
+}  // namespace
+
+std::string profile_path(int ranks) {
+  std::string dir = environment::profile_setting();
+  std::error_code ec;
+  if (!dir.empty() && dir.back() != '/' && !std::filesystem::is_directory(dir, ec)) return dir;  // a file, as named
+  if (dir.empty()) dir = environment::profile_cache_dir();
+  if (dir.empty()) return dir;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string per_ranks = dir + "/profile-" + std::to_string(ranks) + "ranks.json";
+  const std::string single = dir + "/profile.json";
+  if (!std::filesystem::exists(per_ranks, ec) && std::filesystem::is_regular_file(single, ec)) return single;
+  return per_ranks;
+}
+
+ProfileLookup read_profile() { return read_profile_at(profile_path()); }
+
+ProfileLookup read_profile(int ranks) { return read_profile_at(profile_path(ranks)); }
+
 ProfileLookup match_profile(ProfileLookup lookup, const std::string& gpu, int nccl_version, int ranks) {
   if (!lookup.profile) return lookup;
   const Profile& p = *lookup.profile;
@@ -152,6 +174,6 @@ ProfileLookup match_profile(ProfileLookup lookup, const std::string& gpu, int nc
   return lookup;
 }
 
-ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks) { return match_profile(read_profile(), gpu, nccl_version, ranks); }
+ProfileLookup find_profile(const std::string& gpu, int nccl_version, int ranks) { return match_profile(read_profile(ranks), gpu, nccl_version, ranks); }
 
 }  // namespace ncclpool

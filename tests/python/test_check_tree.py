@@ -189,3 +189,21 @@ def test_unknown_check_is_an_error(tree):
     code, out = run(tree, "nonsense")
     assert code == 2
     assert "unknown check(s) nonsense" in out
+
+
+def test_builtin_routes_fail_when_a_file_differs_from_the_run_it_names(tree):
+    root = os.path.dirname(os.path.dirname(SCRIPT))
+    run_file = "2026-11-27-gpu-check-2xh200-s4/call3-toolbench/bench-coll.json"
+    write(tree, "docs/benchmarks/data/" + run_file, open(os.path.join(root, "docs/benchmarks/data", run_file)).read())
+    made = subprocess.run([sys.executable, os.path.join(root, "scripts", "builtin-routes.py"), str(tree / "docs/benchmarks/data" / run_file)],
+                          capture_output=True, text=True, check=True).stdout
+    made = made.replace(str(tree / "docs/benchmarks/data" / run_file), "data/" + run_file)
+    write(tree, "src/routing/builtin/sm90-2ranks.json", made)
+    code, out = run(tree, "builtin-routes")
+    assert code == 0, out
+    write(tree, "src/routing/builtin/sm90-2ranks.json", made.replace('"reduce_scatter": "none"', '"reduce_scatter": "local"'))
+    code, out = run(tree, "builtin-routes")
+    assert code == 1 and "sm90-2ranks.json: differs from what data/" + run_file + " gives" in out, out
+    write(tree, "src/routing/builtin/sm90-2ranks.json", made.replace("data/" + run_file, "/tmp/elsewhere.json"))
+    code, out = run(tree, "builtin-routes")
+    assert code == 1 and "is no file under docs/benchmarks/data/" in out, out

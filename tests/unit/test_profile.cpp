@@ -265,5 +265,40 @@ TEST(CopyEngineVote, NoGpuOrNcclMeansNo) {
   EXPECT_TRUE(contains(v.why, "off: ")) << v.why;
 }
 
+// One machine keeps one profile per rank count: NCCLPOOL_PROFILE naming a folder (or the cache folder)
+// holds profile-<N>ranks.json; the cache folder's single profile.json of earlier versions is read
+// while the per-count file is absent.
+TEST(Profile, AFolderKeepsOneProfilePerRankCount) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("ncclpool-profiles-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Profile two = h200(), four = h200();
+  four.ranks = 4;
+  four.symmetric_ctas = 16;
+  std::ofstream(dir / "profile-2ranks.json") << profile_to_json(two);
+  std::ofstream(dir / "profile-4ranks.json") << profile_to_json(four);
+  ::setenv("NCCLPOOL_PROFILE", dir.c_str(), 1);
+  EXPECT_EQ(profile_path(4), (dir / "profile-4ranks.json").string());
+  const ProfileLookup at2 = find_profile("NVIDIA H200", 22809, 2), at4 = find_profile("NVIDIA H200", 22809, 4);
+  ASSERT_TRUE(at2.profile && at4.profile) << at2.why_not << " / " << at4.why_not;
+  EXPECT_EQ(at2.profile->symmetric_ctas, 32);
+  EXPECT_EQ(at4.profile->symmetric_ctas, 16);
+  EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22809, 8).why_not, "no profile at " + (dir / "profile-8ranks.json").string()));
+  EXPECT_TRUE(contains(read_profile().why_not, "profile folder " + dir.string() + ": one profile per rank count")) << read_profile().why_not;
+  // The cache folder (NCCLPOOL_PROFILE unset): its old single file serves until a per-count one exists.
+  ::unsetenv("NCCLPOOL_PROFILE");
+  const char* old_cache = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old_cache ? old_cache : "";
+  ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
+  std::filesystem::create_directories(dir / "ncclpool");
+  std::ofstream(dir / "ncclpool" / "profile.json") << profile_to_json(two);
+  EXPECT_EQ(profile_path(2), (dir / "ncclpool" / "profile.json").string());
+  std::ofstream(dir / "ncclpool" / "profile-2ranks.json") << profile_to_json(two);
+  EXPECT_EQ(profile_path(2), (dir / "ncclpool" / "profile-2ranks.json").string());
+  EXPECT_EQ(profile_path(4), (dir / "ncclpool" / "profile.json").string());
+  if (old_cache) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else ::unsetenv("XDG_CACHE_HOME");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ncclpool

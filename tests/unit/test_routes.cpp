@@ -121,6 +121,31 @@ TEST(RoutesFromProfile, ACollectiveGetsItsOwnPicks) {
   EXPECT_STREQ(to_string(Collective::reduce_scatter), "reduce_scatter");
 }
 
+// Built-in routes keyed by compute capability and rank count (src/routing/builtin/, made by
+// scripts/builtin-routes.py from bench coll runs).
+TEST(BuiltinRoutes, KeyedByComputeCapabilityAndTheNearestMeasuredRankCount) {
+  const BuiltinRoutes h200_2 = builtin_routes_for(90, 2);
+  ASSERT_TRUE(h200_2.profile.has_value()) << h200_2.source;
+  EXPECT_EQ(h200_2.profile->ranks, 2);
+  EXPECT_TRUE(contains(h200_2.source, "built-in routes for compute capability 9.0 at 2 ranks")) << h200_2.source;
+  EXPECT_TRUE(contains(h200_2.source, "data/")) << h200_2.source;  // the raw data they came from
+  EXPECT_FALSE(contains(h200_2.source, "the nearest count measured")) << h200_2.source;
+  const BuiltinRoutes h200_16 = builtin_routes_for(90, 16);
+  ASSERT_TRUE(h200_16.profile.has_value());
+  EXPECT_TRUE(contains(h200_16.source, "this communicator has 16 ranks: the nearest count measured")) << h200_16.source;
+  for (int cc : {0, 100, 80}) {
+    const BuiltinRoutes none = builtin_routes_for(cc, 2);
+    EXPECT_FALSE(none.profile.has_value()) << cc;
+    EXPECT_TRUE(contains(none.source, "none measured for compute capability")) << none.source;
+    EXPECT_EQ(builtin_routes_for(MachineKey{"x", 0, 2, cc}, true), builtin_routes(true));
+    EXPECT_EQ(builtin_routes_for(MachineKey{"x", 0, 2, cc}, false), builtin_routes(false));
+  }
+  // Measured routes follow the profile's rules: no windows where windows are impossible.
+  EXPECT_FALSE(builtin_routes_for(MachineKey{"NVIDIA H200", 22809, 2, 90}, false, Collective::all_reduce).uses(RegistrationKind::symmetric));
+  EXPECT_EQ(builtin_routes_for(MachineKey{"NVIDIA H200", 22809, 2, 90}, true, Collective::reduce_scatter),
+            routes_from_profile(*h200_2.profile, true, Collective::reduce_scatter));
+}
+
 // ---------------------------------------------------------------- AutoPool
 
 // A profile file for the test's life (NCCLPOOL_PROFILE).
@@ -515,6 +540,16 @@ TEST(AutoPool, AForeignProfileIsNamedAndTheBuiltInRoutesUsed) {
   EXPECT_EQ(pool->routes(), SizeRoutes(RegistrationKind::symmetric));
   EXPECT_TRUE(contains(pool->routes_source(), "built-in routes")) << pool->routes_source();
   EXPECT_TRUE(contains(pool->routes_source(), "4 ranks")) << pool->routes_source();
+}
+
+TEST(AutoPool, WithoutAProfileAMeasuredGpuTakesItsBuiltInRoutes) {
+  ::unsetenv("NCCLPOOL_PROFILE");
+  auto group = std::make_shared<LoopbackGroup>("world", 1);
+  group->set_machine_gpu(-1, "NVIDIA H200", 90);
+  auto pool = make_auto();
+  pool->attach(std::make_shared<LoopbackCommunicator>(group, 0), std::nullopt);
+  EXPECT_TRUE(contains(pool->routes_source(), "built-in routes for compute capability 9.0 at 2 ranks")) << pool->routes_source();
+  EXPECT_EQ(pool->routes(Collective::all_reduce), builtin_routes_for(MachineKey{"NVIDIA H200", 0, 1, 90}, true, Collective::all_reduce));
 }
 
 TEST(AutoPool, WithoutWindowsSymmetricSizesGoToTheLocalPart) {

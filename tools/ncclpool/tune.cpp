@@ -152,7 +152,7 @@ int cmd_tune(const Args& a) {
   report.notes = plan_notes;
   Profile profile = build_profile(runs, given, report);
   if (!a.has("from") && profile.measured == kUnknownWhen) profile.measured = measuring_started;  // the runs made here
-  const std::string path = a.get("out", profile_path());
+  const std::string path = a.get("out", profile_path(profile.ranks));  // one profile per rank count
   if (path.empty()) throw UsageError("no place for the profile: give --out (NCCLPOOL_PROFILE, XDG_CACHE_HOME and HOME are unset)");
   if (const auto parent = std::filesystem::path(path).parent_path(); !parent.empty()) std::filesystem::create_directories(parent);
   const std::string text = profile_to_json(profile);

@@ -167,8 +167,12 @@ class NcclCommunicator final : public Communicator {
     const cuda::Driver& d = cuda::driver();
     CUdevice dev = 0;
     char name[256] = {};
+    int major = 0, minor = 0;
     if (d.cuDeviceGet(&dev, device_) != CUDA_SUCCESS || d.cuDeviceGetName(name, sizeof name - 1, dev) != CUDA_SUCCESS) name[0] = '\0';
-    return MachineKey{name, lib_.info.version, size_};
+    if (d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+        d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+      major = minor = 0;  // unknown: the generic built-in routes
+    return MachineKey{name, lib_.info.version, size_, major * 10 + minor};
   }
 
   // Before the process's first window (the registry asks at a symmetric attach; register_window too):

@@ -45,7 +45,7 @@ class LoopbackState {
   LoopbackState(std::string name, int size, std::chrono::milliseconds timeout, LoopbackMatching matching)
       : name_(std::move(name)), size_(size), timeout_(timeout), matching_(matching), calls_(static_cast<std::size_t>(size), 0),
         injected_(static_cast<std::size_t>(size)), counters_(static_cast<std::size_t>(size)), symmetric_kernels_(static_cast<std::size_t>(size), -1),
-        call_logs_(static_cast<std::size_t>(size)), machine_gpus_(static_cast<std::size_t>(size), "ncclpool simulator"),
+        call_logs_(static_cast<std::size_t>(size)), machine_gpus_(static_cast<std::size_t>(size), "ncclpool simulator"), machine_ccs_(static_cast<std::size_t>(size), 0),
         windows_supported_(static_cast<std::size_t>(size), true), nodes_(static_cast<std::size_t>(size)) {}
 
   struct Result {
@@ -159,10 +159,17 @@ class LoopbackState {
       out.push_back(c.op == kAllGather ? std::string(op_name(c.op)) : std::string(op_name(c.op)) + "(" + std::to_string(c.argument) + ")");
     return out;
   }
-  void set_machine_gpu(int rank, const std::string& gpu) {
+  void set_machine_gpu(int rank, const std::string& gpu, int compute_capability) {
     std::lock_guard lock(mutex_);
     for (int r = 0; r < size_; ++r)
-      if (rank < 0 || rank == r) machine_gpus_[static_cast<std::size_t>(r)] = gpu;
+      if (rank < 0 || rank == r) {
+        machine_gpus_[static_cast<std::size_t>(r)] = gpu;
+        machine_ccs_[static_cast<std::size_t>(r)] = compute_capability;
+      }
+  }
+  int machine_compute_capability(int rank) {
+    std::lock_guard lock(mutex_);
+    return machine_ccs_[static_cast<std::size_t>(rank)];
   }
   std::string machine_gpu(int rank) {
     std::lock_guard lock(mutex_);
@@ -290,6 +297,7 @@ class LoopbackState {
   };
   std::vector<std::deque<LoggedCall>> call_logs_;  // per rank: its collective calls, in order (a deque: growing it moves nothing)
   std::vector<std::string> machine_gpus_;             // per rank: the GPU name machine() reports
+  std::vector<int> machine_ccs_;                      // per rank: its compute capability (0: unknown)
   std::vector<bool> windows_supported_;               // per rank: what supports_windows() answers
   std::vector<std::optional<std::uint64_t>> nodes_;   // per rank: what node() answers (unset: this process's host)
   bool hold_completions_ = false;                      // ready() sees only slots below released_slots_
@@ -346,11 +354,12 @@ std::vector<std::string> LoopbackGroup::call_log(int rank) const {
   if (rank < 0 || rank >= size()) throw InvalidArgument("loopback group '" + name() + "': no rank " + std::to_string(rank));
   return state_->call_log(rank);
 }
-void LoopbackGroup::set_machine_gpu(int rank, const std::string& gpu) {
+void LoopbackGroup::set_machine_gpu(int rank, const std::string& gpu, int compute_capability) {
   if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
-  state_->set_machine_gpu(rank, gpu);
+  state_->set_machine_gpu(rank, gpu, compute_capability);
 }
 std::string LoopbackGroup::machine_gpu(int rank) const { return state_->machine_gpu(rank); }
+int LoopbackGroup::machine_compute_capability(int rank) const { return state_->machine_compute_capability(rank); }
 void LoopbackGroup::set_windows_supported(int rank, bool supported) {
   if (rank >= size()) throw InvalidArgument("loopback group '" + name() + "': rank " + std::to_string(rank) + " outside a group of " + std::to_string(size()));
   state_->set_windows_supported(rank, supported);

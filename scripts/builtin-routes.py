@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The built-in routes of auto pools, born from measurements: one `ncclpool bench coll --json` run
+(its `auto` column: per size, the cheapest kind to hold unless a costlier one was >= 2% faster,
+measured live) becomes one file of src/routing/builtin/, read into the library at build time
+(src/routing/builtin_routes.cpp). A file is keyed by what changes the answer: the GPU's compute
+capability and the ranks of the communicator (one node: across nodes auto pools route no size to
+windows anyway).
+
+  scripts/builtin-routes.py BENCH_COLL_JSON [--out FILE]   write the file (default: stdout)
+  scripts/builtin-routes.py --check                        every committed file equals what its
+                                                           named source gives (CI: check-tree)
+
+Noise: below 64 KiB the hosts' rounds spread by tens of percent (bench coll's notes say how much),
+so one size whose pick differs from both neighbours, where the neighbours' kind is within that
+row's spread of the best, takes the neighbours' kind (an island is noise, not a route).
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILTIN = os.path.join(ROOT, "src", "routing", "builtin")
+DATA = os.path.join(ROOT, "docs", "benchmarks", "data")
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+KINDS = ("none", "local", "symmetric")
+
+
+def picks(table):
+    """[(bytes, kind)] ascending for one collective's table: its auto column, islands smoothed."""
+    by_size = {}
+    for r in table["rows"]:
+        by_size.setdefault(r["bytes"], []).append(r)
+    sizes = sorted(by_size)
+    kind = [by_size[b][0]["auto_kind"] for b in sizes]
+    out = list(kind)
+    for i in range(1, len(sizes) - 1):
+        left, right = out[i - 1], kind[i + 1]
+        if kind[i] == left or left != right:
+            continue
+        rows = by_size[sizes[i]]
+        best = sum(r[f"{kind[i]}_us"] for r in rows)
+        neighbour = sum(r[f"{left}_us"] for r in rows)
+        spread = max(r.get("spread_pct", 0.0) for r in rows) / 100.0
+        if neighbour <= best * (1.0 + spread):
+            out[i] = left
+    return list(zip(sizes, out))
+
+
+def profile_from(doc, source):
+    facts = doc.get("facts", {})
+    tables = {}
+    for t in doc["tables"]:
+        m = re.match(r"(\w+) \((\d+) ranks\)", t.get("title", ""))
+        if m and m.group(1) in COLLECTIVES:
+            tables[m.group(1)] = t
+    missing = [c for c in COLLECTIVES if c not in tables]
+    if missing:
+        raise SystemExit(f"builtin-routes: {source}: no table for {', '.join(missing)}")
+    per = {c: picks(tables[c]) for c in COLLECTIVES}
+    # One class per size where any collective's pick changes; the first class covers everything below.
+    changes = sorted({b for c in COLLECTIVES for i, (b, k) in enumerate(per[c]) if i == 0 or per[c][i - 1][1] != k})
+    classes = []
+    for b in changes:
+        kinds = {}
+        for c in COLLECTIVES:
+            at = [k for size, k in per[c] if size <= b]
+            kinds[c] = at[-1] if at else per[c][0][1]
+        classes.append({"min_bytes": 0 if not classes else b, "kind": kinds})
+    ranks = int(facts.get("rank_count") or re.search(r"\((\d+) ranks\)", doc["tables"][0]["title"]).group(1))
+    cc = facts.get("compute_capability", "")
+    if not cc:
+        cc = {"NVIDIA H200": "9.0", "NVIDIA H100 80GB HBM3": "9.0", "NVIDIA H100": "9.0"}.get(facts.get("gpu", ""), "")
+    if not cc:
+        raise SystemExit(f"builtin-routes: {source}: no compute capability in its facts and GPU {facts.get('gpu')!r} unknown")
+    major, minor = (int(x) for x in cc.split("."))
+    return {
+        "ncclpool_profile": 1,
+        "gpu": facts.get("gpu", "?"),
+        "nccl_version": int(facts.get("nccl_version", 0)),
+        "ranks": ranks,
+        "symmetric_ctas": int(facts.get("symmetric_ctas", 0) or 0),
+        "measured": source,
+        "builtin": {"compute_capability": major * 10 + minor, "ranks": ranks, "source": source},
+        "classes": classes,
+    }
+
+
+def render(profile):
+    lines = ["{"]
+    keys = [k for k in profile if k != "classes"]
+    for k in keys:
+        lines.append(f" {json.dumps(k)}: {json.dumps(profile[k])},")
+    lines.append(' "classes": [')
+    for i, c in enumerate(profile["classes"]):
+        comma = "," if i + 1 < len(profile["classes"]) else ""
+        lines.append(f"  {json.dumps(c)}{comma}")
+    lines.append(" ]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def name_of(profile):
+    return f"sm{profile['builtin']['compute_capability']}-{profile['ranks']}ranks.json"
+
+
+def build(path):
+    rel = os.path.relpath(os.path.abspath(path), DATA).replace(os.sep, "/")
+    source = "data/" + rel if not rel.startswith("..") else path
+    with open(path, encoding="utf-8") as f:
+        return profile_from(json.load(f), source)
+
+
+def check():
+    problems = []
+    for name in sorted(os.listdir(BUILTIN)) if os.path.isdir(BUILTIN) else []:
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(BUILTIN, name), encoding="utf-8") as f:
+            text = f.read()
+        source = json.loads(text).get("builtin", {}).get("source", "")
+        if not source.startswith("data/"):
+            problems.append(f"src/routing/builtin/{name}: its source {source!r} is no file under docs/benchmarks/data/")
+            continue
+        want = build(os.path.join(DATA, source[len("data/"):]))
+        if render(want) != text:
+            problems.append(f"src/routing/builtin/{name}: differs from what {source} gives (scripts/builtin-routes.py {source} --out ...)")
+        elif name_of(want) != name:
+            problems.append(f"src/routing/builtin/{name}: should be named {name_of(want)}")
+    for p in problems:
+        print(f"builtin-routes: {p}")
+    return 1 if problems else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("bench_coll_json", nargs="?", help="a `ncclpool bench coll --json` output")
+    parser.add_argument("--out", help="write here (default: stdout); a folder: its file named by the key")
+    parser.add_argument("--check", action="store_true", help="committed files equal what their sources give")
+    args = parser.parse_args(argv)
+    if args.check:
+        return check()
+    if not args.bench_coll_json:
+        parser.error("a bench coll JSON file, or --check")
+    profile = build(args.bench_coll_json)
+    text = render(profile)
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    out = os.path.join(args.out, name_of(profile)) if os.path.isdir(args.out) else args.out
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"builtin-routes: wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
