@@ -189,7 +189,7 @@ expect_rc 0 "$tool" version --help;         grep -q "^usage: ncclpool version" "
 expect_rc 1 "$tool" tune --from "32=$tmp";  grep -qF -- "--from: $tmp: is a directory; give a file" "$tmp/err" || fail "tune --from DIR"
 expect_rc 1 "$tool" tune --from "32=/nonexistent.json"; grep -q -- "--from: cannot open /nonexistent.json: No such file or directory" "$tmp/err" || fail "tune --from a missing file"
 NCCLPOOL_PROFILE="$tmp" "$tool" info >"$tmp/out" 2>&1 || fail "info with NCCLPOOL_PROFILE a directory"
-grep -qF "profile $tmp is a directory, not a profile file" "$tmp/out" || { cat "$tmp/out"; fail "info: NCCLPOOL_PROFILE a directory"; }
+grep -qF "profile folder $tmp: one profile per rank count in it" "$tmp/out" || { cat "$tmp/out"; fail "info: NCCLPOOL_PROFILE a directory"; }
 expect_rc 1 "$tool" replay "$data/two_groups.csv" --timeline /nonexistent/dir/t.csv
 grep -q "^ncclpool: /nonexistent/dir/t.csv: cannot write the timeline: No such file or directory" "$tmp/err" || fail "replay --timeline in a missing directory"
 expect_rc 1 "$tool" replay "$data/two_groups.csv" --convert /nonexistent/dir/c.csv
