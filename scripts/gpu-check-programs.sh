@@ -26,22 +26,10 @@ fi
 #     bigger" target: symmetric <= plain + 2%). FSDP2_MODES replaces the list.
 if want fsdp2; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    fresh "$OUT/fsdp2/fsdp2.json" "$OUT/fsdp2/fsdp2.jsonl"
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/fsdp2_bench.py --rounds "${FSDP2_ROUNDS:-1}" \
-      --modes "${FSDP2_MODES:-plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl}" --out "$OUT/fsdp2" --json "$OUT/fsdp2/fsdp2.json" >"$OUT/fsdp2.txt" 2>&1
-    rc=$?
+    run_fsdp2 "$OUT/fsdp2" "$OUT/fsdp2.txt" --rounds "${FSDP2_ROUNDS:-1}"  # FSDP2_MODES, else FSDP2_DEFAULT_MODES
     cat "$OUT/fsdp2.txt" >>"$LOG"
     tables+=("$(sed -n '/^FSDP2,/,$p' "$OUT/fsdp2.txt")" "(fsdp2 rc=$rc)")
-    row "FSDP2, device memory vs plain" "rc=$rc; $(python3 - "$OUT/fsdp2/fsdp2.json" <<'PY' 2>&1
-import json, statistics, sys
-rows = json.load(open(sys.argv[1]))
-used = {}
-for r in rows:
-    used.setdefault(r["spec"], []).append(r["device_used_gib"])
-plain = statistics.median(used.pop("plain"))
-print(", ".join(f"{k} {(statistics.median(v) / plain - 1) * 100:+.1f}%" for k, v in used.items()))
-PY
-)"
+    row "FSDP2, device memory vs plain" "rc=$rc; $(fsdp2_memory_text "$OUT/fsdp2/fsdp2.json")"
   else
     row "FSDP2" "not run (needs 2+ GPUs and torch with CUDA)"
   fi
@@ -51,13 +39,10 @@ fi
 #     a capture that grows the pool (no window in the graph).
 if want decode; then
   if [ "$gpus" -ge 2 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    fresh "$OUT/decode.json"
-    NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 300)" python3 -m torch.distributed.run --nproc-per-node 2 \
-      bench/decode_bench.py --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode.json" >"$OUT/decode.txt" 2>&1
-    rc=$?
+    run_decode "$OUT/decode.json" "$OUT/decode.txt" --rounds "${DECODE_ROUNDS:-3}"
     cat "$OUT/decode.txt" >>"$LOG"
     tables+=("$(sed -n '/^decode all-reduce/,/^ratio/p' "$OUT/decode.txt")" "(decode rc=$rc)")
-    row "decode: symmetric/plain per size" "rc=$rc; $(awk '/Ki  / {printf "%s %s, ", $1, $(NF-1)}' "$OUT/decode.txt")"
+    row "decode: symmetric/plain per size" "rc=$rc; $(decode_text "$OUT/decode.txt")"
     if [ -n "${DECODE_SYM_CTAS:-}" ]; then  # the symmetric kernels' CTA count, one run per value and round
       NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py --sym-ctas "$DECODE_SYM_CTAS" \
         --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-ctas.json" >"$OUT/decode-ctas.txt" 2>&1
@@ -105,15 +90,13 @@ if want sglang; then
     grep '^SMOKE .*: FAILED' "$OUT/sglang-smoke.txt" | cut -c1-300 | while read -r line; do echo "  $line"; done >>"$LOG"
     if [ "$gpus" -ge 2 ]; then
       # --warm-jit: the smoke test built SGLang's allocator from cold just now (its time is above).
-      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/sglang_bench.py --nproc 2 --warm-jit \
-        ${SGLANG_BENCH_CONFIGS:+--configs "$SGLANG_BENCH_CONFIGS"} --json "$OUT/sglang.json" >"$OUT/sglang.txt" 2>&1
-      rc=$?
+      run_sglang_bench "$OUT/sglang.json" "$OUT/sglang.txt" --nproc 2 --warm-jit ${SGLANG_BENCH_CONFIGS:+--configs "$SGLANG_BENCH_CONFIGS"}
       cat "$OUT/sglang.txt" >>"$LOG"
       tables+=("$(grep -v '^sglang_bench:' "$OUT/sglang.txt" | head -80)" "(sglang bench rc=$rc)")
       right=$(grep -c '^results: right' "$OUT/sglang.txt"); others=$(grep '^results: ' "$OUT/sglang.txt" | grep -vc '^results: right')
       # Every config's results right (none wrong, none with a mode that failed setup), and at least one.
       row "sglang bench (2 GPUs): results" "rc=$rc; $right config(s) right, $others wrong or not set up" "$( [ "$rc" = 0 ] && [ "$right" -gt 0 ] && [ "$others" = 0 ] && echo ok || echo fail)"
-      while read -r line; do row "  ${line%%:*}" "${line#*: }"; done < <(awk '/^case / {c=$2} /^  rank 0:/ {sub(/^  rank 0: /, ""); print c ": " substr($0, 1, 150)}' "$OUT/sglang.txt")
+      sglang_case_rows "$OUT/sglang.txt"
     fi
   fi
 fi

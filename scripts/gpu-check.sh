@@ -8,8 +8,9 @@
 #   NCCLPOOL_GPU_CHECK=torch scripts/gpu-check.sh   only some sections (comma list of: cuda, nccl,
 #                                   pdl, window, ncclversions, bench, cecoll, torch, copyengine, megatron, fsdp2,
 #                                   decode, sglang, cetrain, wheel, tool, toolbench, nccltests, demo, examples,
-#                                   asnodes; window, cetrain (~10 min on 2 GPUs) and asnodes only when named;
-#                                   default all the others). A section not run has a row that says so.
+#                                   asnodes, torchversions; window, cetrain (~10 min on 2 GPUs), asnodes and
+#                                   torchversions only when named; default all the others). A section not run
+#                                   has a row that says so.
 #
 # Exit status: 0 when no row of the summary failed, 1 when one did (the verdict lines after the
 # summary name each; scripts/gpu-check-rows.sh says how a row is judged), also when the build failed.
@@ -31,6 +32,8 @@
 #   .whl/nccl-src-VER.tar.gz   NCCL sources to build here and run against (section ncclversions;
 #                              scripts/build-nccl.sh says how to make one)
 #   .whl/sglang                SGLang 0.5.23's pynccl*.py and a ninja binary (scripts/sglang-inputs.sh)
+#   /tmp/ncclpool-torch-parts  torch 2.14.1 and 2.15.0 in parts, staged by earlier device calls
+#                              (scripts/torch-versions.sh; section torchversions)
 #
 # The GPU host has no GoogleTest: build here with --build, then run the script there with build/gpu
 # carried. NVLink multicast stays off in every process this script starts.
@@ -70,8 +73,8 @@ fi
 export LD_LIBRARY_PATH="$PWD/$BUILD/runtime:$PWD/$BUILD/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # Every section, in the order they run; the opt-in ones run only when named (the header above).
-ALL_SECTIONS=(cuda nccl pdl window ncclversions bench torch copyengine megatron fsdp2 decode sglang cetrain wheel tool toolbench cecoll nccltests demo examples asnodes)
-OPT_IN_SECTIONS=(window cetrain asnodes)
+ALL_SECTIONS=(cuda nccl pdl window ncclversions bench torch copyengine megatron fsdp2 decode sglang cetrain wheel tool toolbench cecoll nccltests demo examples asnodes torchversions)
+OPT_IN_SECTIONS=(window cetrain asnodes torchversions)
 default_sections() {  # every section not opt-in, comma-separated
   local s out=""
   for s in "${ALL_SECTIONS[@]}"; do [[ " ${OPT_IN_SECTIONS[*]} " == *" $s "* ]] || out+="${out:+,}$s"; done
@@ -80,6 +83,8 @@ default_sections() {  # every section not opt-in, comma-separated
 SECTIONS=",${NCCLPOOL_GPU_CHECK:-$(default_sections)},"
 # shellcheck source=scripts/gpu-check-rows.sh
 source scripts/gpu-check-rows.sh  # row, not_run_rows, gpu_check_verdict
+# shellcheck source=scripts/gpu-check-torch-versions.sh
+source scripts/gpu-check-torch-versions.sh  # run_torch_layer, run_copy_engine, ... (the torch programs) and torchversions_section
 # Evidence a row reads comes from this run only: fresh FILE|GLOB... removes what an earlier run left.
 fresh() { rm -f -- "$@"; }
 # NCCLPOOL_GPU_CHECK_BUDGET_S: seconds the whole check may take (a device call's limit, say). Every
@@ -235,13 +240,9 @@ run_pdl() {  # label, NCCL library ('' = torch's), [torch]
       row "pdl hazard (C++, $label), kernels $setting, graph mixing off" "rc=$rc; wrong/launches: $(pdl_summary "$OUT/pdl-$tag-nomix.json")"
     fi
     if [ "${3:-}" = torch ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-      local n=$(( gpus < 2 ? gpus : 2 ))
-      NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" NCCLPOOL_SYMMETRIC_KERNELS=$setting \
-        timeout "$(within 240)" python3 -m torch.distributed.run --nproc-per-node "$n" tests/gpu/torch/check_pdl_hazard.py \
-        --json "$OUT/pdl-torch-$tag.json" >"$OUT/pdl-torch-$tag.log" 2>&1
-      rc=$?
+      run_pdl_torch "$setting" "$(( gpus < 2 ? gpus : 2 ))" "$OUT/pdl-torch-$tag.json" "$OUT/pdl-torch-$tag.log"
       cat "$OUT/pdl-torch-$tag.log" >>"$LOG"
-      row "pdl hazard (torch, $label), kernels $setting" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/pdl-torch-$tag.log" || echo 'no RESULT'); $(pdl_summary "$OUT/pdl-torch-$tag.json")"
+      row "pdl hazard (torch, $label), kernels $setting" "rc=$rc; $(result_text "$OUT/pdl-torch-$tag.log" 1000); $(pdl_summary "$OUT/pdl-torch-$tag.json")"
     fi
   done
 }
@@ -372,13 +373,9 @@ elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
   export NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   for n in 2 4; do
     [ "$n" -gt "$gpus" ] && continue
-    fresh "$BUILD"/torch-nccl-$n.*.log
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=REG,TUNING,ENV NCCL_DEBUG_FILE="$BUILD/torch-nccl-$n.%h.%p.log" \
-      NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$n" \
-      tests/gpu/torch/check_torch_layer.py >"$BUILD/torch-$n.log" 2>&1
-    rc=$?
+    run_torch_layer "$n" "$BUILD/torch-$n.log" "$BUILD/torch-nccl-$n"
     { echo "=== torch layer, $n GPUs (rc=$rc)"; cat "$BUILD/torch-$n.log"; } >>"$TORCH_LOG"
-    row "torch layer checks, $n GPUs" "$(grep -c '^CHECK .*: ok' "$BUILD/torch-$n.log") ok, $(grep -c '^CHECK .*: FAILED' "$BUILD/torch-$n.log") failed, $(grep -c '^CHECK .*: skipped' "$BUILD/torch-$n.log") skipped (rc=$rc)"
+    row "torch layer checks, $n GPUs" "$(checks_text "$BUILD/torch-$n.log" "$rc")"
     row "  NCCL log: [Symmetric] kernel lines" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -c '\[Symmetric\]'); CTAs (nchannels) used: $(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep '\[Symmetric\]' | grep -o 'nchannels [0-9]*' | sort | uniq -c | awk '{printf "%s x%s ", $3, $1}')"
     row "  NCCL log: NCCL_SYM_CTAS" "$(cat "$BUILD"/torch-nccl-$n.*.log 2>/dev/null | grep -m1 -o 'NCCL_SYM_CTAS set by environment to [0-9]*' || echo 'not read from the environment')"
   done
@@ -420,14 +417,9 @@ if ! want copyengine; then
 elif python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   export NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
   for mode in main off; do
-    fresh "$BUILD"/ce-nccl-$mode.*.log
-    args=(); [ "$mode" = off ] && args=(--off-rank 1)
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING NCCL_DEBUG_FILE="$BUILD/ce-nccl-$mode.%h.%p.log" \
-      NCCLPOOL_AGREEMENT_TIMEOUT_S=60 timeout "$(within 420)" python3 -m torch.distributed.run --nproc-per-node "$gpus" \
-      tests/gpu/torch/check_copy_engine.py ${args[@]+"${args[@]}"} >"$OUT/copyengine-$mode.log" 2>&1
-    rc=$?
+    run_copy_engine "$mode" "$gpus" "$OUT/copyengine-$mode.log" "$BUILD/ce-nccl-$mode"
     cat "$OUT/copyengine-$mode.log" >>"$LOG"
-    row "copy engine ($mode), $gpus GPU(s)" "rc=$rc; $(grep -m1 '^RESULT' "$OUT/copyengine-$mode.log" | cut -c1-200 || echo 'no RESULT (timeout or crash)')"
+    row "copy engine ($mode), $gpus GPU(s)" "rc=$rc; $(result_text "$OUT/copyengine-$mode.log")"
   done
   cat "$BUILD"/ce-nccl-main.*.log >"$OUT/copyengine-nccl.log" 2>/dev/null
   row "  NCCL log: copy engines" "$(grep -c 'Init CE' "$OUT/copyengine-nccl.log") 'Init CE', $(grep -c '\[Copy Engine\]' "$OUT/copyengine-nccl.log") '[Copy Engine]'; communicators with CTA policy 2: $(grep -c 'CTA policy flags set to 2' "$OUT/copyengine-nccl.log")"
@@ -442,6 +434,8 @@ fi
 source scripts/gpu-check-programs.sh  # the working directory is the checkout's root (above)
 # shellcheck source=scripts/gpu-check-asnodes.sh
 source scripts/gpu-check-asnodes.sh
+# 12. torch 2.14.1 and 2.15.0 beside this host's (issue 45): scripts/gpu-check-torch-versions.sh.
+want torchversions && torchversions_section
 
 not_run_rows "$SECTIONS" "${ALL_SECTIONS[@]}"
 echo
