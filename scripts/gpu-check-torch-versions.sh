@@ -95,7 +95,9 @@ sglang_case_rows() {  # txt: a sub-row per failure case, rank 0's outcome
 #    $OUT/torchversions.json, the logs in $OUT/torchversions-logs.tar.gz.
 #    TORCHVERSIONS: the configurations (default "2.11 2.14.1 2.14.1-nccl2 2.15.0 2.15.0-classic");
 #    TORCHVERSIONS_CHECKS: the checks (default "torch copyengine pdl fsdp2 decode sglang probe");
-#    TORCHVERSIONS_PROBE: where the probe runs (default "2.15.0 2.15.0-classic").
+#    TORCHVERSIONS_PROBE: where the probe runs (default "2.15.0 2.15.0-classic"); shorter runs:
+#    FSDP2_MODES (the fsdp2 section's list), TORCHVERSIONS_FSDP2_STEPS (6), TORCHVERSIONS_SGLANG_CASES
+#    (oom,kind,growth,offsets), TORCHVERSIONS_PDL (on). TORCHVERSIONS_LANES: configurations side by side.
 tv_want() {  # check: asked for, and time left
   [[ " ${TORCHVERSIONS_CHECKS:-torch copyengine pdl fsdp2 decode sglang probe} " == *" $1 "* ]] || return 1
   if [ "$(left)" -lt 30 ]; then row "  $1" "not run: NCCLPOOL_GPU_CHECK_BUDGET_S spent"; return 1; fi
@@ -173,7 +175,8 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, built with NCCL {v
     fi
     if tv_want sglang; then
       if [ -f .whl/sglang/sglang/srt/distributed/device_communicators/pynccl_allocator.py ]; then
-        run_sglang_bench "$dir/sglang.json" "$dir/sglang.txt" --nproc "$n" --configs "" --cases oom,kind,growth,offsets --case-timeout 60
+        run_sglang_bench "$dir/sglang.json" "$dir/sglang.txt" --nproc "$n" --configs "" --cases "${TORCHVERSIONS_SGLANG_CASES:-oom,kind,growth,offsets}" \
+          --case-timeout 60
         row "  SGLang failure cases" "rc=$rc; $(grep -c '^case ' "$dir/sglang.txt") case(s)"
         sglang_case_rows "$dir/sglang.txt"
       else
