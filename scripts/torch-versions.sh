@@ -246,6 +246,11 @@ dest_of() {  # archive name -> the folder it unpacks into
   esac
 }
 
+unxz_stdout() {  # file.xz -> stdout: xz, or Python's lzma where the host has no xz
+  if command -v xz >/dev/null; then xz -d -T0 -c "$1"; else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer, 1 << 20)' "$1"; fi
+}
+
 # unpack NAME: the archive put together from its parts, checked, unpacked (once: a marker with its sha256)
 unpack() {
   local name=$1 want bytes offset dest first first_offset="" p parts=() missing=()
@@ -270,7 +275,7 @@ unpack() {
   fi
   rm -rf "$dest" "$dest.tmp"
   mkdir -p "$dest.tmp"
-  if ! xz -d -T0 -c "$STAGE/$name" | tar -x -C "$dest.tmp"; then
+  if ! unxz_stdout "$STAGE/$name" | tar -x -C "$dest.tmp"; then
     rm -rf "${dest:?}.tmp" "${STAGE:?}/$name"
     say "$name: unpacking failed"
     return 1
