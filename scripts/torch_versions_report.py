@@ -17,7 +17,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 
 
 def read(path):
@@ -152,10 +151,9 @@ def main(argv=None):
         m = re.match(r"^\s+time\s+(\d+) s$", line)
         if m and current:
             times[current] = int(m.group(1))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    # The commit is the caller's to state (NCCLPOOL_GPU_CHECK_COMMIT; the data folder's name and README
+    # otherwise): a GPU host's copy of the work tree may carry a stale .git, whose HEAD would be wrong.
+    commit = os.environ.get("NCCLPOOL_GPU_CHECK_COMMIT", "")
     configs = [configuration(f) for f in args.folders]
     for c in configs:
         c["seconds"] = times.get(c["config"])
