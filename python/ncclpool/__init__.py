@@ -99,6 +99,37 @@ def symmetric_fence(stream=None) -> bool:
     return bool(launched.value)
 
 
+def _fence_or_wait(stream, wait, pools=()):
+    """The step before a collective on windows that a wrapper of ncclpool (ncclpool.torch's
+    torch.distributed collectives, ncclpool.sglang's PyNccl ones) makes on every rank: the fence must
+    never decide whether this rank enters the collective (a rank that raised here while the others
+    entered it would leave them waiting forever). :func:`symmetric_fence` on `stream`; where it
+    raises, `wait()` (the stream's synchronize(): the host waits for the work before the collective,
+    a fence of its own; it raises in a capture, where it cannot) stands in, with a warning. Returns
+    None, or the error to raise once the collective was entered (neither worked); then each pool of
+    `pools` (the wrapped group's) votes no, so that its next collective step fails on every rank."""
+    try:
+        symmetric_fence(stream)
+        return None
+    except Exception as fence_error:  # noqa: BLE001 - any failure: the collective is entered regardless
+        if wait is not None:
+            try:
+                wait()
+            except Exception:  # noqa: BLE001 - the fence's error is the one reported (a capture included)
+                pass
+            else:
+                import warnings
+                warnings.warn(f"ncclpool: the symmetric fence failed ({fence_error}); the stream was synchronized "
+                              f"instead before the collective", RuntimeWarning, stacklevel=3)
+                return None
+        for pool in pools:
+            try:
+                pool.vote_no(f"the symmetric fence before a collective failed on this rank: {fence_error}")
+            except Exception:  # noqa: BLE001 - a closed pool has no next step
+                pass
+        return fence_error
+
+
 def copy_engine_vote(requested: bool | None, ranks: int, device: int = 0) -> tuple[bool, str]:
     """This rank's vote for running all-gather on a communicator made with NCCL's CTA policy ZERO
     (copy-engine collectives on windows, no SMs): ``(use, why)``. ``requested``: None = auto (yes where

@@ -9,7 +9,9 @@ produced their input (a PDL-enabled kernel of flashinfer or sgl-kernel triggers 
 collective whose tensor sits in a symmetric window of that communicator (the pool's attachment says),
 ncclpool.symmetric_fence on the collective's stream, which launches nothing unless the decision is
 ``fence`` (and, in a CUDA graph capture, nothing where NCCL orders the collective itself). A disabled
-PyNccl (it calls no NCCL) and tensors outside the windows go through untouched.
+PyNccl (it calls no NCCL) and tensors outside the windows go through untouched. A fence that fails never
+keeps this rank out of the collective (ncclpool._fence_or_wait): the stream's synchronize() stands in
+for it, else the collective is entered and the error raised after it, the pool voting no.
 """
 from __future__ import annotations
 
@@ -82,9 +84,18 @@ def _fenced(original):
             key = getattr(comm, "value", comm)
             attachment = next((a for a in (t.get(key) for t in _tables) if a is not None), None)
             if attachment is not None:
-                tensor = _window_tensor(attachment, args, kwargs)
-                if tensor is not None:
-                    ncclpool.symmetric_fence(_stream_of(args, kwargs, tensor))
+                fence_error = None
+                try:
+                    tensor = _window_tensor(attachment, args, kwargs)
+                    if tensor is not None:
+                        stream = _stream_of(args, kwargs, tensor)
+                        pool = getattr(attachment.comm, "pool", None)
+                        fence_error = ncclpool._fence_or_wait(stream, lambda: _wait_for(stream), () if pool is None else (pool,))
+                except Exception as e:  # noqa: BLE001 - never decides whether this rank enters the collective
+                    fence_error = e
+                if fence_error is not None:  # entered on every rank all the same, then raised here
+                    original(self, *args, **kwargs)
+                    raise fence_error
         return original(self, *args, **kwargs)
 
     collective._ncclpool_fenced = True
@@ -99,6 +110,14 @@ def _window_tensor(attachment, args, kwargs):
             if isinstance(t, torch.Tensor) and t.is_cuda and attachment.comm.attached and attachment.comm.window_of(t.data_ptr()):
                 return t
     return None
+
+
+def _wait_for(stream) -> None:
+    """What stands in for a fence that failed: the host waits for the stream (not in a CUDA graph
+    capture, where it cannot)."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("in a CUDA graph capture")
+    stream.synchronize()
 
 
 def _stream_of(args, kwargs, tensor):

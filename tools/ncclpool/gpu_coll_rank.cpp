@@ -5,6 +5,7 @@
 #include "gpu_coll.hpp"
 
 #include <cstring>
+#include <exception>
 #include <iterator>
 
 namespace ncclpool::tool::coll {
@@ -140,15 +141,25 @@ void RankRunner::measure_on(const std::string& op, std::size_t count, int group,
     else if (op == "reduce_scatter") in = send, res = send + static_cast<std::size_t>(rank_) * chunk;
     else in = res = recv;
   }
-  // The fence before each collective on windows (a no-op unless the process decided `fence`).
+  // The fence before each collective on windows (a no-op unless the process decided `fence`). It
+  // never decides whether this rank launches the collective: a fence that fails on one rank is
+  // reported after the collective, which the other ranks launch too.
   const bool windows = group == kSymmetric || group == kCopyEngine || group == kAutoPoolGroup;
   auto launch_on = [&](CUstream stream) {
-    if (windows) (void)symmetric_fence(stream);
+    std::exception_ptr fence_failed;
+    if (windows) {
+      try {
+        (void)symmetric_fence(stream);
+      } catch (...) {
+        fence_failed = std::current_exception();
+      }
+    }
     ncclResult_t r;
     if (op == "all_gather") r = lib_.ncclAllGather(in, res, count, ncclFloat, comm, stream);
     else if (op == "reduce_scatter") r = lib_.ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, stream);
     else r = lib_.ncclAllReduce(in, res, count, ncclFloat, ncclSum, comm, stream);
     if (r != ncclSuccess) throw BackendError(op + " on " + label + ": " + nccl::error_text(r));
+    if (fence_failed) std::rethrow_exception(fence_failed);
   };
   auto launch = [&] { launch_on(stream_); };
   int wrong = 0;

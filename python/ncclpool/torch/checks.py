@@ -6,7 +6,9 @@
 * the symmetric fence (fence_collectives; init() switches it on where the process's decision is
   ``fence``: NCCL 2.28.0-2.30.6, whose symmetric kernels can read their input before the kernel before
   them wrote it): every collective on a group attached with windows follows ncclpool.symmetric_fence
-  on the current stream (where torch >= 2.8 enqueues a synchronous collective).
+  on the current stream (where torch >= 2.8 enqueues a synchronous collective). A fence that fails
+  never keeps this rank out of the collective (ncclpool._fence_or_wait): the stream's synchronize()
+  stands in for it, else the collective is entered and the error raised after it, the pools voting no.
 
 The same wrappers serve both; they are patched in while either duty is on and out when neither is.
 torch.distributed._functional_collectives are not wrapped: their eager form runs on ProcessGroupNCCL's
@@ -59,16 +61,27 @@ def _symmetric_comm_of(group):
     return None
 
 
-def _fenced_group(group) -> bool:
-    """Whether the group is attached to a pool with a kind that makes windows (symmetric, auto): its
-    collectives may run NCCL's symmetric kernels on them. No C call (every collective asks); a group
-    whose auto pool routed no size to windows gets a fence it did not need (a microsecond)."""
+def _fenced_pools(group) -> list:
+    """The pools that attached the group with a kind that makes windows (symmetric, auto): its
+    collectives may run NCCL's symmetric kernels on them (empty: no fence). No C call (every
+    collective asks); a group whose auto pool routed no size to windows gets a fence it did not need
+    (a microsecond)."""
     group = group if group is not None else dist.group.WORLD
+    pools = []
     for binding in tuple(state.bindings.values()):
         for a in tuple(binding.attachments.values()):
             if a.group is group and a.kind != "local" and a.comm.attached:
-                return True
-    return False
+                pools.append(binding.pool)
+                break
+    return pools
+
+
+def _wait_for(stream) -> None:
+    """What stands in for a fence that failed: the host waits for the work before the collective (not
+    in a CUDA graph capture, where a stream cannot be synchronized)."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError("in a CUDA graph capture")
+    stream.synchronize()
 
 
 def _wrapped(name, original, positions):
@@ -81,8 +94,14 @@ def _wrapped(name, original, positions):
                 comm = _symmetric_comm_of(group)
                 if comm is not None and not torch.cuda.is_current_stream_capturing():
                     comm.verify_buffers(*_tensors(args, kwargs, positions))
-            if _fence and _fenced_group(group):
-                _np.symmetric_fence(torch.cuda.current_stream())
+            if _fence:
+                pools = _fenced_pools(group)
+                if pools:  # never decides whether this rank enters the collective: an error waits for after it
+                    stream = torch.cuda.current_stream()
+                    fence_error = _np._fence_or_wait(stream, lambda: _wait_for(stream), pools)
+                    if fence_error is not None:
+                        original(*args, **kwargs)
+                        raise fence_error
         return original(*args, **kwargs)
 
     collective.__wrapped__ = original
