@@ -921,6 +921,53 @@ TEST(SymmetricKernels, OneRankFencedAloneFailsEveryRankAtAttach) {
   EXPECT_EQ(same->live_registrations(), 0);
 }
 
+// Issue 46 (attack): the decision word at a later attach. Every rank attached one communicator
+// alike; at a second communicator's attach one rank alone reports `fence` (a process that declared
+// the fence between two attaches, modelled per rank). Every rank's second attach fails; the first
+// communicator stays attached on every rank and its next agreement (a commit registering a new
+// segment) works; the calls pair and everything counts back to zero.
+TEST(SymmetricKernels, OneRankFencedAloneAtALaterAttachKeepsTheFirstAttachOnEveryRank) {
+  auto first = nccl_like("first", 3);
+  auto second = nccl_like("second", 3);
+  first->set_symmetric_kernels(-1, 32);
+  second->set_symmetric_kernels(-1, 32);
+  second->set_symmetric_kernels(0, 32 + kSymmetricKernelsFenced);
+  std::array<std::string, 3> attach_errors;
+  const auto errors = on_ranks(3, [&](int rank) {
+    Rank r = make_rank();
+    void* a = r.pool->allocate(MiB);
+    auto one = std::make_shared<LoopbackCommunicator>(first, rank);
+    auto two = std::make_shared<LoopbackCommunicator>(second, rank);
+    r.registry->attach(one, RegistrationKind::symmetric);
+    try {
+      r.registry->attach(two, RegistrationKind::symmetric);
+    } catch (const AgreementError& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    EXPECT_EQ(r.registry->attached(), 1u);
+    void* b = r.pool->allocate(3 * MiB);  // a new segment: its window at the next agreement of `first`
+    r.registry->commit();
+    EXPECT_EQ(r.registry->pending(), 0u);
+    EXPECT_NE(r.registry->handle_of(b, *one), nullptr);
+    two->user_collective(4);
+    r.pool->deallocate(a);
+    r.pool->deallocate(b);
+    r.registry->detach(*one);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  for (const auto& e : attach_errors) {
+    EXPECT_TRUE(contains(e, "symmetric kernels fenced")) << e;
+  }
+  for (int rank = 1; rank < 3; ++rank) {
+    EXPECT_EQ(first->call_log(rank), first->call_log(0)) << "rank " << rank;
+    EXPECT_EQ(second->call_log(rank), second->call_log(0)) << "rank " << rank;
+  }
+  EXPECT_FALSE(first->broken());
+  EXPECT_FALSE(second->broken());
+  EXPECT_EQ(first->live_registrations(), 0);
+  EXPECT_EQ(second->live_registrations(), 0);
+}
+
 TEST(Agreement, OutOfMemorySaysThatACollectiveTrimWouldHelp) {
   auto group = std::make_shared<LoopbackGroup>("world", 1);
   auto comm = std::make_shared<LoopbackCommunicator>(group, 0);

@@ -11,6 +11,7 @@
 
 #include "common/registry_ranks.hpp"
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -698,6 +699,139 @@ TEST(AutoPool, ScopesOpenAndCloseOnEveryPart) {
   }
   EXPECT_EQ(current_scope(), nullptr);
   EXPECT_EQ(pool->first_registry().scope_ends(), 2u);
+}
+
+// ---------------------------------------------------------------- issue 46 attacked: one rank differing
+
+// Issue 46 (attack): ranks on GPUs of different compute capabilities (a node with another GPU) get
+// other built-in routes: every rank's attach fails at the routes agreement, nothing is registered,
+// the calls pair, and once the ranks report the same GPU the pools attach (the routes were left open).
+TEST(AutoPoolIssue46, RanksOfOtherComputeCapabilitiesFailAtTheRoutesAgreementOnEveryRank) {
+  ::unsetenv("NCCLPOOL_PROFILE");
+  auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
+  group->set_machine_gpu(-1, "NVIDIA H200", 90);
+  group->set_machine_gpu(1, "NVIDIA A100", 80);
+  std::vector<std::unique_ptr<AutoPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  std::array<std::string, 2> attach_errors;
+  const auto errors = on_ranks(2, [&](int rank) {
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    try {
+      pool.attach(comm, std::nullopt);
+    } catch (const AgreementError& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    EXPECT_EQ(pool.attached_count(), 0u);
+    EXPECT_FALSE(pool.routes_fixed()) << "a failed first attach leaves the routes open";
+    comm->user_collective(5);
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  for (const auto& e : attach_errors) {
+    EXPECT_TRUE(contains(e, "route the auto pool 'auto' differently")) << e;
+  }
+  expect_same_call_logs(*group);
+  EXPECT_FALSE(group->broken());
+  EXPECT_EQ(group->live_registrations(), 0);
+  group->set_machine_gpu(-1, "NVIDIA H200", 90);
+  const auto again = on_ranks(2, [&](int rank) {
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    pool.attach(comm, std::nullopt);
+    EXPECT_TRUE(contains(pool.routes_source(), "compute capability 9.0")) << pool.routes_source();
+    void* big = pool.allocate(MiB);
+    pool.commit();
+    pool.deallocate(big);
+    pool.detach(*comm);
+    pool.check_invariants();
+  });
+  for (const auto& e : again) EXPECT_EQ(e, "");
+  expect_same_call_logs(*group);
+  EXPECT_EQ(group->live_registrations(), 0);
+}
+
+// Issue 46 (attack): one rank of three decided `fence` alone, the others unfenced `on` (the same
+// routes: windows on every rank) or the guard (no windows: other routes). Every rank's attach fails,
+// the local part attached before the agreements is undone everywhere, the calls pair, and the pool
+// attaches once the decisions match.
+TEST(AutoPoolIssue46, OneRankFencedAloneFailsTheAutoAttachOnEveryRank) {
+  ProfileFile file(sim_profile(3));
+  for (const int others : {32, 32 + kSymmetricKernelsOff}) {
+    auto group = std::make_shared<LoopbackGroup>("world", 3, 2000ms);
+    group->set_symmetric_kernels(-1, others);
+    group->set_symmetric_kernels(2, 32 + kSymmetricKernelsFenced);
+    std::vector<std::unique_ptr<AutoPool>> pools;
+    for (int i = 0; i < 3; ++i) pools.push_back(make_auto());
+    std::array<std::string, 3> attach_errors;
+    const auto errors = on_ranks(3, [&](int rank) {
+      AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+      auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+      try {
+        pool.attach(comm, std::nullopt);
+      } catch (const AgreementError& e) {
+        attach_errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+      EXPECT_EQ(pool.attached_count(), 0u) << "rank " << rank;
+      EXPECT_FALSE(pool.attached(*comm)) << "rank " << rank;
+      comm->user_collective(9);
+      pool.check_invariants();
+    });
+    for (const auto& e : errors) EXPECT_EQ(e, "");
+    for (const auto& e : attach_errors) EXPECT_FALSE(e.empty()) << "others " << others;
+    expect_same_call_logs(*group);
+    EXPECT_FALSE(group->broken());
+    EXPECT_EQ(group->live_registrations(), 0);
+    group->set_symmetric_kernels(-1, 32 + kSymmetricKernelsFenced);
+    const auto again = on_ranks(3, [&](int rank) {
+      AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+      auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+      pool.attach(comm, std::nullopt);
+      EXPECT_TRUE(pool.routes().uses(RegistrationKind::symmetric) || pool.routes(Collective::reduce_scatter).uses(RegistrationKind::symmetric));
+      void* big = pool.allocate(3 * MiB, 0, Collective::all_gather);
+      pool.commit();
+      EXPECT_NE(pool.handle_of(big, *comm), nullptr);
+      pool.deallocate(big);
+      pool.detach(*comm);
+    });
+    for (const auto& e : again) EXPECT_EQ(e, "");
+    expect_same_call_logs(*group);
+    EXPECT_EQ(group->live_registrations(), 0);
+  }
+}
+
+// Issue 46 (attack): one machine keeps a profile per rank count in a folder; a rank on which the
+// folder's profile does not apply (another GPU model) takes the built-in routes while the others take
+// the profile's: every rank fails at the routes agreement, nothing registered, the calls pair.
+TEST(AutoPoolIssue46, AProfileFolderThatAppliesOnOneRankOnlyFailsEveryRank) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("ncclpool-issue46-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "profile-2ranks.json") << profile_to_json(sim_profile(2));
+  ::setenv("NCCLPOOL_PROFILE", (dir.string() + "/").c_str(), 1);
+  auto group = std::make_shared<LoopbackGroup>("world", 2, 2000ms);
+  group->set_machine_gpu(1, "another GPU", 90);
+  std::vector<std::unique_ptr<AutoPool>> pools;
+  for (int i = 0; i < 2; ++i) pools.push_back(make_auto());
+  std::array<std::string, 2> sources, attach_errors;
+  const auto errors = on_ranks(2, [&](int rank) {
+    AutoPool& pool = *pools[static_cast<std::size_t>(rank)];
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    try {
+      pool.attach(comm, std::nullopt);
+    } catch (const AgreementError& e) {
+      attach_errors[static_cast<std::size_t>(rank)] = e.what();
+    }
+    sources[static_cast<std::size_t>(rank)] = pool.routes_source();
+    EXPECT_EQ(pool.attached_count(), 0u);
+    comm->user_collective(3);
+  });
+  ::unsetenv("NCCLPOOL_PROFILE");
+  std::filesystem::remove_all(dir);
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_TRUE(contains(sources[0], "profile-2ranks.json")) << sources[0];
+  EXPECT_TRUE(contains(sources[1], "built-in routes")) << sources[1];
+  for (const auto& e : attach_errors) EXPECT_TRUE(contains(e, "route the auto pool 'auto' differently")) << e;
+  expect_same_call_logs(*group);
+  EXPECT_EQ(group->live_registrations(), 0);
 }
 
 }  // namespace
