@@ -1,5 +1,6 @@
 import os
 import sys
+import types
 
 # Run from a source checkout without installing: the package is in python/, the library in build/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -9,6 +10,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import pytest  # noqa: E402
 
 import torch_stand_in  # noqa: E402
+
+import ncclpool  # noqa: E402
 
 
 @pytest.fixture
@@ -45,3 +48,41 @@ def sim_profile(tmp_path, monkeypatch):
         return str(path)
 
     return write
+
+
+@pytest.fixture
+def pynccl(torch_layer, monkeypatch):
+    """ncclpool._sglang_fence over the stand-in torch, a stand-in of SGLang's pynccl module, and
+    ncclpool.symmetric_fence recording its streams."""
+    monkeypatch.delitem(sys.modules, "ncclpool._sglang_fence", raising=False)
+    monkeypatch.delattr(ncclpool, "_sglang_fence", raising=False)
+    from ncclpool import _sglang_fence as fence
+    torch = sys.modules["torch"]
+
+    class PyNcclCommunicator:
+        def __init__(self, ptr, disabled=False):
+            import ctypes
+            self.comm, self.disabled, self.calls = ctypes.c_void_p(ptr), disabled, []
+
+        def all_reduce(self, tensor, op=None, stream=None):
+            self.calls.append(("all_reduce", tensor, stream))
+
+    module = types.ModuleType(fence.PYNCCL)
+    module.PyNcclCommunicator = PyNcclCommunicator
+    monkeypatch.setitem(sys.modules, fence.PYNCCL, module)
+
+    class CudaTensor(torch.Tensor):
+        is_cuda = True
+
+        def __init__(self, ptr):
+            super().__init__([0])
+            self.ptr, self.device = ptr, "cuda:0"
+
+        def data_ptr(self):
+            return self.ptr
+
+    fences = []
+    monkeypatch.setattr(ncclpool, "symmetric_fence", lambda stream=None: fences.append(stream) or True)
+    yield fence, PyNcclCommunicator, CudaTensor, fences
+    fence.uninstall()
+    fence._tables.clear()

@@ -33,3 +33,23 @@ def rank_outcomes(n, fn, timeout=30):
     """run_ranks as [("ok", result) or ("raised", exception)] in rank order."""
     results, failures = run_ranks(n, fn, timeout)
     return [("ok", v) if e is None else ("raised", e) for v, e in zip(results, failures)]
+
+
+def lock_per_rank(monkeypatch, layer):
+    """The torch layer's process lock (layer.state.lock) made one per rank thread: ranks are threads
+    of one process here, and one lock would serialize their collective attaches (one real process per
+    rank has its own)."""
+    tls = threading.local()
+
+    class PerThreadLock:
+        def _l(self):
+            if not hasattr(tls, "lock"):
+                tls.lock = threading.RLock()
+            return tls.lock
+
+        def __enter__(self):
+            return self._l().__enter__()
+
+        def __exit__(self, *a):
+            return self._l().__exit__(*a)
+    monkeypatch.setattr(layer.state, "lock", PerThreadLock())

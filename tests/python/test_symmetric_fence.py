@@ -158,42 +158,6 @@ def test_init_keeps_the_originals_where_the_decision_is_not_fence(torch_layer):
 
 # ---- ncclpool.sglang: SGLang's PyNccl collectives ----
 
-@pytest.fixture
-def pynccl(torch_layer, monkeypatch):
-    """ncclpool._sglang_fence over the stand-in torch, a stand-in of SGLang's pynccl module, and
-    ncclpool.symmetric_fence recording its streams."""
-    monkeypatch.delitem(sys.modules, "ncclpool._sglang_fence", raising=False)
-    monkeypatch.delattr(ncclpool, "_sglang_fence", raising=False)
-    from ncclpool import _sglang_fence as fence
-    torch = sys.modules["torch"]
-
-    class PyNcclCommunicator:
-        def __init__(self, ptr, disabled=False):
-            import ctypes
-            self.comm, self.disabled, self.calls = ctypes.c_void_p(ptr), disabled, []
-
-        def all_reduce(self, tensor, op=None, stream=None):
-            self.calls.append(("all_reduce", tensor, stream))
-
-    module = types.ModuleType(fence.PYNCCL)
-    module.PyNcclCommunicator = PyNcclCommunicator
-    monkeypatch.setitem(sys.modules, fence.PYNCCL, module)
-
-    class CudaTensor(torch.Tensor):
-        is_cuda = True
-
-        def __init__(self, ptr):
-            super().__init__([0])
-            self.ptr, self.device = ptr, "cuda:0"
-
-        def data_ptr(self):
-            return self.ptr
-
-    fences = []
-    monkeypatch.setattr(ncclpool, "symmetric_fence", lambda stream=None: fences.append(stream) or True)
-    yield fence, PyNcclCommunicator, CudaTensor, fences
-    fence.uninstall()
-    fence._tables.clear()
 
 
 def test_pynccl_collectives_on_windows_follow_the_fence(pynccl):
@@ -201,7 +165,7 @@ def test_pynccl_collectives_on_windows_follow_the_fence(pynccl):
     window = types.SimpleNamespace(attached=True, window_of=lambda ptr: 0xabc if 0x1000 <= ptr < 0x2000 else None)
     attachments = {0x77: types.SimpleNamespace(comm=window)}
     original = PyNcclCommunicator.all_reduce
-    assert fence.install(attachments) == [f"{__name__}.PyNcclCommunicator.all_reduce"]
+    assert fence.install(attachments) == [f"{PyNcclCommunicator.__module__}.PyNcclCommunicator.all_reduce"]
     assert fence.install(attachments) == [], "a second install wraps nothing more"
     comm = PyNcclCommunicator(0x77)
     comm.all_reduce(CudaTensor(0x1800))

@@ -6,7 +6,6 @@ Ranks are threads over the simulator and the stand-in torch (its groups meet at 
 rank that skips a collective leaves the others waiting: BrokenBarrierError)."""
 import itertools
 import sys
-import threading
 import types
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 import ncclpool
 from ncclpool import errors
 
-from ranks import current, run_ranks
+from ranks import current, lock_per_rank, run_ranks
 from torch_stand_in import ProcessGroup, Rendezvous
 
 MiB = 1 << 20
@@ -54,20 +53,7 @@ def _rig(layer, monkeypatch, size, name="tp", kinds=None):
         table[h._ptr] = p
     monkeypatch.setattr(ncclpool.Pool, "attach_nccl", lambda self, ptr, kind=None: self.attach_sim(sim, table[ptr], kind))
     monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: g._ptr)
-    tls = threading.local()
-
-    class PerThreadLock:
-        def _l(self):
-            if not hasattr(tls, "lock"):
-                tls.lock = threading.RLock()
-            return tls.lock
-
-        def __enter__(self):
-            return self._l().__enter__()
-
-        def __exit__(self, *a):
-            return self._l().__exit__(*a)
-    monkeypatch.setattr(layer.state, "lock", PerThreadLock())
+    lock_per_rank(monkeypatch, layer)
     return sim, handles, meet
 
 
@@ -184,36 +170,11 @@ def test_a_group_with_windows_on_one_rank_only_still_pairs_its_collectives(torch
     assert len(fences.get(0, [])) == 1 and 1 not in fences
 
 
-def test_a_fence_failing_on_one_rank_never_skips_the_pynccl_collective(torch_layer, monkeypatch):
+def test_a_fence_failing_on_one_rank_never_skips_the_pynccl_collective(pynccl, monkeypatch):
     """ncclpool.sglang's wrapper: the fence before PyNccl's all_reduce raises (and so does the stream's
     synchronize): the original collective is still called, then the error raised, and the pool of the
     attachment votes no."""
-    monkeypatch.delitem(sys.modules, "ncclpool._sglang_fence", raising=False)
-    monkeypatch.delattr(ncclpool, "_sglang_fence", raising=False)
-    from ncclpool import _sglang_fence as fence
-    torch = sys.modules["torch"]
-
-    class PyNcclCommunicator:
-        def __init__(self, ptr):
-            import ctypes
-            self.comm, self.disabled, self.calls = ctypes.c_void_p(ptr), False, []
-
-        def all_reduce(self, tensor, op=None, stream=None):
-            self.calls.append(("all_reduce", tensor, stream))
-
-    module = types.ModuleType(fence.PYNCCL)
-    module.PyNcclCommunicator = PyNcclCommunicator
-    monkeypatch.setitem(sys.modules, fence.PYNCCL, module)
-
-    class CudaTensor(torch.Tensor):
-        is_cuda = True
-
-        def __init__(self, ptr):
-            super().__init__([0])
-            self.ptr, self.device = ptr, "cuda:0"
-
-        def data_ptr(self):
-            return self.ptr
+    fence, PyNcclCommunicator, CudaTensor, _ = pynccl
 
     def failing(stream=None):
         raise errors.BackendError("symmetric fence: cuLaunchKernel: CUDA_ERROR_LAUNCH_FAILED (stand-in)")
@@ -221,17 +182,13 @@ def test_a_fence_failing_on_one_rank_never_skips_the_pynccl_collective(torch_lay
     votes = []
     pool = types.SimpleNamespace(vote_no=votes.append)
     window = types.SimpleNamespace(attached=True, pool=pool, window_of=lambda ptr: 0xabc)
-    try:
-        fence.install({0x77: types.SimpleNamespace(comm=window)})
-        comm = PyNcclCommunicator(0x77)
-        with pytest.raises(errors.BackendError, match="CUDA_ERROR_LAUNCH_FAILED"):
-            comm.all_reduce(CudaTensor(0x1800), stream=_Stream(fail=True))
-        assert len(comm.calls) == 1, "the collective was entered though the fence failed"
-        assert len(votes) == 1 and "symmetric fence" in votes[0]
-        s = _Stream()
-        with pytest.warns(RuntimeWarning, match="symmetric fence"):
-            comm.all_reduce(CudaTensor(0x1800), stream=s)
-        assert len(comm.calls) == 2 and s.synchronized == 1
-    finally:
-        fence.uninstall()
-        fence._tables.clear()
+    fence.install({0x77: types.SimpleNamespace(comm=window)})
+    comm = PyNcclCommunicator(0x77)
+    with pytest.raises(errors.BackendError, match="CUDA_ERROR_LAUNCH_FAILED"):
+        comm.all_reduce(CudaTensor(0x1800), stream=_Stream(fail=True))
+    assert len(comm.calls) == 1, "the collective was entered though the fence failed"
+    assert len(votes) == 1 and "symmetric fence" in votes[0]
+    s = _Stream()
+    with pytest.warns(RuntimeWarning, match="symmetric fence"):
+        comm.all_reduce(CudaTensor(0x1800), stream=s)
+    assert len(comm.calls) == 2 and s.synchronized == 1

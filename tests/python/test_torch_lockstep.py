@@ -11,7 +11,7 @@ import threading
 import ncclpool
 from ncclpool import errors
 
-from ranks import run_ranks
+from ranks import lock_per_rank, run_ranks
 from lockstep_judge import check, finish
 from test_sglang_lockstep import App
 
@@ -30,22 +30,7 @@ def rig(layer, monkeypatch, groups):
         out[name] = (sim, handles)
     monkeypatch.setattr(ncclpool.Pool, "attach_nccl", lambda self, ptr, kind=None: self.attach_sim(*sims[ptr], kind))
     monkeypatch.setattr(layer.binding, "_comm_ptr", lambda g, device: g._ptr)
-    # ranks are threads of one process here: the layer's process lock would serialize their collective
-    # attaches (one real process per rank has its own), so each rank thread gets its own lock
-    tls = threading.local()
-
-    class PerThreadLock:
-        def _l(self):
-            if not hasattr(tls, "lock"):
-                tls.lock = threading.RLock()
-            return tls.lock
-
-        def __enter__(self):
-            return self._l().__enter__()
-
-        def __exit__(self, *a):
-            return self._l().__exit__(*a)
-    monkeypatch.setattr(layer.state, "lock", PerThreadLock())
+    lock_per_rank(monkeypatch, layer)
     return out
 
 
