@@ -81,18 +81,16 @@ bool AutoPool::choose_routes_for(Communicator& comm) {
   const bool windows = auto_routes_windows(capable, !capable || comm_windows, comm_why, kernels < 0 || (kernels & kSymmetricKernelsOff) == 0, &why);
   const MachineKey key = comm.machine();
   const ProfileLookup lookup = find_profile(key.gpu, key.nccl_version, key.ranks);
-  if (lookup.profile) {
-    for (int c = 0; c < kCollectives; ++c)
-      routes_[static_cast<std::size_t>(c)] = routes_from_profile(*lookup.profile, windows, static_cast<Collective>(c));
-    routes_source_ = "the profile " + lookup.path + " (measured " + lookup.profile->measured + " on " + lookup.profile->gpu + ", NCCL " +
-                     std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)" +
-                     (windows ? "" : ", without windows: " + why);
-  } else {
-    const BuiltinRoutes builtin = builtin_routes_for(key.compute_capability, key.ranks);
-    for (int c = 0; c < kCollectives; ++c)
-      routes_[static_cast<std::size_t>(c)] = builtin_routes_for(key, windows, static_cast<Collective>(c));
-    routes_source_ = builtin.source + std::string(windows ? "" : ", without windows: " + why) + "; " + lookup.why_not;
-  }
+  // The machine's profile, else the built-in routes measured for its GPU and rank count (looked up
+  // only without a profile), else the generic ones.
+  const BuiltinRoutes builtin = lookup.profile ? BuiltinRoutes{} : builtin_routes_for(key.compute_capability, key.ranks);
+  const std::optional<Profile>& measured = lookup.profile ? lookup.profile : builtin.profile;
+  for (int c = 0; c < kCollectives; ++c)
+    routes_[static_cast<std::size_t>(c)] = measured ? routes_from_profile(*measured, windows, static_cast<Collective>(c)) : builtin_routes(windows);
+  const std::string without = windows ? "" : ", without windows: " + why;
+  routes_source_ = lookup.profile ? "the profile " + lookup.path + " (measured " + lookup.profile->measured + " on " + lookup.profile->gpu + ", NCCL " +
+                                        std::to_string(lookup.profile->nccl_version) + ", " + std::to_string(lookup.profile->ranks) + " ranks)" + without
+                                  : builtin.source + without + "; " + lookup.why_not;
   return true;
 }
 

@@ -53,7 +53,7 @@ RankRunner::RankRunner(Team& team, int rank, const CollOptions& o)
       pc.deterministic = true;
       return std::make_shared<Pool>(team.source(rank), pc);
     };
-    auto_pool_ = std::make_unique<AutoPool>("bench-coll-auto", make_part, builtin_routes(true), "built-in routes (measured on H200)", RegistryOptions{});
+    auto_pool_ = std::make_unique<AutoPool>("bench-coll-auto", make_part, builtin_routes(true), "generic built-in routes (until the first attach)", RegistryOptions{});
   }
 }
 

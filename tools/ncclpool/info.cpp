@@ -134,11 +134,13 @@ int cmd_info(const Args& args) {
     const std::string nccl_why = !nccl.available ? nccl.why_not : "NCCL " + nccl_version_text(nccl.version) + " has no window API (needs >= 2.27)";
     windows_routed = auto_routes_windows(vmm_windows, nccl.available && nccl.windows, nccl_why, kernels.enabled, &no_windows_why);
   }
-  // Where the built-in routes come from, said as it is: measured on H200, never on this machine (a
-  // profile is what measures it); on the simulator they are not measured at all.
+  // Where the built-in routes come from, said as it is: until an auto pool's first attach the generic
+  // ones; at it, those measured for the GPU and rank count (src/routing/builtin/), never on this
+  // machine (a profile is what measures it); on the simulator they are not measured at all.
   const std::string builtin_text = builtin_routes(windows_routed).describe() +
                                    (!cuda ? " (built-in routes, not measured here: no GPU, an auto pool here is on the simulator"
-                                          : " (built-in routes from H200 measurements, not measured on this machine (`ncclpool tune` measures it)" +
+                                          : " (generic built-in routes until an auto pool's first attach, then those measured for the GPU's compute capability and "
+                                            "the communicator's rank count (src/routing/builtin/), not on this machine (`ncclpool tune` measures it)" +
                                                 (windows_routed ? std::string() : "; without windows: " + no_windows_why)) +
                                    (profile.profile && !lookup.why_not.empty() ? "; the profile is not used: " + lookup.why_not : std::string()) + ")";
   const std::string routes_text =
