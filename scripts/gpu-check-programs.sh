@@ -53,17 +53,19 @@ if want decode; then
     fi
     # What the guard and the fence cost (DECODE_GUARD, e.g. guard,fence,fence-memset,on): one run per
     # setting and round on DECODE_NPROC GPUs (2); DECODE_NOMIX=1: again with NCCL_GRAPH_MIXING_SUPPORT=0,
-    # where NCCL < 2.29 orders no graph itself and the fence adds its node.
+    # where NCCL < 2.29 orders no graph itself and the fence adds its node (DECODE_GUARD_NOMIX: other
+    # settings there, e.g. the memset fence, which with graph mixing on adds nothing to a graph).
     for mix in "" ${DECODE_NOMIX:+0}; do
       [ -n "${DECODE_GUARD:-}" ] || break
       guard_out=decode-guard${mix:+-nomix}
+      guards=$DECODE_GUARD; [ -n "$mix" ] && guards=${DECODE_GUARD_NOMIX:-$DECODE_GUARD}
       env ${mix:+NCCL_GRAPH_MIXING_SUPPORT=0} NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py \
-        --guard "$DECODE_GUARD" --nproc "${DECODE_NPROC:-2}" --rounds "${DECODE_ROUNDS:-3}" ${DECODE_SIZES:+--sizes "$DECODE_SIZES"} \
+        --guard "$guards" --nproc "${DECODE_NPROC:-2}" --rounds "${DECODE_ROUNDS:-3}" ${DECODE_SIZES:+--sizes "$DECODE_SIZES"} \
         --json "$OUT/$guard_out.json" >"$OUT/$guard_out.txt" 2>&1
       rc=$?
       cat "$OUT/$guard_out.txt" >>"$LOG"
       tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/$guard_out.txt")" "(decode guard${mix:+, graph mixing off} rc=$rc)")
-      row "decode: plain/(symm,auto pool) per guard ($DECODE_GUARD${mix:+, graph mixing off})" "rc=$rc; $(awk '/Ki / {s=$1; for (i=2; i<=NF; i++) if ($i ~ /x$/) s=s " " $i; printf "%s, ", s}' "$OUT/$guard_out.txt")"
+      row "decode: plain/(symm,auto pool) per guard ($guards${mix:+, graph mixing off})" "rc=$rc; $(awk '/Ki / {s=$1; for (i=2; i<=NF; i++) if ($i ~ /x$/) s=s " " $i; printf "%s, ", s}' "$OUT/$guard_out.txt")"
     done
   else
     row "decode" "not run (needs 2+ GPUs and torch with CUDA)"
