@@ -55,7 +55,9 @@ if want decode; then
     # setting and round on DECODE_NPROC GPUs (2); DECODE_NOMIX=1: again with NCCL_GRAPH_MIXING_SUPPORT=0,
     # where NCCL < 2.29 orders no graph itself and the fence adds its node (DECODE_GUARD_NOMIX: other
     # settings there, e.g. the memset fence, which with graph mixing on adds nothing to a graph).
-    for mix in "" ${DECODE_NOMIX:+0}; do
+    # DECODE_NOMIX=only: with graph mixing off alone.
+    mixes=(""); [ -n "${DECODE_NOMIX:-}" ] && mixes+=(0); [ "${DECODE_NOMIX:-}" = only ] && mixes=(0)
+    for mix in "${mixes[@]}"; do
       [ -n "${DECODE_GUARD:-}" ] || break
       guard_out=decode-guard${mix:+-nomix}
       guards=$DECODE_GUARD; [ -n "$mix" ] && guards=${DECODE_GUARD_NOMIX:-$DECODE_GUARD}

@@ -222,7 +222,7 @@ PY
 run_pdl() {  # label, NCCL library ('' = torch's), [torch]
   local label=$1 lib=$2 setting rc tag fences
   for setting in auto on; do
-    fences=none; [ "$setting" = auto ] && fences=none,kernel,memset  # issue 46: ncclpool's fences beside the unfenced windows
+    fences=none; [ "$setting" = auto ] && fences=none,kernel,memset,node  # issue 46: ncclpool's fences beside the unfenced windows
     tag=$(echo "$label-$setting" | tr -c 'A-Za-z0-9.\n-' '-')  # file names without spaces or quotes (they come back from the GPU host)
     fresh "$OUT"/pdl-"$tag".nccl.*.log "$OUT"/pdl-"$tag"-nomix.nccl.*.log "$OUT/pdl-torch-$tag.json"
     if [ -x "$BUILD/tests/ncclpool_pdl_hazard" ]; then

@@ -205,13 +205,15 @@ NCCLPOOL_API bool symmetric_fence_declared() noexcept;
 enum class SymmetricFenceKind {
   kernel = 0,  ///< one empty 1-thread kernel, launched without PDL: it starts only after the kernel before it ended
   memset = 1,  ///< a 1-byte cuMemsetD8Async into a scratch byte of the stream's context
+  node = 2,    ///< in a capture, an empty graph node the collective's kernel then depends on (a full
+               ///< edge: a programmatic one joins kernel nodes only); eagerly, the kernel
 };
 
-/// @brief "kernel" or "memset".
+/// @brief "kernel", "memset" or "node".
 NCCLPOOL_API const char* to_string(SymmetricFenceKind kind) noexcept;
 
 /// @brief The fence kind for NCCLPOOL_SYMMETRIC_FENCE = `setting` (nullptr or "": kernel); `ignored`
-/// (may be nullptr) is set when the value is neither kernel nor memset (then kernel). Pure.
+/// (may be nullptr) is set when the value is not kernel, memset or node (then kernel). Pure.
 NCCLPOOL_API SymmetricFenceKind choose_symmetric_fence_kind(const char* setting, bool* ignored = nullptr);
 
 /// @brief The fence kind of this process: fixed when it decides its symmetric kernels; before that,

@@ -67,7 +67,7 @@ def features() -> dict:
     decides (docs/python.md, "NCCL versions"). ``symmetric_kernels_decision``: ``on``, ``fence`` (the
     kernels on, every collective on windows that ncclpool launches or wraps fenced: ``auto`` in a process
     that declared it, ``symmetric_fence_declared``, as ncclpool.torch does), ``guard`` (off because of
-    the hazard) or ``off``; ``symmetric_fence_kind``: ``kernel`` or ``memset`` (NCCLPOOL_SYMMETRIC_FENCE);
+    the hazard) or ``off``; ``symmetric_fence_kind``: ``kernel``, ``memset`` or ``node`` (NCCLPOOL_SYMMETRIC_FENCE);
     ``symmetric_fence_calls``, ``symmetric_fences_launched``, ``symmetric_fences_skipped_in_capture``:
     :func:`symmetric_fence`'s counters in this process."""
     f = Features()

@@ -25,7 +25,7 @@ NCCLPOOL_INTERNAL std::string nccl_library();
 
 /// NCCLPOOL_SYMMETRIC_KERNELS as set (auto|on|off|fence expected; nullptr: unset). choose_symmetric_kernels reads it.
 NCCLPOOL_INTERNAL const char* symmetric_kernels();
-/// NCCLPOOL_SYMMETRIC_FENCE as set (kernel|memset expected; nullptr: unset). choose_symmetric_fence_kind reads it.
+/// NCCLPOOL_SYMMETRIC_FENCE as set (kernel|memset|node expected; nullptr: unset). choose_symmetric_fence_kind reads it.
 NCCLPOOL_INTERNAL const char* symmetric_fence();
 /// NCCLPOOL_SYM_CTAS as set ("nccl" or 1-64 expected; nullptr: unset). choose_symmetric_ctas reads it.
 NCCLPOOL_INTERNAL const char* ncclpool_sym_ctas();

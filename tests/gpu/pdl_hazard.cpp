@@ -21,6 +21,7 @@
 //   none          nothing (the collective as an unwrapped caller enqueues it)
 //   kernel        ncclpool's symmetric fence, an empty kernel launched without PDL
 //   memset        ncclpool's symmetric fence, a 1-byte memset
+//   node          ncclpool's symmetric fence, an empty graph node in a capture (eagerly the kernel)
 // as ncclpool_symmetric_fence puts it: the same policy (nothing unless the process decided `fence`;
 // in a capture nothing where NCCL < 2.29 with graph mixing on orders the collective itself) and the
 // same launch, of the row's kind (the process's own kind is fixed at its decision). With a fence in
@@ -42,7 +43,7 @@
 // (reported).
 //
 //   ncclpool_pdl_hazard [--gpus N] [--launches 200] [--delay-us 300] [--kib 1024]
-//                       [--modes canary,plain,window] [--fence none,kernel,memset] [--producer-ctas 4]
+//                       [--modes canary,plain,window] [--fence none,kernel,memset,node] [--producer-ctas 4]
 //                       [--producer-carveout 100] [--no-forced] [--json]
 
 #include "backends/cuda/fence.hpp"
@@ -80,7 +81,7 @@ struct Options {
   int delay_us = 300;
   std::size_t count = 256 * 1024;  // floats (1 MiB)
   std::vector<std::string> modes = {"canary", "plain", "window"};
-  std::vector<std::string> fences = {"none"};  // per window row: none, kernel, memset
+  std::vector<std::string> fences = {"none"};  // per window row: none, kernel, memset, node
   int producer_ctas = 4;        // few CTAs: the other SMs stay idle for the dependent's CTAs
   int producer_carveout = 100;  // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT; -1: the driver's default
   bool forced = true;           // the graph-forced rows (window)
@@ -121,8 +122,8 @@ Options parse(int argc, char** argv) {
   for (const auto& m : o.modes)
     if (m != "plain" && m != "window" && m != "canary") throw InvalidArgument("--modes: canary, plain, window (not " + m + ")");
   for (const auto& f : o.fences)
-    if (f != "none" && f != "kernel" && f != "memset") throw InvalidArgument("--fence: none, kernel, memset (not " + f + ")");
-  if (o.fences.empty()) throw InvalidArgument("--fence needs at least one of none, kernel, memset");
+    if (f != "none" && f != "kernel" && f != "memset" && f != "node") throw InvalidArgument("--fence: none, kernel, memset, node (not " + f + ")");
+  if (o.fences.empty()) throw InvalidArgument("--fence needs at least one of none, kernel, memset, node");
   return o;
 }
 
@@ -554,7 +555,7 @@ int run(const Options& o) {
               CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
               cuda::check(d.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
               if (!choose_symmetric_fence(symmetric_kernels(), capture != CU_STREAM_CAPTURE_STATUS_NONE, mixing_env).launch) return;
-              cuda::launch_fence(stream, fence == "memset" ? SymmetricFenceKind::memset : SymmetricFenceKind::kernel);
+              cuda::launch_fence(stream, choose_symmetric_fence_kind(fence.c_str()));
               ++fences;
             };
             auto enqueue = [&] {

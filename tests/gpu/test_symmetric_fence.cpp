@@ -15,6 +15,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -104,18 +105,32 @@ bool skip_without_gpu() {
   return true;
 }
 
-TEST(SymmetricFenceGpu, BothKindsLaunchEagerlyAndAsOneGraphNode) {
+// node: an empty node in a capture (the driver here is CUDA 12.3+), the kernel eagerly.
+TEST(SymmetricFenceGpu, EveryKindLaunchesEagerlyAndAsOneGraphNode) {
   if (skip_without_gpu()) GTEST_SKIP() << "no GPU";
   Device0 dev;
   const auto& d = tool::bench_driver();
-  for (const SymmetricFenceKind kind : {SymmetricFenceKind::kernel, SymmetricFenceKind::memset}) {
+  for (const SymmetricFenceKind kind : {SymmetricFenceKind::kernel, SymmetricFenceKind::memset, SymmetricFenceKind::node}) {
     for (int i = 0; i < 3; ++i) cuda::launch_fence(dev.stream, kind);  // the first sets up the context's module / byte
     cuda::launch_fence(nullptr, kind);                                  // the legacy default stream of the current context
     cuda::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
     const std::vector<CUgraphNodeType> nodes = captured_nodes(dev.stream, [&] { cuda::launch_fence(dev.stream, kind); });
     ASSERT_EQ(nodes.size(), 1u) << to_string(kind);
-    EXPECT_EQ(nodes[0], kind == SymmetricFenceKind::kernel ? CU_GRAPH_NODE_TYPE_KERNEL : CU_GRAPH_NODE_TYPE_MEMSET) << to_string(kind);
+    const CUgraphNodeType expected = kind == SymmetricFenceKind::kernel ? CU_GRAPH_NODE_TYPE_KERNEL
+                                     : kind == SymmetricFenceKind::memset ? CU_GRAPH_NODE_TYPE_MEMSET
+                                                                          : CU_GRAPH_NODE_TYPE_EMPTY;
+    EXPECT_EQ(nodes[0], expected) << to_string(kind);
   }
+  // Between two kernels (the second a stand-in for the collective's): the empty node joins them, and
+  // the graph runs.
+  const std::vector<CUgraphNodeType> chain = captured_nodes(dev.stream, [&] {
+    cuda::launch_fence(dev.stream, SymmetricFenceKind::kernel);
+    cuda::launch_fence(dev.stream, SymmetricFenceKind::node);
+    cuda::launch_fence(dev.stream, SymmetricFenceKind::kernel);
+  });
+  ASSERT_EQ(chain.size(), 3u);
+  EXPECT_EQ(std::count(chain.begin(), chain.end(), CU_GRAPH_NODE_TYPE_EMPTY), 1);
+  EXPECT_EQ(std::count(chain.begin(), chain.end(), CU_GRAPH_NODE_TYPE_KERNEL), 2);
 }
 
 // The process decides once: this test makes the decision (`fence`, as NCCL 2.28.9 on a Hopper-class

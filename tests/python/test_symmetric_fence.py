@@ -25,7 +25,7 @@ def test_the_fence_does_nothing_before_a_decision_and_counts_its_calls():
     assert before["symmetric_fence_declared"] is True
     assert before["symmetric_kernels_decided"] is False
     assert before["symmetric_kernels_decision"] in ("on", "fence", "guard", "off")
-    assert before["symmetric_fence_kind"] in ("kernel", "memset")
+    assert before["symmetric_fence_kind"] in ("kernel", "memset", "node")
     assert ncclpool.symmetric_fence(None) is False
     assert ncclpool.symmetric_fence(0x1234) is False  # no CUDA call: any handle is fine before the decision
     after = ncclpool.features()

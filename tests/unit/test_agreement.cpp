@@ -643,7 +643,7 @@ TEST(Environment, EveryBadVariableIsNamedWithWhatIsAccepted) {
   const std::vector<EnvironmentProblem> problems = environment_problems();
   ASSERT_EQ(problems.size(), 7u);
   const char* const accepted[] = {"is not a positive number of seconds", "is not 'host' or 'device'", "is neither 'nccl' nor a count from 1 to 64",
-                                  "is not auto, on, off or fence", "is not kernel or memset", "is not a number of bytes", "is not a number of bytes"};
+                                  "is not auto, on, off or fence", "is not kernel, memset or node", "is not a number of bytes", "is not a number of bytes"};
   for (std::size_t i = 0; i < 7; ++i) {
     EXPECT_EQ(problems[i].variable, names[i]);
     EXPECT_TRUE(contains(problems[i].message, std::string(names[i]) + "='" + problems[i].value + "'")) << problems[i].message;
@@ -822,6 +822,9 @@ TEST(SymmetricFence, LaunchedWhereNcclDoesNotOrderTheCollective) {
   EXPECT_EQ(choose_symmetric_fence_kind("event", &ignored), SymmetricFenceKind::kernel);
   EXPECT_TRUE(ignored);
   EXPECT_STREQ(to_string(SymmetricFenceKind::memset), "memset");
+  EXPECT_EQ(choose_symmetric_fence_kind("node", &ignored), SymmetricFenceKind::node);
+  EXPECT_FALSE(ignored);
+  EXPECT_STREQ(to_string(SymmetricFenceKind::node), "node");
 }
 
 // Before any decision (no NCCL attach in this test program), the fence launches nothing, touches no

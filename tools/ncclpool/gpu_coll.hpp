@@ -130,14 +130,15 @@ class RankRunner {
 
   // Collective: attaches the auto pool (auto registration) to its own communicator.
   void attach_auto_pool();
-  [[nodiscard]] std::string auto_routes() const { return auto_pool_->routes().describe() + " (" + auto_pool_->routes_source() + ")"; }
+  // Per collective where they differ ("all_gather: ...; ..."), as the pool column allocates (for the op).
+  [[nodiscard]] std::string auto_routes() const;
 
   // One op on `kind`'s communicator over the shared pool's buffers.
   void measure(const std::string& op, std::size_t count, int kind, bool in_place, Measurement& out, RankBarrier& sync);
 
-  // Both placements of one op on buffers the auto pool serves for messages of `size` bytes (the
-  // library's routing, nothing chosen here); returns the part they came from. Collective (the pool
-  // commits its windows before the first launch).
+  // Both placements of one op on buffers the auto pool serves for `op`'s messages of `size` bytes
+  // (the library's routing for that collective; nothing chosen here); returns the part they came
+  // from. Collective (the pool commits its windows before the first launch).
   std::string measure_auto_pool(const std::string& op, std::size_t count, std::size_t size, Measurement& out_of_place, Measurement& in_place, RankBarrier& sync);
 
  private:

@@ -100,14 +100,27 @@ void RankRunner::measure(const std::string& op, std::size_t count, int kind, boo
   measure_on(op, count, kind, kKindNames[kind], send_, recv_, in_place, out, sync);
 }
 
-// Both placements of one op on buffers the auto pool serves for messages of `size` bytes (the
-// library's routing, nothing chosen here); returns the part they came from. Collective (the pool
-// commits its windows before the first launch).
+std::string RankRunner::auto_routes() const {
+  std::string out;
+  const SizeRoutes any = auto_pool_->routes(Collective::any);
+  for (const Collective c : {Collective::all_gather, Collective::reduce_scatter, Collective::all_reduce}) {
+    const SizeRoutes own = auto_pool_->routes(c);
+    if (own == any) continue;
+    out += std::string(out.empty() ? "" : "; ") + to_string(c) + ": " + own.describe();
+  }
+  out += std::string(out.empty() ? "" : "; ") + (out.empty() ? "" : "any other buffer: ") + any.describe();
+  return out + " (" + auto_pool_->routes_source() + ")";
+}
+
+// Both placements of one op on buffers the auto pool serves for `op`'s messages of `size` bytes (the
+// library's routing for that collective, as ncclpool_alloc_for asks it; nothing chosen here); returns
+// the part they came from. Collective (the pool commits its windows before the first launch).
 std::string RankRunner::measure_auto_pool(const std::string& op, std::size_t count, std::size_t size, Measurement& out_of_place, Measurement& in_place, RankBarrier& sync) {
-  void* send = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size);
+  const Collective collective = collective_from_string(op).value_or(Collective::any);
+  void* send = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size, collective);
   void* recv = nullptr;
   try {
-    recv = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size);
+    recv = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size, collective);
     auto_pool_->commit();
     measure_on(op, count, kAutoPoolGroup, "auto pool", send, recv, false, out_of_place, sync);
     measure_on(op, count, kAutoPoolGroup, "auto pool", send, recv, true, in_place, sync);

@@ -213,7 +213,7 @@ void add_pool_notes(const Sweep& sweep, const Findings& f, Report& report) {
   report.facts.push_back({"auto_pool_routes", sweep.pool_routes});
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "auto pool (buffers from the library's auto pool, routed by message size) vs the best single kind per size class "
+                "auto pool (buffers from the library's auto pool, routed by message size for the op: ncclpool_alloc_for) vs the best single kind per size class "
                 "(out-of-place + in-place time): worst %.3f (%s) from 64 KiB, %.3f (%s) below; vs none: worst %.3f (%s) from 64 KiB; "
                 "> 1 = the pool slower",
                 f.worst_pool, f.worst_pool_at.c_str(), f.worst_pool_small, f.worst_pool_small_at.c_str(), f.worst_pool_vs_none, f.worst_pool_vs_none_at.c_str());

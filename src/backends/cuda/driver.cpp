@@ -34,6 +34,9 @@ LoadResult load() {
   }
   NCCLPOOL_CUDA_FUNCTIONS(NCCLPOOL_RESOLVE_FN)
 #undef NCCLPOOL_RESOLVE_FN
+#define NCCLPOOL_RESOLVE_OPTIONAL_FN(name) d.name = reinterpret_cast<decltype(d.name)>(::dlsym(handle, #name));
+  NCCLPOOL_CUDA_OPTIONAL_FUNCTIONS(NCCLPOOL_RESOLVE_OPTIONAL_FN)
+#undef NCCLPOOL_RESOLVE_OPTIONAL_FN
   Dl_info info{};
   if (::dladdr(reinterpret_cast<void*>(d.cuInit), &info) != 0 && info.dli_fname != nullptr) d.library_path = info.dli_fname;
   if (CUresult res = d.cuInit(0); res != CUDA_SUCCESS) {

@@ -28,9 +28,15 @@ namespace ncclpool::cuda {
   X(cuMemHostGetDevicePointer_v2) X(cuPointerGetAttribute) X(cuStreamGetCtx) X(cuModuleLoadData)  \
   X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemsetD8Async)
 
+// Optional: nullptr where the driver lacks them (older than CUDA 12.3); their callers fall back. The
+// versioned names, as cuda.h's macros name them (dlsym takes the name as written).
+#define NCCLPOOL_CUDA_OPTIONAL_FUNCTIONS(X) \
+  X(cuStreamGetCaptureInfo_v3) X(cuStreamUpdateCaptureDependencies_v2) X(cuGraphAddEmptyNode)
+
 struct Driver {
 #define NCCLPOOL_DECLARE_FN(name) decltype(&::name) name = nullptr;
   NCCLPOOL_CUDA_FUNCTIONS(NCCLPOOL_DECLARE_FN)
+  NCCLPOOL_CUDA_OPTIONAL_FUNCTIONS(NCCLPOOL_DECLARE_FN)
 #undef NCCLPOOL_DECLARE_FN
   int version = 0;  // cuDriverGetVersion, e.g. 13000
   std::string library_path;

@@ -62,7 +62,7 @@ struct FenceReaper {
 void set_up(ContextFence& f, SymmetricFenceKind kind) {
   const Driver& d = driver();
   static FenceReaper reaper;  // after the driver's table, so destroyed first (see FenceReaper)
-  if (kind == SymmetricFenceKind::kernel && f.function != nullptr) return;
+  if (kind != SymmetricFenceKind::memset && f.function != nullptr) return;  // kernel, and node's eager launches
   if (kind == SymmetricFenceKind::memset && f.scratch != 0) return;
   ScopedContext scope(f.context);
   const RelaxedCaptureMode relaxed;  // a module load or an allocation is "unsafe" under another thread's global capture
@@ -89,8 +89,41 @@ void set_up(ContextFence& f, SymmetricFenceKind kind) {
   f.function = function;
 }
 
+// The node kind in a capture: an empty node after the capture's current dependencies, made the only
+// one, so that the next captured node (the collective's kernel) depends on it by a full edge. NCCL's
+// kernel, launched with programmatic stream serialization, gets a programmatic edge only from a
+// kernel node: behind an empty node it waits for the end of the work before it. Costs no launch.
+// CUDA_ERROR_NOT_SUPPORTED when the driver lacks the calls (older than 12.3): the caller launches
+// the kernel instead.
+CUresult add_empty_node(CUstream stream) {
+  const Driver& d = driver();
+  if (d.cuStreamGetCaptureInfo_v3 == nullptr || d.cuStreamUpdateCaptureDependencies_v2 == nullptr || d.cuGraphAddEmptyNode == nullptr)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUgraph graph = nullptr;
+  const CUgraphNode* dependencies = nullptr;
+  const CUgraphEdgeData* edges = nullptr;
+  std::size_t count = 0;
+  if (CUresult r = d.cuStreamGetCaptureInfo_v3(stream, &status, nullptr, &graph, &dependencies, &edges, &count); r != CUDA_SUCCESS) return r;
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  // The dependencies' edge data (a programmatic or port edge a capture joined with) is not carried
+  // over: every edge into the empty node is a full one, which is the point.
+  CUgraphNode node = nullptr;
+  if (CUresult r = d.cuGraphAddEmptyNode(&node, graph, dependencies, count); r != CUDA_SUCCESS) return r;
+  return d.cuStreamUpdateCaptureDependencies_v2(stream, &node, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+}
+
 CUresult enqueue(const ContextFence& f, CUstream stream, SymmetricFenceKind kind) {
   const Driver& d = driver();
+  if (kind == SymmetricFenceKind::node) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (CUresult r = d.cuStreamIsCapturing(stream, &capture); r != CUDA_SUCCESS) return r;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+      const CUresult r = add_empty_node(stream);
+      if (r != CUDA_ERROR_NOT_SUPPORTED) return r;
+    }
+    kind = SymmetricFenceKind::kernel;  // eagerly (or without the calls): the kernel
+  }
   // A plain launch: no launch attribute, so no programmatic stream serialization (not a stream
   // attribute either): the kernel waits for the whole of the work before it on the stream.
   if (kind == SymmetricFenceKind::kernel) return d.cuLaunchKernel(f.function, 1, 1, 1, 1, 1, 1, 0, stream, nullptr, nullptr);
@@ -128,7 +161,7 @@ void launch_fence(CUstream stream, SymmetricFenceKind kind) {
     set_up(*f, kind);
     r = enqueue(*f, stream, kind);
   }
-  check(r, std::string("symmetric fence: ") + (kind == SymmetricFenceKind::kernel ? "cuLaunchKernel" : "cuMemsetD8Async"));
+  check(r, std::string("symmetric fence: ") + (kind == SymmetricFenceKind::kernel ? "cuLaunchKernel" : kind == SymmetricFenceKind::memset ? "cuMemsetD8Async" : "an empty graph node (or cuLaunchKernel)"));
 }
 
 }  // namespace ncclpool::cuda

@@ -119,12 +119,14 @@ bool symmetric_fence_declared() noexcept {
   return g_declared;
 }
 
-const char* to_string(SymmetricFenceKind kind) noexcept { return kind == SymmetricFenceKind::memset ? "memset" : "kernel"; }
+const char* to_string(SymmetricFenceKind kind) noexcept {
+  return kind == SymmetricFenceKind::memset ? "memset" : kind == SymmetricFenceKind::node ? "node" : "kernel";
+}
 
 SymmetricFenceKind choose_symmetric_fence_kind(const char* setting, bool* ignored) {
   const std::string v = setting != nullptr ? setting : "";
-  if (ignored != nullptr) *ignored = !v.empty() && v != "kernel" && v != "memset";
-  return v == "memset" ? SymmetricFenceKind::memset : SymmetricFenceKind::kernel;
+  if (ignored != nullptr) *ignored = !v.empty() && v != "kernel" && v != "memset" && v != "node";
+  return v == "memset" ? SymmetricFenceKind::memset : v == "node" ? SymmetricFenceKind::node : SymmetricFenceKind::kernel;
 }
 
 SymmetricFenceKind symmetric_fence_kind() {
