@@ -31,10 +31,10 @@ in every round, and prints plain against symmetric at each count and the best of
 does the same per setting of NCCLPOOL_SYMMETRIC_KERNELS (python.md "NCCL versions"): ``auto``, ``on``,
 ``off``, ``guard`` (the same as ``off``: windows without the symmetric flag, what a process that did
 not declare the fence gets on NCCL 2.28.0-2.30.6; the symmetric pool's windows then run NCCL's ring
-kernels, the auto pool registers locally), ``fence`` / ``fence-kernel``, ``fence-memset`` and
-``fence-node`` (the kernels on, each collective of the torch layer fenced with that kind:
-NCCLPOOL_SYMMETRIC_FENCE; ``node`` is an empty graph node in a capture, the kernel eagerly). The
-torch layer declares the fence, so ``auto`` is ``fence`` (kernel) on those versions. Per setting the
+kernels, the auto pool registers locally), ``fence`` / ``fence-node`` (the default kind: an empty
+graph node in a capture, the kernel eagerly), ``fence-kernel`` and ``fence-memset`` (the kernels on,
+each collective of the torch layer fenced with that kind: NCCLPOOL_SYMMETRIC_FENCE). The
+torch layer declares the fence, so ``auto`` is ``fence`` (node) on those versions. Per setting the
 symmetric and the auto pool, median (min-max) over rounds, and plain over each; each run's decision.
 In a captured graph NCCL < 2.29 orders the collective itself unless NCCL_GRAPH_MIXING_SUPPORT=0, and
 the fence is then not launched: run once more with NCCL_GRAPH_MIXING_SUPPORT=0 in the environment to
@@ -100,7 +100,7 @@ def capture(mode, size, per_graph, group, pools):
 
 # --guard's values: NCCLPOOL_SYMMETRIC_KERNELS and NCCLPOOL_SYMMETRIC_FENCE (None: as the environment has it).
 GUARD_SETTINGS = {"auto": ("auto", None), "on": ("on", None), "off": ("off", None), "guard": ("off", None),
-                  "fence": ("fence", "kernel"), "fence-kernel": ("fence", "kernel"), "fence-memset": ("fence", "memset"),
+                  "fence": ("fence", "node"), "fence-kernel": ("fence", "kernel"), "fence-memset": ("fence", "memset"),
                   "fence-node": ("fence", "node")}
 
 
@@ -198,7 +198,7 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--sym-ctas", default="", help="driver: CTA counts to compare, e.g. nccl,ncclpool,16 (nccl: NCCL's own; ncclpool: ncclpool's default)")
     ap.add_argument("--guard", default="", help="driver: NCCLPOOL_SYMMETRIC_KERNELS settings to compare, e.g. guard,fence,fence-memset,on "
-                                                "(auto, on, off, guard = off, fence = fence-kernel, fence-memset, fence-node)")
+                                                "(auto, on, off, guard = off, fence = fence-node, fence-kernel, fence-memset)")
     ap.add_argument("--nproc", type=int, default=2, help="driver: processes (GPUs) per run")
     args = ap.parse_args()
     if args.sym_ctas and args.guard:

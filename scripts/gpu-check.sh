@@ -194,7 +194,7 @@ fi
 # 3b. The PDL hazard (docs/python.md, "NCCL versions"): NCCL's symmetric kernels after a kernel that
 #     triggers its dependents early, on one stream; plain memory vs ncclpool windows, eager and in a
 #     CUDA graph, with the default (`auto`: on NCCL 2.28.0-2.30.6 the C++ program declares the fence,
-#     so windows keep the symmetric flag, rows with ncclpool's fences, kernel and memset, beside the
+#     so windows keep the symmetric flag, rows with ncclpool's fences, kernel, memset and node, beside the
 #     unfenced ones) and with the symmetric kernels forced on (on NCCL 2.28.0-2.30.6 the positive
 #     control: wrong results expected there, never with plain memory, the guard's windows or fenced
 #     ones), each also with NCCL's graph mixing off; then the same through torch's dist.all_reduce

@@ -212,8 +212,8 @@ enum class SymmetricFenceKind {
 /// @brief "kernel", "memset" or "node".
 NCCLPOOL_API const char* to_string(SymmetricFenceKind kind) noexcept;
 
-/// @brief The fence kind for NCCLPOOL_SYMMETRIC_FENCE = `setting` (nullptr or "": kernel); `ignored`
-/// (may be nullptr) is set when the value is not kernel, memset or node (then kernel). Pure.
+/// @brief The fence kind for NCCLPOOL_SYMMETRIC_FENCE = `setting` (nullptr or "": node); `ignored`
+/// (may be nullptr) is set when the value is not kernel, memset or node (then node). Pure.
 NCCLPOOL_API SymmetricFenceKind choose_symmetric_fence_kind(const char* setting, bool* ignored = nullptr);
 
 /// @brief The fence kind of this process: fixed when it decides its symmetric kernels; before that,

@@ -58,6 +58,10 @@ class Run:
         # A commit is 7 hex digits (digits only too: 4422052); the date's parts are split off above.
         commits = [p for p in rest if re.fullmatch(r"[0-9a-f]{7}", p)]
         self.commit = RUN_COMMITS.get(top) or (commits[0] if commits else "?")
+        # A folder of several calls at several commits: each call's folder ends with its own.
+        parts = path.split("/")
+        if self.commit == "?" and len(parts) > 2 and re.search(r"-([0-9a-f]{7})$", parts[1]):
+            self.commit = re.search(r"-([0-9a-f]{7})$", parts[1]).group(1)
 
     def __str__(self):
         return f"{self.device}, {self.commit}, {self.date}: data/{self.path}"

@@ -85,9 +85,9 @@ def test_a_failed_run_fails_the_driver(decode, monkeypatch, capsys):
 def test_guard_driver_runs_the_fence_kinds_beside_the_guard(decode, monkeypatch, capsys):
     monkeypatch.setenv("NCCLPOOL_SYMMETRIC_FENCE", "memset")  # each fence value names its kind, whatever the caller set
     seen = fake_runs(decode, monkeypatch, lambda env, mode: 10.0)
-    assert drive(decode, monkeypatch, ["--guard", "guard,fence,fence-memset,fence-node,on", "--rounds", "1"]) == 0
+    assert drive(decode, monkeypatch, ["--guard", "guard,fence,fence-kernel,fence-memset,fence-node,on", "--rounds", "1"]) == 0
     assert [(e["NCCLPOOL_SYMMETRIC_KERNELS"], e.get("NCCLPOOL_SYMMETRIC_FENCE")) for e in seen] == [
-        ("off", "memset"), ("fence", "kernel"), ("fence", "memset"), ("fence", "node"), ("on", "memset")]
+        ("off", "memset"), ("fence", "node"), ("fence", "kernel"), ("fence", "memset"), ("fence", "node"), ("on", "memset")]
     assert "decisions: guard: ?; fence: ?" in capsys.readouterr().out  # the fake runs name none
 
 

@@ -32,7 +32,7 @@ expect_rc 0 "$tool" info --json;          json_ok "$tmp/out"
 expect_rc 0 env NCCLPOOL_SYMMETRIC_FENCE=memset "$tool" info --json
 grep -qE '"symmetric_kernels":\{"enabled":(true|false),"hazard":(true|false),"decision":"(on|fence|guard|off)","why":' "$tmp/out" || fail "info --json: decision"
 grep -qE '"declared_decision":"(on|fence|guard|off)","declared_why":".*","fence_kind":"memset"' "$tmp/out" || fail "info --json: fence"
-expect_rc 0 "$tool" info;                 grep -qE "^  symmetric fence +kernel \(NCCLPOOL_SYMMETRIC_FENCE\)" "$tmp/out" || fail "info: fence"
+expect_rc 0 "$tool" info;                 grep -qE "^  symmetric fence +node \(NCCLPOOL_SYMMETRIC_FENCE\)" "$tmp/out" || fail "info: fence"
 expect_rc 0 "$tool" version
 # A misused command prints its own usage, not the top-level one (an unknown command gets that).
 usage_of() {  # the usage line a usage error printed, and no list of commands

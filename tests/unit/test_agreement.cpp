@@ -815,11 +815,13 @@ TEST(SymmetricFence, LaunchedWhereNcclDoesNotOrderTheCollective) {
   }
   EXPECT_TRUE(contains(choose_symmetric_fence(fence_2_28, true, nullptr).why, "event-wait node"));
   bool ignored = true;
-  EXPECT_EQ(choose_symmetric_fence_kind(nullptr, &ignored), SymmetricFenceKind::kernel);
+  EXPECT_EQ(choose_symmetric_fence_kind(nullptr, &ignored), SymmetricFenceKind::node);  // the default
   EXPECT_FALSE(ignored);
   EXPECT_EQ(choose_symmetric_fence_kind("memset", &ignored), SymmetricFenceKind::memset);
   EXPECT_FALSE(ignored);
-  EXPECT_EQ(choose_symmetric_fence_kind("event", &ignored), SymmetricFenceKind::kernel);
+  EXPECT_EQ(choose_symmetric_fence_kind("kernel", &ignored), SymmetricFenceKind::kernel);
+  EXPECT_FALSE(ignored);
+  EXPECT_EQ(choose_symmetric_fence_kind("event", &ignored), SymmetricFenceKind::node);
   EXPECT_TRUE(ignored);
   EXPECT_STREQ(to_string(SymmetricFenceKind::memset), "memset");
   EXPECT_EQ(choose_symmetric_fence_kind("node", &ignored), SymmetricFenceKind::node);

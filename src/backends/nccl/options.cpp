@@ -42,7 +42,7 @@ std::vector<EnvironmentProblem> environment_problems() {
     add("NCCLPOOL_SYMMETRIC_KERNELS", v, std::string("NCCLPOOL_SYMMETRIC_KERNELS='") + v + "' is not auto, on, off or fence: ignored (auto)");
   if (bool ignored = false; (void)choose_symmetric_fence_kind(environment::symmetric_fence(), &ignored), ignored)
     add("NCCLPOOL_SYMMETRIC_FENCE", environment::symmetric_fence(),
-        std::string("NCCLPOOL_SYMMETRIC_FENCE='") + environment::symmetric_fence() + "' is not kernel, memset or node: ignored (kernel)");
+        std::string("NCCLPOOL_SYMMETRIC_FENCE='") + environment::symmetric_fence() + "' is not kernel, memset or node: ignored (node)");
   if (const char* v = environment::copy_engine(); v != nullptr && choose_copy_engine(CopyEngineRequest::automatic, v, 0, SymmetricKernels{}, nullptr).ignored_setting)
     add("NCCLPOOL_COPY_ENGINE", v, std::string("NCCLPOOL_COPY_ENGINE='") + v + "' is not auto, on or off: ignored (auto)");
   // Read by ncclpool.torch.create_nccl_mem_pool (python/ncclpool/torch), which refuses the same values.

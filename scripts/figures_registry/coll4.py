@@ -1,0 +1,75 @@
+"""Figures of the auto pool against the best single kind at 2 and 4 GPUs (issue 46 item 2 and its
+target: <= 1.03 of the best from 64 KiB, eager and in graphs, counting the rows whose spread over
+rounds is under 3%), from `ncclpool bench coll --auto-pool` runs (docs/benchmarks/coll.md).
+
+A row is one (collective, size): out-of-place + in-place time, the pool's over the fastest single kind's.
+"""
+
+from . import Run, data, figure, fmt, table
+
+D4 = "2026-11-28-gpu-check-4xh200-issue46/"
+RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
+    (2, "eager", "any (one route for every op)", "2026-11-27-gpu-check-2xh200-s4/call3-toolbench/bench-coll.json"),
+    (2, "graph", "any (one route for every op)", "2026-11-27-gpu-check-2xh200-s5/call1-wheel-toolbench/bench-coll-graph.json"),
+    (4, "eager", "any (one route for every op)", D4 + "call2-decode-coll-graph-68d05f6/bench-coll.json"),
+    (4, "graph", "any (one route for every op)", D4 + "call2-decode-coll-graph-68d05f6/bench-coll-graph.json"),
+    (4, "eager", "for the op (`ncclpool_alloc_for`)", D4 + "call3-cuda-pdl-fsdp2-decode-nomix-coll-graph-468b5b1/bench-coll.json"),
+    (4, "graph", "for the op (`ncclpool_alloc_for`)", D4 + "call3-cuda-pdl-fsdp2-decode-nomix-coll-graph-468b5b1/bench-coll-graph.json"),
+)
+KINDS = ("none", "local", "symmetric")
+FROM = 64 << 10
+QUIET = 3.0  # % spread over rounds under which a row counts
+
+
+def _rows(path):
+    """[(op, bytes, pool/best, spread %, pool part)] from FROM up."""
+    out = []
+    for t in data(path)["tables"]:
+        op = t["title"].split()[0]
+        by = {}
+        for r in t["rows"]:
+            if r.get("bytes", 0) >= FROM and "pool_us" in r:
+                by.setdefault(r["bytes"], []).append(r)
+        for b, rs in sorted(by.items()):
+            best = min(sum(r[k + "_us"] for r in rs) for k in KINDS if all(k + "_us" in r for r in rs))
+            out.append((op, b, sum(r["pool_us"] for r in rs) / best, max(r["spread_pct"] for r in rs), rs[0]["pool_part"]))
+    if not out:
+        raise ValueError(f"{path}: no pool rows from 64 KiB")
+    return out
+
+
+def _size(b):
+    return f"{b >> 30} GiB" if b >= 1 << 30 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+
+def _worst(rows):
+    op, b, ratio, sp, part = max(rows, key=lambda r: r[2])
+    return f"{fmt(ratio, 3)} ({op} {_size(b)}, {part}, spread {fmt(sp, 1)}%)"
+
+
+@figure("coll4.pool_table", *(r[3] for r in RUNS))
+def _pool_table():
+    body = []
+    for gpus, launch, asked, path in RUNS:
+        rows = _rows(path)
+        quiet = [r for r in rows if r[3] < QUIET]
+        over = [r for r in quiet if r[2] > 1.03]
+        body.append([str(gpus), launch, asked, f"{len(quiet)} of {len(rows)}", _worst(quiet),
+                     str(len(over)), _worst(rows)])
+    return table(["GPUs", "launch", "pool buffers asked", "rows with spread < 3%", "worst pool / best there",
+                  "of them > 1.03", "worst of every row"], body, [Run(p) for *_, p in RUNS])
+
+
+def _worst_quiet(path):
+    return max(r[2] for r in _rows(path) if r[3] < QUIET)
+
+
+figure("coll4.op_eager_worst", RUNS[4][3])(lambda: fmt(_worst_quiet(RUNS[4][3]), 3))
+figure("coll4.op_graph_worst", RUNS[5][3])(lambda: fmt(_worst_quiet(RUNS[5][3]), 3))
+figure("coll4.any_eager_worst", RUNS[2][3])(lambda: fmt(_worst_quiet(RUNS[2][3]), 3))
+figure("coll4.any_graph_worst", RUNS[3][3])(lambda: fmt(_worst_quiet(RUNS[3][3]), 3))
+
+
+@figure("coll4.routes", RUNS[4][3])
+def _routes():
+    return data(RUNS[4][3])["facts"]["auto_pool_routes"].split(" (built-in")[0]
