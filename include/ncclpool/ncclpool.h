@@ -114,7 +114,7 @@ typedef struct ncclpool_features {
   char symmetric_kernels_decision[16]; /* "on", "fence" (windows carry the flag, collectives on them are
                                           fenced), "guard" (off because of the hazard) or "off" */
   int symmetric_fence_declared;  /* this process called ncclpool_prefer_symmetric_fence */
-  char symmetric_fence_kind[16]; /* "kernel" or "memset" (NCCLPOOL_SYMMETRIC_FENCE) */
+  char symmetric_fence_kind[16]; /* "node", "kernel" or "memset" (NCCLPOOL_SYMMETRIC_FENCE) */
   uint64_t symmetric_fence_calls;     /* ncclpool_symmetric_fence calls so far (all threads) */
   uint64_t symmetric_fences_launched; /* of them, fences launched (nodes added under capture) */
   uint64_t symmetric_fences_skipped_in_capture; /* of them, captures where NCCL's own event-wait node orders
@@ -137,8 +137,9 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_get_features(ncclpool_features_t* feat
    already without it (the guard). ncclpool.torch.init and ncclpool.sglang call it. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_prefer_symmetric_fence(void);
 /* Right before a collective on windows that the caller enqueues on `stream` (a cudaStream_t / CUstream;
-   NULL: the legacy default stream): where the process decided `fence`, launches one fence on it (an
-   empty kernel without PDL, or a 1-byte memset: NCCLPOOL_SYMMETRIC_FENCE), a node when the stream is
+   NULL: the legacy default stream): where the process decided `fence`, launches one fence on it
+   (NCCLPOOL_SYMMETRIC_FENCE: node, the default, an empty graph node in a capture and the kernel
+   eagerly; kernel, an empty kernel without PDL; memset, a 1-byte memset), a node when the stream is
    capturing a graph, except in a capture that NCCL orders itself (NCCL < 2.29 with graph mixing on).
    *launched (may be NULL) gets 1 when a fence was launched, else 0. Cheap when nothing is needed (no
    CUDA call before the decision is `fence`). BACKEND with the CUDA error text when the launch fails. */
