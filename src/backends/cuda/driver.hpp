@@ -29,9 +29,14 @@ namespace ncclpool::cuda {
   X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemsetD8Async)
 
 // Optional: nullptr where the driver lacks them (older than CUDA 12.3); their callers fall back. The
-// versioned names, as cuda.h's macros name them (dlsym takes the name as written).
+// versioned names, as cuda.h's macros name them (dlsym takes the name as written). Headers older than
+// 12.3 declare none of them: the table then has none, and the node fence is the kernel.
+#if CUDA_VERSION >= 12030
 #define NCCLPOOL_CUDA_OPTIONAL_FUNCTIONS(X) \
   X(cuStreamGetCaptureInfo_v3) X(cuStreamUpdateCaptureDependencies_v2) X(cuGraphAddEmptyNode)
+#else
+#define NCCLPOOL_CUDA_OPTIONAL_FUNCTIONS(X)
+#endif
 
 struct Driver {
 #define NCCLPOOL_DECLARE_FN(name) decltype(&::name) name = nullptr;

@@ -96,6 +96,10 @@ void set_up(ContextFence& f, SymmetricFenceKind kind) {
 // CUDA_ERROR_NOT_SUPPORTED when the driver lacks the calls (older than 12.3): the caller launches
 // the kernel instead.
 CUresult add_empty_node(CUstream stream) {
+#if CUDA_VERSION < 12030
+  (void)stream;
+  return CUDA_ERROR_NOT_SUPPORTED;  // built with headers older than 12.3: the caller launches the kernel
+#else
   const Driver& d = driver();
   if (d.cuStreamGetCaptureInfo_v3 == nullptr || d.cuStreamUpdateCaptureDependencies_v2 == nullptr || d.cuGraphAddEmptyNode == nullptr)
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -111,6 +115,7 @@ CUresult add_empty_node(CUstream stream) {
   CUgraphNode node = nullptr;
   if (CUresult r = d.cuGraphAddEmptyNode(&node, graph, dependencies, count); r != CUDA_SUCCESS) return r;
   return d.cuStreamUpdateCaptureDependencies_v2(stream, &node, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES);
+#endif
 }
 
 CUresult enqueue(const ContextFence& f, CUstream stream, SymmetricFenceKind kind) {

@@ -3,7 +3,7 @@
 // kernel's module (fence.ptx, JIT-compiled at its first use there) and a scratch byte for the memset
 // kind; launching one on a stream. The policy (when a fence is needed) is symmetric_fence's
 // (src/backends/nccl/fence.cpp). Internal: exported (NCCLPOOL_INTERNAL) for the GPU tests, which
-// launch both kinds directly.
+// launch each kind directly.
 
 #include "driver.hpp"
 

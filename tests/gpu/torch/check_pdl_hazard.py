@@ -9,7 +9,7 @@ the current stream), ``--launches`` times, eagerly and as replays of one capture
               guard or off (NCCLPOOL_SYMMETRIC_KERNELS); where it decided ``fence`` (the default on NCCL
               2.28.0-2.30.6: ncclpool.torch.init() declares the fence, so ``auto`` resolves to it) the
               torch layer's wrapped dist.all_reduce puts ncclpool's fence (NCCLPOOL_SYMMETRIC_FENCE:
-              kernel or memset) before it
+              node, kernel or memset) before it
   ncclpool-unfenced  (only where the decision is ``fence``) the same tensor through torch's own
               dist.all_reduce, bypassing the wrapper: the unfenced positive control beside the fenced row
   torch-symm  torch's own symmetric memory (torch.distributed._symmetric_memory, NCCL backend), if
