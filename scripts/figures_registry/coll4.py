@@ -2,10 +2,12 @@
 target: <= 1.03 of the best from 64 KiB, eager and in graphs, counting the rows whose spread over
 rounds is under 3%), from `ncclpool bench coll --auto-pool` runs (docs/benchmarks/coll.md).
 
-A row is one (collective, size): out-of-place + in-place time, the pool's over the fastest single kind's.
+A row is one (collective, size): the bench's own pool / best (out-of-place + in-place time, the
+pool's over the fastest single kind's) and the larger spread of its two placements (coll._points).
 """
 
 from . import Run, data, figure, fmt, table
+from .coll import _points, size
 
 D4 = "2026-11-28-gpu-check-4xh200-issue46/"
 RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
@@ -16,35 +18,21 @@ RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
     (4, "eager", "for the op (`ncclpool_alloc_for`)", D4 + "call3-cuda-pdl-fsdp2-decode-nomix-coll-graph-468b5b1/bench-coll.json"),
     (4, "graph", "for the op (`ncclpool_alloc_for`)", D4 + "call3-cuda-pdl-fsdp2-decode-nomix-coll-graph-468b5b1/bench-coll-graph.json"),
 )
-KINDS = ("none", "local", "symmetric")
 FROM = 64 << 10
 QUIET = 3.0  # % spread over rounds under which a row counts
 
 
 def _rows(path):
     """[(op, bytes, pool/best, spread %, pool part)] from FROM up."""
-    out = []
-    for t in data(path)["tables"]:
-        op = t["title"].split()[0]
-        by = {}
-        for r in t["rows"]:
-            if r.get("bytes", 0) >= FROM and "pool_us" in r:
-                by.setdefault(r["bytes"], []).append(r)
-        for b, rs in sorted(by.items()):
-            best = min(sum(r[k + "_us"] for r in rs) for k in KINDS if all(k + "_us" in r for r in rs))
-            out.append((op, b, sum(r["pool_us"] for r in rs) / best, max(r["spread_pct"] for r in rs), rs[0]["pool_part"]))
+    out = [(op, b, p["pool_vs_best"], p["spread"], p["pool_part"]) for (op, b), p in sorted(_points(path, FROM, 1 << 62).items())]
     if not out:
         raise ValueError(f"{path}: no pool rows from 64 KiB")
     return out
 
 
-def _size(b):
-    return f"{b >> 30} GiB" if b >= 1 << 30 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-
-
 def _worst(rows):
     op, b, ratio, sp, part = max(rows, key=lambda r: r[2])
-    return f"{fmt(ratio, 3)} ({op} {_size(b)}, {part}, spread {fmt(sp, 1)}%)"
+    return f"{fmt(ratio, 3)} ({op} {size(b)}, {part}, spread {fmt(sp, 1)}%)"
 
 
 @figure("coll4.pool_table", *(r[3] for r in RUNS))

@@ -80,15 +80,22 @@ def _torch_table():
                  body, [Run(TORCH["auto"])])
 
 
+def cpp_pairs(paths, kinds):
+    """Per C++ check run of `paths` and launch where the unfenced row was wrong: (unfenced (wrong,
+    launches), [the rows' of each fence kind of `kinds` (wrong, launches)])."""
+    out = []
+    for path in paths:
+        res = _kinds(path)
+        for launch in ("eager", "graph"):
+            if res[("none", launch)][0]:
+                out.append((res[("none", launch)][:2], [res[(k, launch)][:2] for k in kinds if (k, launch) in res]))
+    return out
+
+
 def _pdl_pairs():
     """Per check, launch and graph mixing where the unfenced row was wrong: (unfenced (wrong, launches),
     [the fenced rows' (wrong, launches)]) (C++: kernel and memset; torch: the torch layer's kernel)."""
-    out = []
-    for g in ("auto", "auto-nomix"):
-        res = _kinds(CPP[g])
-        for launch in ("eager", "graph"):
-            if res[("none", launch)][0]:
-                out.append((res[("none", launch)][:2], [res[(k, launch)][:2] for k in KINDS[1:] if (k, launch) in res]))
+    out = cpp_pairs((CPP["auto"], CPP["auto-nomix"]), KINDS[1:])
     t = torch_rows(TORCH["auto"])
     for launch in ("eager", "graph"):
         if t[("ncclpool-unfenced", launch)][0]:
@@ -144,12 +151,18 @@ def _check_decisions(path):
 POOLS = ("symmetric", "auto")
 
 
+def speed(path, sz, pool, setting, base="on"):
+    """base's time over setting's: setting's speed relative to base's (plain: the plain runs)."""
+    b = _med(path, "plain", sz) if base == "plain" else _med(path, pool, sz, base)
+    return b / _med(path, pool, sz, setting)
+
+
 def _vs_on(path, sz, pool):
-    return _med(path, pool, sz, "on") / _med(path, pool, sz, "fence")
+    return speed(path, sz, pool, "fence")
 
 
 def _vs_plain(path, sz, pool):
-    return _med(path, "plain", sz) / _med(path, pool, sz, "fence")
+    return speed(path, sz, pool, "fence", "plain")
 
 
 def _decode_table(path):
@@ -208,31 +221,33 @@ AUTO, ON, NCCL_CTAS = ("NCCLPOOL_SYMMETRIC_KERNELS=auto", "NCCLPOOL_SYMMETRIC_KE
                        "NCCLPOOL_SYMMETRIC_KERNELS=on,NCCLPOOL_SYM_CTAS=nccl")
 
 
-def _rank0(config):
-    for part in data(SGL)["perf"]:
+def rank0(config, path=SGL):
+    """Rank 0's part of the SGLang bench's perf run of `config` in `path`."""
+    for part in data(path)["perf"]:
         if part["config"] == config:
             return part["ranks"][0]
-    raise KeyError(f"no perf run {config!r} in {SGL}")
+    raise KeyError(f"no perf run {config!r} in {path}")
 
 
-def _sgl(config, sz, mode):
-    return statistics.median([s["us"] for s in _rank0(config)["samples"] if s["size"] == sz and s["mode"] == mode])
+def sgl(config, sz, mode, path=SGL):
+    """The median us per step of `mode` at `sz` in that run."""
+    return statistics.median([s["us"] for s in rank0(config, path)["samples"] if s["size"] == sz and s["mode"] == mode])
 
 
-def _sgl_sizes():
-    return sorted({s["size"] for s in _rank0(AUTO)["samples"]})
+def sgl_sizes(path=SGL):
+    return sorted({s["size"] for s in rank0(AUTO, path)["samples"]})
 
 
 @figure("fence.sglang.table", SGL)
 def _sglang_table():
-    why = _rank0(AUTO)["versions"]["symmetric_kernels_why"]
+    why = rank0(AUTO)["versions"]["symmetric_kernels_why"]
     if not why.startswith("fence:"):
         raise ValueError(f"{SGL}: the default decided {why[:40]!r}, not the fence")
     names = {AUTO: "default (`auto`: fence)", ON: "`on`, 32 CTAs (ncclpool's)", NCCL_CTAS: "`on`, NCCL's CTA count"}
     body = []
     for config in (AUTO, ON, NCCL_CTAS):
-        for i, sz in enumerate(_sgl_sizes()):
-            p, n, s = (_sgl(config, sz, m) for m in ("plain", "ncclpool", "sglang"))
+        for i, sz in enumerate(sgl_sizes()):
+            p, n, s = (sgl(config, sz, m) for m in ("plain", "ncclpool", "sglang"))
             body.append([names[config] if i == 0 else "", _size(sz), fmt(p, 1), fmt(n, 1), fmt(s, 1),
                          fmt(s / n, 3), fmt(p / n, 2) + "x"])
     return table(["ncclpool.sglang, NCCL 2.28.9", "size", "plain", "ncclpool.sglang", "SGLang's allocator",
@@ -240,7 +255,7 @@ def _sglang_table():
 
 
 def _sgl_ratios(config, base):
-    return [_sgl(config, sz, base) / _sgl(config, sz, "ncclpool") for sz in _sgl_sizes()]
+    return [sgl(config, sz, base) / sgl(config, sz, "ncclpool") for sz in sgl_sizes()]
 
 
 figure("fence.sglang.default_vs_sglang", SGL)(lambda: span(_sgl_ratios(AUTO, "sglang"), 3))

@@ -25,19 +25,13 @@ SGL = C1 + "sglang.json"
 FSDP2 = C3 + "fsdp2/fsdp2.json"
 TORCH = C1 + "torch.log"
 POOLS = _fence.POOLS
-med, sizes, size = _fence._med, _fence._sizes, _fence._size
+med, sizes, size, _speed = _fence._med, _fence._sizes, _fence._size, _fence.speed
 
 
 def _decisions(path, want):
     got = data(path)["decisions"]
     if got != want:
         raise ValueError(f"{path}: decisions {got}, not {want}")
-
-
-def _speed(path, sz, pool, setting, base="on"):
-    """base's time over setting's: setting's speed relative to base's (plain: the plain runs)."""
-    b = med(path, "plain", sz) if base == "plain" else med(path, pool, sz, base)
-    return b / med(path, pool, sz, setting)
 
 
 # ---- decode in a CUDA graph at 4 GPUs ----
@@ -129,40 +123,26 @@ def _pdl_table():
 @figure("fence4.pdl.fenced_wrong", *PDL.values())
 def _pdl_fenced_wrong():
     """Wrong results of the fenced rows (every kind) wherever the same run's unfenced row was wrong."""
-    wrong = launches = 0
-    for path in PDL.values():
-        res = _fence._kinds(path)
-        for launch in ("eager", "graph"):
-            if res[("none", launch)][0]:
-                for k in KINDS[1:]:
-                    w, n = res[(k, launch)][:2]
-                    wrong, launches = wrong + w, launches + n
-    return f"{wrong} wrong of {launches:,}"
+    fenced = [f for _, fs in _fence.cpp_pairs(PDL.values(), KINDS[1:]) for f in fs]
+    return f"{sum(w for w, _ in fenced)} wrong of {sum(n for _, n in fenced):,}"
 
 
 # ---- the SGLang bench at 4 ranks ----
 
-AUTO, ON = "NCCLPOOL_SYMMETRIC_KERNELS=auto", "NCCLPOOL_SYMMETRIC_KERNELS=on"
-
-
-def _rank0(config):
-    for part in data(SGL)["perf"]:
-        if part["config"] == config:
-            return part["ranks"][0]
-    raise KeyError(f"no perf run {config!r} in {SGL}")
+AUTO, ON = _fence.AUTO, _fence.ON
 
 
 def _sgl(config, sz, mode):
-    return statistics.median([s["us"] for s in _rank0(config)["samples"] if s["size"] == sz and s["mode"] == mode])
+    return _fence.sgl(config, sz, mode, SGL)
 
 
 def _sgl_sizes():
-    return sorted({s["size"] for s in _rank0(AUTO)["samples"]})
+    return _fence.sgl_sizes(SGL)
 
 
 @figure("fence4.sglang.table", SGL)
 def _sglang_table():
-    if not _rank0(AUTO)["versions"]["symmetric_kernels_why"].startswith("fence:"):
+    if not _fence.rank0(AUTO, SGL)["versions"]["symmetric_kernels_why"].startswith("fence:"):
         raise ValueError(f"{SGL}: the default did not decide the fence")
     body = []
     for config, name in ((AUTO, "default (`auto`: fence)"), (ON, "`on`")):
