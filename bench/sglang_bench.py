@@ -21,7 +21,11 @@ The driver starts, through torchrun (one process per GPU):
 * the failure cases of bench/sglang_cases.py on both allocators: growth at run time on one rank
   (SGLang #36943) and buffers at other offsets in a capture (SGLang #33037), with and without
   SGLANG_DEBUG_SYMM_MEM=1; on ncclpool.sglang alone, out of memory on one rank and another kind on one
-  rank (issue 44 items 1 and 4: an error on every rank, the next all-reduce right).
+  rank (issue 44 items 1 and 4: an error on every rank, the next all-reduce right); on both, a
+  producer kernel that triggers its dependents early before the all-reduce, eagerly and in a graph,
+  with NCCL's graph mixing on and off (issue 46; ncclpool.sglang with its default,
+  NCCLPOOL_SYMMETRIC_KERNELS=auto, whatever the caller set: its all-reduces must be right on every
+  rank, a 'pdl:' line says so and the exit status counts it; SGLang's allocator is the positive control).
 
 Each rank of a run writes its part; the driver prints each run's table or outcomes as it ends and
 rewrites --json after every run (a stopped driver leaves what finished).
@@ -40,12 +44,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_common as common  # noqa: E402
 from graph_timing import time_graph  # noqa: E402  (this folder)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "torch"))
+import pdl_verdict  # noqa: E402  (tests/gpu/torch: the PDL checks' verdicts, tested on the CPU)
+
 MODES = ("plain", "ncclpool", "sglang")  # setup order (see the docstring)
 DEFAULT_CONFIGS = ("NCCLPOOL_SYMMETRIC_KERNELS=on;NCCLPOOL_SYMMETRIC_KERNELS=on,NCCLPOOL_SYM_CTAS=nccl;"
                    "NCCLPOOL_SYMMETRIC_KERNELS=auto")
 CASES = (("growth", "sglang", False), ("growth", "ncclpool", False), ("offsets", "sglang", False),
          ("offsets", "sglang", True), ("offsets", "ncclpool", False), ("offsets", "ncclpool", True),
-         ("oom", "ncclpool", False), ("kind", "ncclpool", False))  # oom, kind: issue 44 items 1 and 4
+         ("oom", "ncclpool", False), ("kind", "ncclpool", False),  # oom, kind: issue 44 items 1 and 4
+         ("pdl", "sglang", False), ("pdl", "ncclpool", False), ("pdl-nomix", "sglang", False),
+         ("pdl-nomix", "ncclpool", False))  # pdl: issue 46 (an early trigger before the all-reduce)
 
 
 def parse_size(text):
@@ -311,6 +320,8 @@ def driver(args):
                 continue
             name = f"{case}-{allocator}{'-debug' if debug else ''}"
             env = dict(os.environ, SGLANG_DEBUG_SYMM_MEM="1" if debug else "0", NCCLPOOL_AGREEMENT_TIMEOUT_S="20")
+            if case.startswith("pdl"):
+                env["NCCLPOOL_SYMMETRIC_KERNELS"] = "auto"  # what a user gets: the promise judged below
             print(f"sglang_bench: case {name}", file=sys.stderr, flush=True)
             rc, tail = torchrun(args.nproc, os.path.join(here, "sglang_cases.py"),
                                 ["--case", case, "--allocator", allocator, "--json-dir", tmp, "--name", name,
@@ -328,7 +339,14 @@ def driver(args):
             save()
     broken = any(w for p in out["perf"] for r in p["ranks"] for w in r["wrong"]) or \
         any("error" in s for p in out["perf"] for r in p["ranks"] for s in r["setup"].values())
-    return 1 if out["failures"] or broken else 0
+    pdl_broken, pdl_lines = pdl_verdict.judge_sglang(out["cases"])
+    if pdl_lines:
+        out["pdl_verdict"] = dict(broken=pdl_broken, lines=pdl_lines)
+        save()
+        print("\n".join(pdl_lines))
+        print("pdl: " + ("BROKEN: " + "; ".join(pdl_broken) if pdl_broken else
+                         "ncclpool.sglang right on every rank (SGLang's allocator and the unfenced rows: the control)"), flush=True)
+    return 1 if out["failures"] or broken or pdl_broken else 0
 
 
 def main():
@@ -341,7 +359,7 @@ def main():
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)
     ap.add_argument("--case-timeout", type=int, default=30, help="seconds after which a failure case counts as a hang")
     ap.add_argument("--no-cases", action="store_true")
-    ap.add_argument("--cases", default="", help="only these failure cases (comma-separated: growth,offsets,oom,kind)")
+    ap.add_argument("--cases", default="", help="only these failure cases (comma-separated: growth,offsets,oom,kind,pdl,pdl-nomix)")
     ap.add_argument("--warm-jit", action="store_true", help="keep SGLang's JIT build cache (default: the first run builds cold)")
     ap.add_argument("--cold-jit", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true")

@@ -15,14 +15,27 @@
                    out of memory on rank 0 alone must end in an error on every rank, at the same commit.
   --case kind      (ncclpool only; issue 44 item 4) NCCLPOOL_SGLANG_KIND=local on rank 0, the default
                    (auto) on the others: every rank must end in an error at the group's first use.
-  Each ends with SGLang's all-reduce, which must pair and be right on every rank.
+  --case pdl       (issue 46) a kernel that lets its dependents start at once and writes its output
+                   after a delay (tests/gpu/pdl_producer.ptx, what PDL-enabled kernels of flashinfer or
+                   sgl-kernel do), then SGLang's all-reduce of that output from the allocator's
+                   buffer, --launches times eagerly and as replays of one captured CUDA graph. On NCCL
+                   2.28.0-2.30.6 the symmetric kernels may read the buffer before the producer wrote
+                   it: SGLang's allocator is exposed (the positive control); ncclpool.sglang fences
+                   (rows "as SGLang calls it"), and its buffer all-reduced past the fence (PyNccl's
+                   unwrapped all_reduce, rows "unfenced") is the control on its own windows.
+  --case pdl-nomix the same with NCCL_GRAPH_MIXING_SUPPORT=0 (SGLang's setting with decode context
+                   parallelism): NCCL < 2.29 then keeps no event wait of its own in the graph, so the
+                   captured rows are exposed too, and ncclpool's fence is a graph node.
+  Each ends with SGLang's all-reduce, which must pair and be right on every rank (pdl: every launch is
+  one; its outcome counts wrong results per row).
 
-    torchrun --nproc-per-node 2 bench/sglang_cases.py --case growth|offsets --allocator sglang|ncclpool
-             --json-dir DIR --name NAME [--timeout 60]      (SGLANG_DEBUG_SYMM_MEM=1: SGLang's debug mode)
+    torchrun --nproc-per-node 2 bench/sglang_cases.py --case growth|offsets|oom|kind|pdl|pdl-nomix
+             --allocator sglang|ncclpool --json-dir DIR --name NAME [--timeout 60] [--launches 200]
+             (SGLANG_DEBUG_SYMM_MEM=1: SGLang's debug mode)
 
 Each rank writes DIR/NAME.rankN.json: its outcome in words, the errors it raised (where, type,
-message), whether results were right, or, after --timeout seconds without an end, "hang" with where
-its threads were."""
+message), whether results were right (pdl: "pdl", its rows of wrong results), or, after --timeout seconds
+without an end, "hang" with where its threads were."""
 import argparse
 import contextlib
 import os
@@ -148,7 +161,66 @@ def kind(torch, api, group, rank, world, events):
     return f"{outcome}; next all-reduce {'right' if _all_reduce_right(torch, group, world) else 'WRONG'}"
 
 
-CASES = {"growth": growth, "offsets": offsets, "oom": oom, "kind": kind}
+def _unfenced_all_reduce(group, tensor) -> None:
+    """SGLang's all-reduce past ncclpool.sglang's fence: PyNccl's own all_reduce (the wrapper's
+    __wrapped__, or the method itself where nothing wrapped it)."""
+    method = type(group.pynccl_comm).all_reduce
+    with group.pynccl_comm.change_state(enable=True):
+        getattr(method, "__wrapped__", method)(group.pynccl_comm, tensor)
+
+
+def pdl(torch, api, group, rank, world, events, launches=200, delay_us=300, kib=1024):
+    """Returns (outcome, {"pdl": rows}): per row (how the all-reduce is called, eager or graph) the
+    wrong results of this rank out of `launches`, and the fences ncclpool launched meanwhile."""
+    import ncclpool
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "torch"))
+    from pdl_producer import Producer
+    producer = Producer()
+    with api.use_symmetric_memory(group):
+        x = torch.empty(kib * 1024 // 4, dtype=torch.float32, device="cuda")
+    expected = world * (world + 1) / 2
+    calls = {"as SGLang calls it": common.all_reduce}
+    if api.__name__ == "ncclpool.sglang":
+        calls["unfenced"] = _unfenced_all_reduce
+
+    def step(all_reduce):
+        x.zero_()
+        producer.launch(x, float(rank + 1), delay_us * 1000, torch.cuda.current_stream())
+        all_reduce(group, x)
+
+    rows = []
+    for how, all_reduce in calls.items():
+        for graph in (False, True):
+            g = None
+            before = ncclpool.features()["symmetric_fences_launched"]  # a graph's fence node counts at its capture
+            if graph:  # SGLang's graph runner: warm-up and capture on one side stream
+                g = torch.cuda.CUDAGraph()
+                with common.graph_capture() as stream:
+                    step(all_reduce)
+                    torch.cuda.synchronize()
+                    with torch.cuda.graph(g, stream=stream):
+                        step(all_reduce)
+                torch.cuda.synchronize()
+            wrong, example = 0, None
+            for _ in range(launches):
+                g.replay() if graph else step(all_reduce)
+                torch.cuda.synchronize()
+                bad = x != expected
+                if bool(bad.any()):
+                    wrong += 1
+                    example = float(x[bad.nonzero()[0]].item())
+            rows.append(dict(call=how, graph=graph, wrong=wrong, launches=launches, example=example,
+                             fences=ncclpool.features()["symmetric_fences_launched"] - before))
+            del g
+    f = ncclpool.features()
+    text = "; ".join(f"{r['call']} {'graph' if r['graph'] else 'eager'} {r['wrong']}/{r['launches']} wrong"
+                     + (f" ({r['fences']} fences)" if r["fences"] else "") for r in rows)
+    return (f"{text}; NCCL {f['nccl_version']}, {f['symmetric_kernels_decision']}",
+            dict(pdl=rows, decision=f["symmetric_kernels_decision"], hazard=bool(f["symmetric_kernels_hazard"]),
+                 fence_kind=f["symmetric_fence_kind"], graph_mixing_support=os.environ.get("NCCL_GRAPH_MIXING_SUPPORT", "(unset)")))
+
+
+CASES = {"growth": growth, "offsets": offsets, "oom": oom, "kind": kind, "pdl": pdl, "pdl-nomix": pdl}
 
 
 def main():
@@ -158,7 +230,10 @@ def main():
     ap.add_argument("--json-dir", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--launches", type=int, default=200, help="pdl: launches per row")
     args = ap.parse_args()
+    if args.case == "pdl-nomix":  # read by NCCL at its first communicator (below)
+        os.environ["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
     common.prepare_paths()
     import torch
     rank, world, local = common.init_distributed()
@@ -187,7 +262,11 @@ def main():
 
     watchdog = common.Watchdog(args.timeout, hung)
     try:
-        outcome = CASES[args.case](torch, api, group, rank, world, events)
+        if args.case.startswith("pdl"):
+            outcome, details = pdl(torch, api, group, rank, world, events, launches=args.launches)
+            result.update(details)
+        else:
+            outcome = CASES[args.case](torch, api, group, rank, world, events)
     except Exception as e:  # noqa: BLE001 (the outcome)
         record(events, "case", e)
         outcome = f"error: {type(e).__name__}: {str(e)[:240]}"

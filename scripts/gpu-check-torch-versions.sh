@@ -74,10 +74,12 @@ run_sglang_bench() {  # json txt [bench args]: bench/sglang_bench.py (SGLang's f
   ncclpool_env timeout "$(within 900)" python3 bench/sglang_bench.py "$@" --json "$json" >"$txt" 2>&1
   rc=$?
 }
-sglang_case_rows() {  # txt: a sub-row per failure case, rank 0's outcome
+sglang_case_rows() {  # txt: a sub-row per failure case, rank 0's outcome; the pdl cases' verdict (issue 46)
   local line
   while read -r line; do row "  ${line%%:*}" "${line#*: }"; done < <(
     awk '/^case / {c=$2} /^  rank 0:/ {sub(/^  rank 0: /, ""); print c ": " substr($0, 1, 150)}' "$1")
+  line=$(grep -m1 '^pdl: ' "$1") || return 0
+  row "  pdl: ncclpool.sglang by default, every rank" "${line#pdl: }" "$([[ "$line" == "pdl: BROKEN"* ]] && echo fail || echo ok)"
 }
 
 # -- Section torchversions (issue 45; only when named): the torch programs above under torch 2.11 (this

@@ -198,7 +198,8 @@ fi
 #     unfenced ones) and with the symmetric kernels forced on (on NCCL 2.28.0-2.30.6 the positive
 #     control: wrong results expected there, never with plain memory, the guard's windows or fenced
 #     ones), each also with NCCL's graph mixing off; then the same through torch's dist.all_reduce
-#     (the torch layer fences it by default there), beside torch's own symmetric memory. One GPU runs
+#     (the torch layer fences it by default there), beside torch's own symmetric memory, the default
+#     also with graph mixing off (the fence a graph node of the default kind). One GPU runs
 #     no symmetric kernel: it proves that the checks run. PDL_GPUS: the GPUs of the C++ check (2).
 pdl_summary() {  # json file -> "eager/graph wrong per mode"
   python3 - "$1" <<'PY' 2>&1
@@ -243,6 +244,11 @@ run_pdl() {  # label, NCCL library ('' = torch's), [torch]
       run_pdl_torch "$setting" "$(( gpus < 2 ? gpus : 2 ))" "$OUT/pdl-torch-$tag.json" "$OUT/pdl-torch-$tag.log"
       cat "$OUT/pdl-torch-$tag.log" >>"$LOG"
       row "pdl hazard (torch, $label), kernels $setting" "rc=$rc; $(result_text "$OUT/pdl-torch-$tag.log" 1000); $(pdl_summary "$OUT/pdl-torch-$tag.json")"
+      if [ "$setting" = auto ]; then  # the torch layer's fence in a graph where NCCL keeps no event wait of its own
+        NCCL_GRAPH_MIXING_SUPPORT=0 run_pdl_torch "$setting" "$(( gpus < 2 ? gpus : 2 ))" "$OUT/pdl-torch-$tag-nomix.json" "$OUT/pdl-torch-$tag-nomix.log"
+        cat "$OUT/pdl-torch-$tag-nomix.log" >>"$LOG"
+        row "pdl hazard (torch, $label), kernels $setting, graph mixing off" "rc=$rc; $(result_text "$OUT/pdl-torch-$tag-nomix.log" 1000); $(pdl_summary "$OUT/pdl-torch-$tag-nomix.json")"
+      fi
     fi
   done
 }

@@ -254,6 +254,46 @@ def test_pdl_verdict(pdl_verdict):
     assert judge(fenced, [0, 0, 0, 2, 0, 0, 400, 0], [0] * 8, 200, 2, symmetric_flag=True, fenced=True) == ["ncclpool graph wrong 2 of 400"]
 
 
+def sglang_pdl_case(name, wrong_per_rank, decision="fence", hazard=True, world=2, calls=("as SGLang calls it", "unfenced")):
+    """A pdl case of bench/sglang_bench.py's JSON: wrong_per_rank[rank][row], None for a rank that
+    raised (no rows), rows in the order (call, eager), (call, graph) per call."""
+    ranks = []
+    for rank, wrongs in enumerate(wrong_per_rank):
+        r = {"rank": rank, "world": world, "outcome": "error: RuntimeError: boom" if wrongs is None else "rows"}
+        if wrongs is not None:
+            keys = [(c, g) for c in calls for g in (False, True)]
+            r.update(decision=decision, hazard=hazard,
+                     pdl=[{"call": c, "graph": g, "wrong": w, "launches": 200} for (c, g), w in zip(keys, wrongs, strict=True)])
+        ranks.append(r)
+    return {"name": name, "rc": 0, "ranks": ranks}
+
+
+def test_sglang_pdl_verdict(pdl_verdict):
+    judge = pdl_verdict.judge_sglang
+    right = sglang_pdl_case("pdl-ncclpool", [[0, 0, 200, 0], [0, 0, 150, 0]])
+    control = sglang_pdl_case("pdl-sglang", [[200, 0], [180, 0]], decision="on", calls=("as SGLang calls it",))
+    broken, lines = judge([{"name": "growth-sglang", "rank": []}, right, control])
+    assert broken == []  # SGLang's allocator and the unfenced rows wrong: the positive control
+    assert lines == ["pdl-ncclpool: as SGLang calls it eager 0/400 wrong, as SGLang calls it graph 0/400 wrong, "
+                     "unfenced eager 350/400 wrong, unfenced graph 0/400 wrong",
+                     "pdl-sglang: as SGLang calls it eager 380/400 wrong, as SGLang calls it graph 0/400 wrong"]
+    # A wrong fenced row on one rank, a rank that raised, a rank missing: each breaks the promise.
+    assert judge([sglang_pdl_case("pdl-nomix-ncclpool", [[0, 0, 0, 0], [0, 3, 0, 0]])])[0] == [
+        "pdl-nomix-ncclpool: as SGLang calls it graph wrong 3 of 400"]
+    assert judge([sglang_pdl_case("pdl-ncclpool", [[0, 0, 0, 0], None])])[0] == [
+        "pdl-ncclpool: 1 of 2 rank(s) reported rows (rank 1: error: RuntimeError: boom)"]
+    assert judge([sglang_pdl_case("pdl-ncclpool", [[0, 0, 0, 0]], world=2)])[0] == ["pdl-ncclpool: 1 of 2 rank(s) reported rows"]
+    assert judge([{"name": "pdl-ncclpool", "rc": 1, "ranks": []}])[0] == ["pdl-ncclpool: 0 of ? rank(s) reported rows"]
+    # The kernels forced on where NCCL has the hazard: unfenced, promised nothing (the guard's or the
+    # fence's decision, or no hazard, keep the promise).
+    forced = [[5, 0, 5, 0], [0, 0, 0, 0]]
+    assert judge([sglang_pdl_case("pdl-ncclpool", forced, decision="on")])[0] == []
+    assert judge([sglang_pdl_case("pdl-ncclpool", forced, decision="on", hazard=False)])[0] == [
+        "pdl-ncclpool: as SGLang calls it eager wrong 5 of 400"]
+    assert judge([sglang_pdl_case("pdl-ncclpool", forced, decision="guard")])[0] == [
+        "pdl-ncclpool: as SGLang calls it eager wrong 5 of 400"]
+
+
 # ---- SGLang's bench: a mode that failed setup is not "right" ----
 
 def test_sglang_bench_results_line_with_a_failed_setup(monkeypatch):

@@ -27,7 +27,6 @@ then adds nothing (``fences`` in the JSON counts those launched). With one GPU N
 kernel (the check then proves the program runs).
 """
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -41,39 +40,7 @@ import ncclpool.torch as nccl_allocator  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdl_verdict  # noqa: E402
-
-PTX = os.path.join(os.path.dirname(__file__), "..", "pdl_producer.ptx")
-
-
-class Producer:
-    """ncclpool_trigger_then_write from pdl_producer.ptx, launched through the driver API on a stream."""
-
-    def __init__(self, ctas=4, carveout=100):
-        # Few CTAs with the maximum shared-memory carveout: NCCL's CTAs (512 threads, 82,240 B of
-        # dynamic shared memory) start early only on SMs where they fit (pdl_hazard.cpp's comment).
-        self.ctas = ctas
-        self.cuda = ctypes.CDLL("libcuda.so.1")
-        ptx = open(PTX, "rb").read() + b"\0"
-        self.module = ctypes.c_void_p()
-        self.function = ctypes.c_void_p()
-        self._check(self.cuda.cuModuleLoadData(ctypes.byref(self.module), ctypes.c_char_p(ptx)), "cuModuleLoadData")
-        self._check(self.cuda.cuModuleGetFunction(ctypes.byref(self.function), self.module, b"ncclpool_trigger_then_write"), "cuModuleGetFunction")
-        # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
-        self._check(self.cuda.cuFuncSetAttribute(self.function, 9, ctypes.c_int(carveout)), "cuFuncSetAttribute")
-
-    @staticmethod
-    def _check(result, what):
-        if result != 0:
-            raise RuntimeError(f"{what} failed: CUresult {result}")
-
-    def launch(self, tensor, value, delay_ns, stream):
-        buf = ctypes.c_uint64(tensor.data_ptr())
-        count = ctypes.c_uint64(tensor.numel())
-        val = ctypes.c_float(value)
-        delay = ctypes.c_uint64(delay_ns)
-        args = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in (buf, count, val, delay)])
-        self._check(self.cuda.cuLaunchKernel(self.function, self.ctas, 1, 1, 256, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), args, None),
-                    "cuLaunchKernel")
+from pdl_producer import Producer  # noqa: E402
 
 
 def torch_symmetric_tensor(numel, group):
