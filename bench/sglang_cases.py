@@ -180,7 +180,7 @@ def pdl(torch, api, group, rank, world, events, launches=200, delay_us=300, kib=
         x = torch.empty(kib * 1024 // 4, dtype=torch.float32, device="cuda")
     expected = world * (world + 1) / 2
     calls = {"as SGLang calls it": common.all_reduce}
-    if api.__name__ == "ncclpool.sglang":
+    if api.__name__ == "ncclpool.sglang":  # the control on ncclpool's own windows
         calls["unfenced"] = _unfenced_all_reduce
 
     def step(all_reduce):
@@ -215,7 +215,8 @@ def pdl(torch, api, group, rank, world, events, launches=200, delay_us=300, kib=
     f = ncclpool.features()
     text = "; ".join(f"{r['call']} {'graph' if r['graph'] else 'eager'} {r['wrong']}/{r['launches']} wrong"
                      + (f" ({r['fences']} fences)" if r["fences"] else "") for r in rows)
-    return (f"{text}; NCCL {f['nccl_version']}, {f['symmetric_kernels_decision']}",
+    ours = api.__name__ == "ncclpool.sglang"  # ncclpool's decision is nothing to SGLang's allocator
+    return (f"{text}; NCCL {f['nccl_version']}" + (f", {f['symmetric_kernels_decision']} ({f['symmetric_fence_kind']})" if ours else ""),
             dict(pdl=rows, decision=f["symmetric_kernels_decision"], hazard=bool(f["symmetric_kernels_hazard"]),
                  fence_kind=f["symmetric_fence_kind"], graph_mixing_support=os.environ.get("NCCL_GRAPH_MIXING_SUPPORT", "(unset)")))
 

@@ -42,6 +42,12 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export NCCLPOOL_SYMMETRIC_KERNELS=${NCCLPOOL_SYMMETRIC_KERNELS:-on}
 OUT=${OUT:-build/gpu-check}
+# OUT holds this run's files alone (its archive, NCCLPOOL_GPU_CHECK_TAR, packs all of OUT): an earlier
+# run's files there (a GPU host whose /tmp outlived a lease kept them) move aside, kept, not mixed in.
+if [ -d "$OUT" ] && [ -n "$(ls -A "$OUT" 2>/dev/null)" ]; then
+  earlier="${OUT%/}.earlier-$(date +%Y%m%d-%H%M%S)"
+  mv "$OUT" "$earlier" && echo "gpu-check: $OUT held an earlier run's files: moved to $earlier" >&2
+fi
 mkdir -p "$OUT"
 BUILD=build/gpu
 LOG="$OUT/gpu-check.log"

@@ -34,6 +34,20 @@ def set_root(root):
     _ROOT[0] = root
 
 
+def _device(parts):
+    """The device a run's folder name states (its parts between dashes), or '?'."""
+    device = "?"
+    for part in parts:
+        d = re.fullmatch(r"(?:(\d+)x)?(h100|h200|a100|b200)", part)
+        if d:
+            device = (f"{d.group(1)}x " if d.group(1) else "") + d.group(2).upper()
+        elif part == "sim":
+            device = "simulator"
+        elif part == "cpu" and device == "?":
+            device = "CPU"
+    return device
+
+
 class Run:
     """One run: where its raw output is, on what device, at what commit, when."""
 
@@ -44,22 +58,16 @@ class Run:
         m = re.match(r"(\d{4}-\d{2}-\d{2})-(.*)$", top_name)
         self.date = m.group(1) if m else "?"
         rest = m.group(2).split("-") if m else []
-        self.device = "?"
-        for part in rest:
-            d = re.fullmatch(r"(?:(\d+)x)?(h100|h200|a100|b200)", part)
-            if d:
-                self.device = (f"{d.group(1)}x " if d.group(1) else "") + d.group(2).upper()
-            elif part == "sim":
-                self.device = "simulator"
-            elif part == "cpu" and self.device == "?":
-                self.device = "CPU"
+        self.device = _device(rest)
         if self.device == "?" and rest[:1] in (["replay"], ["growth"]):
             self.device = "simulator"  # the tool's replays run the simulator's pools
+        parts = path.split("/")
+        if self.device == "?" and len(parts) > 2:  # a folder of calls on several kinds: each call's folder names its own
+            self.device = _device(parts[1].split("-"))
         # A commit is 7 hex digits (digits only too: 4422052); the date's parts are split off above.
         commits = [p for p in rest if re.fullmatch(r"[0-9a-f]{7}", p)]
         self.commit = RUN_COMMITS.get(top) or (commits[0] if commits else "?")
         # A folder of several calls at several commits: each call's folder ends with its own.
-        parts = path.split("/")
         if self.commit == "?" and len(parts) > 2 and re.search(r"-([0-9a-f]{7})$", parts[1]):
             self.commit = re.search(r"-([0-9a-f]{7})$", parts[1]).group(1)
 

@@ -6,8 +6,8 @@ A row is one (collective, size): the bench's own pool / best (out-of-place + in-
 pool's over the fastest single kind's) and the larger spread of its two placements (coll._points).
 """
 
-from . import Run, data, figure, fmt, table
-from .coll import _points, size
+from . import Run, data, figure, fmt, span, table
+from .coll import _compare_ratios, _nt_lines, _points, size
 
 D4 = "2026-11-28-gpu-check-4xh200-issue46/"
 RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
@@ -61,3 +61,23 @@ figure("coll4.any_graph_worst", RUNS[3][3])(lambda: fmt(_worst_quiet(RUNS[3][3])
 @figure("coll4.routes", RUNS[4][3])
 def _routes():
     return data(RUNS[4][3])["facts"]["auto_pool_routes"].split(" (built-in")[0]
+
+
+# ---- nccl-tests beside bench coll at 4 GPUs (scripts/nccl-tests.sh: both at NCCL's own symmetric CTA count) ----
+
+NT4 = "2026-11-28-gpu-check-issue46-s2/call2-4xh200-megatron-nccltests-8806cb8/nccl-tests.txt"
+NT4_COMPARE = {k: NT4.replace("nccl-tests.txt", f"nccl-tests/compare-{k}.txt") for k in ("none", "local", "symmetric")}
+NT2 = "2026-11-27-gpu-check-2xh200-s5/call7-nccltests-nccl-ctas/nccl-tests.txt"
+
+
+@figure("coll4.nccltests.table", NT2, NT4)
+def _nt4_table():
+    lines = {2: _nt_lines(NT2), 4: _nt_lines(NT4)}
+    body = [[f"{k} ({i})"] + [f"{lines[g][k][0]} of {lines[g][k][1]}, median {lines[g][k][2]}%, largest {lines[g][k][3]}%" for g in (2, 4)]
+            for i, k in enumerate(("none", "local", "symmetric"))]
+    return table(["kind (nccl-tests `-R`)", "2 GPUs: within 3% (sizes >= 8 MiB)", "4 GPUs: within 3% (sizes >= 8 MiB)"], body,
+                 [Run(NT2), Run(NT4)])
+
+
+figure("coll4.nccltests.big_ratios", *NT4_COMPARE.values())(lambda: ", ".join(
+    f"{span(_compare_ratios(p, k), 3)} ({k})" for k, p in NT4_COMPARE.items()))

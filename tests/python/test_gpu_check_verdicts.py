@@ -97,7 +97,7 @@ def stand_in_checkout(tmp_path, gtest_output, gtest_rc, sanitizer=None):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("bash", "python3", "cat", "grep", "sed", "awk", "date", "mkdir", "rm", "tee", "head", "tail", "wc",
-                 "cut", "tr", "printf", "env", "timeout", "ldd", "dirname", "basename", "cp", "ls", "sort", "uniq", "xargs"):
+                 "cut", "tr", "printf", "env", "timeout", "ldd", "dirname", "basename", "cp", "ls", "sort", "uniq", "xargs", "mv"):
         found = shutil.which(tool)
         if found:
             os.symlink(found, bin_dir / tool)
@@ -128,6 +128,20 @@ def test_gpu_check_exit_status_is_its_verdict(tmp_path):
     bad = gpu_check(repo, env)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "=== verdict: FAILED, 1 of" in bad.stdout and "\n  gpu tests (cuda, vmm sources)\n" in bad.stdout
+
+
+def test_gpu_check_out_holds_this_run_alone(tmp_path):
+    # An earlier run's file in OUT (a GPU host's /tmp that outlived a lease) is moved aside, kept.
+    repo, env = stand_in_checkout(tmp_path, GTEST_PASS, 0)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "decode.json").write_text("{}")
+    result = gpu_check(repo, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (out / "gpu-check.log").exists() and not (out / "decode.json").exists()
+    earlier = [p for p in tmp_path.iterdir() if p.name.startswith("out.earlier-")]
+    assert len(earlier) == 1 and (earlier[0] / "decode.json").read_text() == "{}", list(tmp_path.iterdir())
+    assert "held an earlier run's files" in result.stderr
 
 
 def test_gpu_check_fails_a_sanitizer_run_that_did_not_finish(tmp_path):
