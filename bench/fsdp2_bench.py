@@ -25,8 +25,9 @@ Modes (the first five are the default list):
   A mode this torch or ncclpool cannot run reports why ('not available') and does not fail the run.
 A mode may name another ncclpool library to load, ``MODE@/path/libncclpool.so`` (NCCLPOOL_LIBRARY):
 two builds side by side in one run; and environment variables for its runs, ``MODE+VAR=VALUE`` (after
-any ``@LIB``, repeatable), e.g. ``ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl`` beside
-``ncclpool-symmetric``: NCCL's own symmetric CTA count against ncclpool's default.
+any ``@LIB``, repeatable), e.g. ``ncclpool-symmetric+NCCLPOOL_SYM_CTAS=32`` beside
+``ncclpool-symmetric``: ncclpool's measured default CTA count against NCCL's own, which the FSDP2
+helper asks for (ncclpool.prefer_nccl_symmetric_ctas; ``+NCCLPOOL_SYM_CTAS=nccl`` is the same now).
 
 Configurations (--config; a flag given beside it wins): compute-bound (the default: 12 blocks of dim
 4096, 4 x 1,024 tokens per rank) and comm-heavy (8 blocks of dim 8192, 1 x 512 tokens: 1-2 GiB

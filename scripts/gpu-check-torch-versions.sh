@@ -38,7 +38,7 @@ run_pdl_torch() {  # auto|on ranks json log: tests/gpu/torch/check_pdl_hazard.py
     tests/gpu/torch/check_pdl_hazard.py --json "$3" >"$4" 2>&1
   rc=$?
 }
-FSDP2_DEFAULT_MODES=plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=nccl
+FSDP2_DEFAULT_MODES=plain,torch-symm,ncclpool-local,ncclpool-symmetric,ncclpool-auto,ncclpool-symmetric+NCCLPOOL_SYM_CTAS=32
 run_fsdp2() {  # outdir txt [bench args]: bench/fsdp2_bench.py with FSDP2_MODES (default above)
   local dir=$1 txt=$2
   shift 2

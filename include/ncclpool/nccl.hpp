@@ -97,12 +97,18 @@ NCCLPOOL_API std::vector<EnvironmentProblem> environment_problems();
 ///   * else the count of this machine's profile (profile.hpp, `ncclpool tune`), when it was measured
 ///     on this GPU model, NCCL version and rank count (that communicator; looked up by the caller of
 ///     make_nccl_communicator: NcclCommunicatorOptions::profile_lookup);
-///   * else ncclpool's measured default for the GPU (compute capability 9.x: 32); none for a GPU it
-///     has no measurement of (NCCL's choice, and the source says so). A profile that exists but does
-///     not apply is named in the source, with why.
+///   * else, in a process that declared that its symmetric collectives overlap compute
+///     (prefer_nccl_symmetric_ctas: training, where the FSDP2 helper and ncclpool.torch.megatron's
+///     install() declare it), NCCL's own choice: the measured default yields (the source says so,
+///     with the count it would otherwise have been);
+///   * else ncclpool's measured default for the GPU (compute capability 9.x: 32, measured on decode
+///     all-reduces in CUDA graphs, where nothing overlaps the collective); none for a GPU it has no
+///     measurement of (NCCL's choice, and the source says so). A profile that exists but does not
+///     apply is named in the source, with why.
 /// It affects only symmetric kernels, in this whole process (torch's own symmetric memory too), and
 /// nothing if a symmetric collective ran before (NCCL has read its value then). Ranks that decide
-/// differently would hang in their first symmetric kernel: the attach fails on every rank instead.
+/// differently (a declaration on some ranks only included) would hang in their first symmetric
+/// kernel: the attach fails on every rank instead.
 struct SymmetricCtas {
   int ctas = 0;               ///< the count asked of NCCL; 0 = NCCL's own choice
   bool decided = false;       ///< false until the process's first symmetric attach
@@ -116,17 +122,34 @@ struct SymmetricCtas {
 /// NCCLPOOL_SYM_CTAS that is neither "nccl" nor 1-64 yields NCCL's choice with a source saying why
 /// (never an exception: the decision is made inside a collective registration, where one rank
 /// throwing would leave the others waiting).
-/// `profile`: the lookup for this machine (nullptr: none looked at).
+/// `profile`: the lookup for this machine (nullptr: none looked at). `nccl_ctas_preferred`: the
+/// process declared that its symmetric collectives overlap compute (prefer_nccl_symmetric_ctas).
 NCCLPOOL_API SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor,
-                                                 const ProfileLookup* profile = nullptr);
+                                                 const ProfileLookup* profile = nullptr, bool nccl_ctas_preferred = false);
 
 /// @brief Decides (the first call in the process) with `profile`, the caller's lookup for this
-/// machine (nullptr: none), and applies it: sets NCCL_SYM_CTAS when the decision is ncclpool's and
-/// the variable is unset. Later calls return the first decision. Reads no files.
+/// machine (nullptr: none), and whether prefer_nccl_symmetric_ctas was called, and applies it: sets
+/// NCCL_SYM_CTAS when the decision is ncclpool's and the variable is unset. Later calls return the
+/// first decision. Reads no files.
 NCCLPOOL_API SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const ProfileLookup* profile = nullptr);
 
 /// @brief What apply_symmetric_ctas decided in this process (decided = false before any window).
 NCCLPOOL_API SymmetricCtas symmetric_ctas();
+
+/// @brief Declares that this process's symmetric collectives overlap compute (training: FSDP2's
+/// all-gathers and reduce-scatters run beside the forward and backward), so ncclpool's measured
+/// default count, taken where nothing overlaps the collective, yields to NCCL's own choice: more CTAs
+/// take SMs the overlapping compute needs. NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS and a profile's count
+/// still win. Call it before the process's first symmetric attach, on every rank (the count is
+/// compared at the attach agreement); ncclpool.torch.fsdp's helper and ncclpool.torch.megatron's
+/// install() do, the decode paths (ncclpool.sglang, ncclpool.torch.init) do not. Idempotent; after
+/// the decision it changes nothing, and where the decision was ncclpool's measured default (which
+/// the declaration would have changed)
+/// @throws InvalidState naming the decision.
+NCCLPOOL_API void prefer_nccl_symmetric_ctas();
+
+/// @brief Whether prefer_nccl_symmetric_ctas was called (and recorded) in this process.
+NCCLPOOL_API bool nccl_symmetric_ctas_preferred() noexcept;
 
 /// Whether windows are registered for NCCL's symmetric kernels (NCCL_WIN_COLL_SYMMETRIC) or without
 /// them (NCCL_WIN_DEFAULT: still zero-copy, NCCL's ring/tree kernels), decided once per process.

@@ -119,6 +119,9 @@ typedef struct ncclpool_features {
   uint64_t symmetric_fences_launched; /* of them, fences launched (nodes added under capture) */
   uint64_t symmetric_fences_skipped_in_capture; /* of them, captures where NCCL's own event-wait node orders
                                                    the collective (NCCL < 2.29, graph mixing on) */
+  /* Added in 0.1 after the fence's counters (the same rule). */
+  int symmetric_ctas_nccl_preferred; /* this process called ncclpool_prefer_nccl_symmetric_ctas (its symmetric
+                                        collectives overlap compute: NCCL's own CTA count before ncclpool's default) */
 } ncclpool_features_t;
 /* Fills *features (struct_size must be set; at least up to why_not). Loads the CUDA driver and NCCL
    if needed. */
@@ -144,6 +147,17 @@ NCCLPOOL_C_API ncclpool_status_t ncclpool_prefer_symmetric_fence(void);
    *launched (may be NULL) gets 1 when a fence was launched, else 0. Cheap when nothing is needed (no
    CUDA call before the decision is `fence`). BACKEND with the CUDA error text when the launch fails. */
 NCCLPOOL_C_API ncclpool_status_t ncclpool_symmetric_fence(void* stream, int* launched);
+
+/* ---- The symmetric kernels' CTA count (SymmetricCtas in nccl.hpp; docs/python.md) ---- */
+/* Declares that this process's symmetric collectives overlap compute (training): ncclpool's measured
+   default CTA count for NCCL's symmetric kernels (32 on compute capability 9.x, measured where nothing
+   overlaps the collective) then yields to NCCL's own choice; NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS and a
+   profile's count still win (SymmetricCtas in nccl.hpp). Call it before the process's first symmetric
+   attach, on every rank (the count is compared at the attach agreement). Idempotent. INVALID_STATE,
+   naming the decision, when the process decided ncclpool's measured default already; after any other
+   decision it only records the declaration. ncclpool.torch.fsdp's helper and
+   ncclpool.torch.megatron.install() call it. */
+NCCLPOOL_C_API ncclpool_status_t ncclpool_prefer_nccl_symmetric_ctas(void);
 
 /* This rank's vote for running all-gather on a communicator made with NCCL's CTA policy ZERO (NCCL's
    copy-engine collectives on windows: no SMs; CopyEngineVote in nccl.hpp, docs/python.md "Copy-engine

@@ -11,7 +11,9 @@ Pure Python over the C ABI (ctypes). The pieces:
 * :func:`features` - what this machine supports (CUDA, NCCL version, symmetric windows);
   :func:`copy_engine_vote` - this rank's vote for copy-engine all-gather; :func:`version`,
   :func:`last_error`; :func:`prefer_symmetric_fence` and :func:`symmetric_fence` - the fence before
-  collectives on windows where NCCL's symmetric kernels can read their input early (here).
+  collectives on windows where NCCL's symmetric kernels can read their input early;
+  :func:`prefer_nccl_symmetric_ctas` - NCCL's own CTA count for a process whose symmetric collectives
+  overlap compute (training) (here).
 * :mod:`ncclpool.torch` - the PyTorch layer (Megatron-Core ``nccl_allocator`` compatible API).
 
 Argument conversion shared by them is in ncclpool/_arguments.py, the C ABI's declarations in
@@ -36,7 +38,7 @@ from .sim import SimGroup, sim_inject_oom, sim_set_capturing
 
 __all__ = [
     "Pool", "Communicator", "SimGroup", "features", "copy_engine_vote", "node_id", "version", "last_error", "library_path", "memory_summary",
-    "prefer_symmetric_fence", "symmetric_fence",
+    "prefer_symmetric_fence", "symmetric_fence", "prefer_nccl_symmetric_ctas",
     "format_bytes", "errors", "Error", "InvalidArgument", "SizeTooLarge", "OutOfMemory", "DoubleFree",
     "ForeignPointer", "InvalidPointer", "BackendError", "Unsupported", "InvalidState", "RegistrationError",
     "AgreementError", "SOURCES", "REGISTRATIONS",
@@ -57,7 +59,9 @@ def last_error() -> str:
 def features() -> dict:
     """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support, and
     the CTA count of NCCL's symmetric kernels (``symmetric_ctas``, 0 = NCCL's choice; fixed at the
-    process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why).
+    process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why;
+    ``symmetric_ctas_nccl_preferred``: the process called :func:`prefer_nccl_symmetric_ctas`, as the
+    FSDP2 helper and ``ncclpool.torch.megatron.install()`` do).
     ``nccl_other_copies``: how many other NCCL libraries are loaded in this process besides
     ``nccl_library`` (normally 0; the first is ``nccl_other_library``, version ``nccl_other_version``):
     looked for at each call. ``symmetric_kernels_enabled``: windows carry NCCL's symmetric flag, so its
@@ -85,6 +89,21 @@ def prefer_symmetric_fence() -> None:
     them on, fenced, instead of turning them off (the guard). Call it before the first symmetric attach;
     idempotent. Raises InvalidState, naming the decision, when the process decided the guard already."""
     call("ncclpool_prefer_symmetric_fence")
+
+
+def prefer_nccl_symmetric_ctas() -> None:
+    """Declares that this process's symmetric collectives overlap compute (training: FSDP2's and
+    Megatron-FSDP's all-gathers and reduce-scatters run beside the forward and backward): ncclpool's
+    measured default CTA count for NCCL's symmetric kernels (32 on compute capability 9.x, measured on
+    decode all-reduces, where nothing overlaps the collective) then yields to NCCL's own choice, since
+    more CTAs take SMs the overlapping compute needs. ``NCCL_SYM_CTAS``, ``NCCLPOOL_SYM_CTAS`` and a
+    profile's count still win (docs/python.md, "The symmetric kernels' CTA count"). The FSDP2 helper
+    (ncclpool.torch.fsdp) and ncclpool.torch.megatron.install() call this; decode paths do not. Call it
+    before the first symmetric attach, on every rank (the count is compared at the attach agreement);
+    idempotent. Raises InvalidState, naming the decision, when the process decided ncclpool's measured
+    default already; after any other decision it only records the declaration (``features()
+    ["symmetric_ctas_nccl_preferred"]``)."""
+    call("ncclpool_prefer_nccl_symmetric_ctas")
 
 
 def symmetric_fence(stream=None) -> bool:

@@ -49,7 +49,7 @@ FEATURE_FIELDS = [
     ("symmetric_kernels_decided", "flag"), ("symmetric_kernels_enabled", "flag"), ("symmetric_kernels_hazard", "flag"),
     ("symmetric_kernels_why", 512), ("symmetric_kernels_decision", 16), ("symmetric_fence_declared", "flag"),
     ("symmetric_fence_kind", 16), ("symmetric_fence_calls", "u64"), ("symmetric_fences_launched", "u64"),
-    ("symmetric_fences_skipped_in_capture", "u64"),
+    ("symmetric_fences_skipped_in_capture", "u64"), ("symmetric_ctas_nccl_preferred", "flag"),
 ]
 _FEATURE_CTYPES = {"flag": c_int, "int": c_int, "u64": c_uint64}
 
@@ -143,6 +143,7 @@ _PROTOTYPES = {
     "ncclpool_node_id": (_Status, [POINTER(c_uint64)]),
     "ncclpool_prefer_symmetric_fence": (_Status, []),
     "ncclpool_symmetric_fence": (_Status, [_P, POINTER(c_int)]),
+    "ncclpool_prefer_nccl_symmetric_ctas": (_Status, []),
     "ncclpool_pool_options_init": (None, [POINTER(PoolOptions)]),
     "ncclpool_pool_create": (_Status, [POINTER(PoolOptions), POINTER(_P)]),
     "ncclpool_pool_destroy": (_Status, [_P]),

@@ -108,6 +108,7 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
     out.symmetric_fence_calls = fences.calls;
     out.symmetric_fences_launched = fences.launched;
     out.symmetric_fences_skipped_in_capture = fences.skipped_in_capture;
+    out.symmetric_ctas_nccl_preferred = ncclpool::nccl_symmetric_ctas_preferred() ? 1 : 0;
     out.nccl_other_copies = static_cast<int>(nccl.other_copies.size());
     if (!nccl.other_copies.empty()) {
       out.nccl_other_version = nccl.other_copies.front().version;

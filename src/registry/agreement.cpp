@@ -166,7 +166,8 @@ void check_agreement(const std::vector<AgreementRecord>& records, const Agreemen
     msg << " (the ranks would launch NCCL's symmetric kernels differently, with different CTA counts, on some ranks only or fenced "
            "on some ranks only, which waits forever for blocks that never come or pairs unlike launches: give every rank the same NCCL, "
            "NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS, NCCLPOOL_SYMMETRIC_KERNELS, fence declaration (ncclpool_prefer_symmetric_fence, which "
-           "ncclpool.torch and ncclpool.sglang make: every rank or none) and profile)";
+           "ncclpool.torch and ncclpool.sglang make: every rank or none), CTA preference (ncclpool_prefer_nccl_symmetric_ctas, which "
+           "ncclpool.torch.fsdp and ncclpool.torch.megatron.install make: every rank or none) and profile)";
   else if (differ([](const AgreementRecord& r) { return scope_period_of(r.words[word::check]); }))
     msg << " (the ranks' scope periods differ, so their scope ends would agree at different uses: give every rank the "
            "same RegistryOptions::scope_period and check level)";

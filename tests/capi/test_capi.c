@@ -130,6 +130,19 @@ static void test_symmetric_fence(void) {
   EXPECT(after.symmetric_fences_launched == before.symmetric_fences_launched);
 }
 
+/* NCCL's own symmetric CTA count for a process whose collectives overlap compute: declared before any
+   attach (accepted, idempotent), reported by ncclpool_get_features; nothing is decided by it. */
+static void test_prefer_nccl_symmetric_ctas(void) {
+  ncclpool_features_t f;
+  f.struct_size = sizeof f;
+  OK(ncclpool_get_features(&f));
+  EXPECT(f.symmetric_ctas_nccl_preferred == 0 && f.symmetric_ctas_decided == 0);
+  OK(ncclpool_prefer_nccl_symmetric_ctas());
+  OK(ncclpool_prefer_nccl_symmetric_ctas());
+  OK(ncclpool_get_features(&f));
+  EXPECT(f.symmetric_ctas_nccl_preferred == 1 && f.symmetric_ctas_decided == 0);
+}
+
 static void test_alloc_free_errors(void) {
   ncclpool_pool_t pool = make_sim_pool("c-basic", NCCLPOOL_REGISTRATION_LOCAL);
   ncclpool_pool_stats_t stats;
@@ -550,6 +563,7 @@ int main(void) {
   test_status_and_version();
   test_copy_engine_vote();
   test_symmetric_fence();
+  test_prefer_nccl_symmetric_ctas();
   test_alloc_free_errors();
   test_registration_and_scopes();
   test_nested_scopes_and_failures();

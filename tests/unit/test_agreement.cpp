@@ -13,6 +13,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 namespace ncclpool {
@@ -715,6 +717,193 @@ TEST(SymmetricCtas, DecidedOnceForTheProcessAndPutIntoTheEnvironment) {
   EXPECT_EQ(symmetric_ctas().ctas, 32);
   ::unsetenv("NCCLPOOL_SYM_CTAS");
   ::unsetenv("NCCL_SYM_CTAS");
+}
+
+// A process whose symmetric collectives overlap compute (training: the FSDP2 helper, Megatron's
+// install()) declares it, and ncclpool's measured default yields to NCCL's own count there; every
+// setting that names a count (NCCL_SYM_CTAS, NCCLPOOL_SYM_CTAS, a profile's) still wins over it.
+TEST(SymmetricCtas, TheDeclarationOfOverlapYieldsOnlyTheMeasuredDefault) {
+  SymmetricCtas c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, true);
+  EXPECT_TRUE(c.decided);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_FALSE(c.set_by_ncclpool);
+  EXPECT_FALSE(c.ignored_setting);
+  for (const char* part : {"NCCL's own choice", "overlap compute", "ncclpool_prefer_nccl_symmetric_ctas", "ncclpool.torch.fsdp",
+                           "ncclpool.torch.megatron.install", "ncclpool's 32 for compute capability 9.0"})
+    EXPECT_TRUE(contains(c.source, part)) << part << ": " << c.source;
+  EXPECT_LT(c.source.size(), 256u) << "ncclpool_features_t.symmetric_ctas_source holds 255 bytes: " << c.source;
+  // Without the declaration (the default argument: existing callers), the measured default as before.
+  EXPECT_EQ(choose_symmetric_ctas(nullptr, nullptr, 9, 0).ctas, 32);
+  EXPECT_EQ(choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, false).ctas, 32);
+  // The user's variables win over it.
+  c = choose_symmetric_ctas("24", nullptr, 9, 0, nullptr, true);
+  EXPECT_EQ(c.ctas, 24);
+  EXPECT_TRUE(contains(c.source, "NCCL_SYM_CTAS=24")) << c.source;
+  c = choose_symmetric_ctas(nullptr, "16", 9, 0, nullptr, true);
+  EXPECT_EQ(c.ctas, 16);
+  EXPECT_TRUE(c.set_by_ncclpool);
+  EXPECT_EQ(c.source, "NCCLPOOL_SYM_CTAS=16");
+  c = choose_symmetric_ctas(nullptr, "nccl", 9, 0, nullptr, true);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_TRUE(contains(c.source, "NCCLPOOL_SYM_CTAS=nccl")) << c.source;
+  c = choose_symmetric_ctas(nullptr, "many", 9, 0, nullptr, true);  // an ignored value is still said
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_TRUE(c.ignored_setting);
+  // A GPU without a measured default: NCCL's choice either way, for that reason.
+  c = choose_symmetric_ctas(nullptr, nullptr, 8, 0, nullptr, true);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_TRUE(contains(c.source, "no measured count for compute capability 8.0")) << c.source;
+  // A profile that exists but does not apply is still named.
+  ProfileLookup foreign;
+  foreign.path = "/somewhere/profile.json";
+  foreign.why_not = "the profile /somewhere/profile.json is not used: measured for 8 ranks";
+  c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &foreign, true);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_TRUE(contains(c.source, "ncclpool_prefer_nccl_symmetric_ctas") && contains(c.source, "measured for 8 ranks")) << c.source;
+}
+
+// The process-wide decision, in a child process of its own (gtest's death-test machinery, re-run from
+// main: "threadsafe"), so that it starts undecided whatever this process decided before. `body`
+// returns "" or what went wrong; the child prints it (EXPECT inside the child would not reach here).
+template <class Body>
+void in_a_fresh_process(const char* what, Body body) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        ::unsetenv("NCCL_SYM_CTAS");
+        ::unsetenv("NCCLPOOL_SYM_CTAS");
+        std::string wrong;
+        try {
+          wrong = body();
+        } catch (const std::exception& e) {
+          wrong = std::string("unexpected exception: ") + e.what();
+        }
+        std::fprintf(stderr, "%s\n", wrong.empty() ? "in-a-fresh-process: fine" : ("in-a-fresh-process: " + wrong).c_str());
+        std::fflush(stderr);
+        std::_Exit(wrong.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "in-a-fresh-process: fine")
+      << what;
+}
+
+std::string expect(bool ok, const std::string& what) { return ok ? "" : what + "; "; }
+
+TEST(SymmetricCtasDeathTest, TheDeclarationBeforeTheFirstAttachKeepsNcclsCount) {
+  in_a_fresh_process("declared, then decided", [] {
+    std::string wrong = expect(!nccl_symmetric_ctas_preferred(), "preferred before any declaration");
+    prefer_nccl_symmetric_ctas();
+    prefer_nccl_symmetric_ctas();  // idempotent
+    wrong += expect(nccl_symmetric_ctas_preferred(), "not preferred after the declaration");
+    wrong += expect(!symmetric_ctas().decided, "decided by the declaration");
+    const SymmetricCtas d = apply_symmetric_ctas(9, 0);
+    wrong += expect(d.decided && d.ctas == 0 && !d.set_by_ncclpool, "decided " + std::to_string(d.ctas) + " (" + d.source + ")");
+    wrong += expect(contains(d.source, "ncclpool_prefer_nccl_symmetric_ctas"), "source: " + d.source);
+    wrong += expect(std::getenv("NCCL_SYM_CTAS") == nullptr, "NCCL_SYM_CTAS was set");
+    prefer_nccl_symmetric_ctas();  // after NCCL's choice was decided: nothing to change, accepted
+    wrong += expect(symmetric_ctas().ctas == 0 && symmetric_ctas().source == d.source, "the decision changed");
+    return wrong;
+  });
+}
+
+TEST(SymmetricCtasDeathTest, TheDeclarationAfterTheMeasuredDefaultIsInvalidState) {
+  in_a_fresh_process("decided the default, then declared", [] {
+    const SymmetricCtas d = apply_symmetric_ctas(9, 0);
+    std::string wrong = expect(d.ctas == 32 && d.set_by_ncclpool, "decided " + std::to_string(d.ctas));
+    try {
+      prefer_nccl_symmetric_ctas();
+      wrong += "no InvalidState; ";
+    } catch (const InvalidState& e) {
+      const std::string m = e.what();
+      for (const char* part : {"ncclpool_prefer_nccl_symmetric_ctas", "after this process decided", "first symmetric attach", "32 CTAs",
+                               "ncclpool's default for compute capability 9.0", "before the first attach", "ncclpool.torch.fsdp.enable",
+                               "ncclpool.torch.megatron.install()", "NCCLPOOL_SYM_CTAS=nccl on every rank"})
+        wrong += expect(contains(m, part), std::string("the message lacks '") + part + "': " + m);
+    }
+    wrong += expect(!nccl_symmetric_ctas_preferred(), "recorded although refused");
+    wrong += expect(symmetric_ctas().ctas == 32, "the decision changed");
+    const char* env = std::getenv("NCCL_SYM_CTAS");
+    wrong += expect(env != nullptr && std::string(env) == "32", "NCCL_SYM_CTAS is not 32");
+    return wrong;
+  });
+}
+
+// After a decision the declaration would not have changed (a count the user or a profile named,
+// NCCL's choice on a GPU without a default), it is only recorded.
+TEST(SymmetricCtasDeathTest, TheDeclarationAfterAnExplicitCountIsOnlyRecorded) {
+  struct Case {
+    const char* what;
+    const char* variable;
+    const char* value;
+    int cc_major;
+    int profile_ctas;  // < 0: no profile
+    int expected;
+  };
+  for (const Case& c : {Case{"NCCLPOOL_SYM_CTAS=16", "NCCLPOOL_SYM_CTAS", "16", 9, -1, 16}, Case{"NCCL_SYM_CTAS=24", "NCCL_SYM_CTAS", "24", 9, -1, 24},
+                        Case{"NCCLPOOL_SYM_CTAS=nccl", "NCCLPOOL_SYM_CTAS", "nccl", 9, -1, 0},
+                        Case{"a profile's 32", nullptr, nullptr, 9, 32, 32}, Case{"a profile's 16", nullptr, nullptr, 9, 16, 16},
+                        Case{"no default on 8.0", nullptr, nullptr, 8, -1, 0}}) {
+    in_a_fresh_process(c.what, [&c] {
+      if (c.variable != nullptr) ::setenv(c.variable, c.value, 1);
+      ProfileLookup lookup;
+      if (c.profile_ctas >= 0) {
+        Profile p;
+        p.gpu = "NVIDIA H200";
+        p.nccl_version = 22809;
+        p.ranks = 4;
+        p.symmetric_ctas = c.profile_ctas;
+        p.measured = "2026-11-28T00:00:00Z";
+        lookup.profile = p;
+        lookup.path = "/somewhere/profile.json";
+      }
+      const SymmetricCtas d = apply_symmetric_ctas(c.cc_major, 0, c.profile_ctas >= 0 ? &lookup : nullptr);
+      std::string wrong = expect(d.ctas == c.expected, std::string(c.what) + ": decided " + std::to_string(d.ctas));
+      prefer_nccl_symmetric_ctas();
+      wrong += expect(nccl_symmetric_ctas_preferred(), std::string(c.what) + ": not recorded");
+      wrong += expect(symmetric_ctas().ctas == c.expected, std::string(c.what) + ": the decision changed");
+      return wrong;
+    });
+  }
+}
+
+// Ranks that declared differently (one process of the training layers beside one that is not) decide
+// different counts on Hopper: the attach agreement fails on every rank, as for any other difference.
+// Ranks here are threads of one process, which has one declaration: each rank's decision word is the
+// one a process that declared (or not) decides, given to the simulated communicator.
+TEST(Agreement, RanksThatDeclaredOverlapDifferentlyFailAtAttach) {
+  const int declared = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, true).ctas;
+  const int undeclared = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, false).ctas;
+  ASSERT_NE(declared, undeclared);
+  auto group = nccl_like("world", 2);
+  std::vector<Rank> ranks;
+  ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
+  ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
+  std::vector<void*> blocks;
+  for (auto& r : ranks) blocks.push_back(r.pool->allocate(MiB));  // a segment that attach would register
+  group->set_symmetric_kernels(0, declared);
+  group->set_symmetric_kernels(1, undeclared);
+  const auto errors = on_ranks(2, [&](int rank) {
+    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
+    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
+  });
+  for (const std::string& e : errors) {
+    EXPECT_TRUE(contains(e, "ranks disagree at attach #0")) << e;
+    EXPECT_TRUE(contains(e, "symmetric kernels' CTAs 32") && contains(e, "symmetric kernels' CTAs NCCL's choice")) << e;
+    EXPECT_TRUE(contains(e, "different CTA counts")) << e;
+    EXPECT_TRUE(contains(e, "CTA preference (ncclpool_prefer_nccl_symmetric_ctas")) << e;
+  }
+  EXPECT_EQ(group->live_registrations(), 0);
+  // Every rank declared: the same count, the attach goes through.
+  auto again = nccl_like("again", 2);
+  again->set_symmetric_kernels(-1, declared);
+  const auto fine = on_ranks(2, [&](int rank) {
+    auto comm = std::make_shared<LoopbackCommunicator>(again, rank);
+    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
+    ranks[static_cast<std::size_t>(rank)].registry->detach(*comm);
+  });
+  EXPECT_EQ(fine[0], "");
+  EXPECT_EQ(fine[1], "");
+  EXPECT_EQ(again->live_registrations(), 0);
+  for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i].pool->deallocate(blocks[i]);
 }
 
 // Issue 28: NCCL 2.28.0-2.30.6 launch their symmetric kernels with PDL but without the grid-dependency

@@ -155,6 +155,40 @@ TEST(Profile, TheSymmetricCtaDecisionTakesAMatchingProfileAndNamesAForeignOne) {
   EXPECT_TRUE(contains(c.source, "not used: measured for 2 ranks")) << c.source;
 }
 
+// A process that declared that its symmetric collectives overlap compute (prefer_nccl_symmetric_ctas):
+// a profile's measured count still wins (it was measured on this machine, NCCL and rank count); a
+// profile with no count (its runs had the symmetric kernels off) or another machine's yields to the
+// declaration, and the source names both.
+TEST(Profile, AMeasuredCountWinsOverTheDeclarationOfOverlap) {
+  Profile p = h200();
+  p.symmetric_ctas = 16;
+  ProfileFile file(profile_to_json(p));
+  const ProfileLookup hit = find_profile("NVIDIA H200", 22809, 2);
+  ASSERT_TRUE(hit.profile.has_value()) << hit.why_not;
+  SymmetricCtas c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &hit, true);
+  EXPECT_EQ(c.ctas, 16);
+  EXPECT_TRUE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "the profile " + file.path.string())) << c.source;
+  p.symmetric_ctas = 32;  // a profile that measured the default's count: still the profile's
+  std::ofstream(file.path) << profile_to_json(p);
+  const ProfileLookup same = find_profile("NVIDIA H200", 22809, 2);
+  EXPECT_EQ(choose_symmetric_ctas(nullptr, nullptr, 9, 0, &same, true).ctas, 32);
+  p.symmetric_ctas = 0;
+  p.symmetric_ctas_measured = false;
+  std::ofstream(file.path) << profile_to_json(p);
+  const ProfileLookup off = find_profile("NVIDIA H200", 22809, 2);
+  ASSERT_TRUE(off.profile.has_value()) << off.why_not;
+  c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &off, true);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_FALSE(c.set_by_ncclpool);
+  EXPECT_TRUE(contains(c.source, "ncclpool_prefer_nccl_symmetric_ctas") && contains(c.source, "measured no count")) << c.source;
+  const ProfileLookup foreign = find_profile("NVIDIA H200", 22809, 8);
+  c = choose_symmetric_ctas(nullptr, nullptr, 9, 0, &foreign, true);
+  EXPECT_EQ(c.ctas, 0);
+  EXPECT_TRUE(contains(c.source, "ncclpool_prefer_nccl_symmetric_ctas") && contains(c.source, "not used: measured for 2 ranks")) << c.source;
+  EXPECT_EQ(choose_symmetric_ctas(nullptr, nullptr, 9, 0, &foreign, false).ctas, 32);  // undeclared: the default
+}
+
 // An optional boolean field: absent (a profile written before it) it reads as `absent`; anything but
 // true or false is refused, naming it.
 template <class Field>

@@ -21,6 +21,7 @@ from .copy_engine import pool_stats, summary_lines
 
 _allocator = None  # torch.cuda.memory.CUDAPluggableAllocator over ncclpool_torch_alloc/free
 _pools_created = 0     # names pools in creation order (the same on every rank)
+_ctas_declared = False  # prefer_nccl_ctas_for_training ran in this process (its warning comes once)
 
 
 def init() -> None:
@@ -75,6 +76,23 @@ def _declare_fence() -> None:
         _np.prefer_symmetric_fence()
     except errors.InvalidState as e:
         warnings.warn(f"ncclpool.torch.init(): {e}", RuntimeWarning, stacklevel=3)
+
+
+def prefer_nccl_ctas_for_training(who: str) -> None:
+    """The training helpers (fsdp.py's, megatron.py's install()) overlap every all-gather and
+    reduce-scatter with compute, so the process declares it once, before their first attach
+    (ncclpool.prefer_nccl_symmetric_ctas): ncclpool's measured default CTA count yields to NCCL's own.
+    A process that decided that default already keeps it (a slower step, never a hang): said once, as
+    a warning; nothing raised here may keep this rank out of the collectives every rank makes next."""
+    global _ctas_declared
+    with state.lock:
+        if _ctas_declared:
+            return
+        _ctas_declared = True
+    try:
+        _np.prefer_nccl_symmetric_ctas()
+    except Exception as e:  # noqa: BLE001 - InvalidState (decided already) above all: a preference, never a failure
+        warnings.warn(f"{who}: {e}", RuntimeWarning, stacklevel=3)
 
 
 def _torch_nccl_version() -> int:

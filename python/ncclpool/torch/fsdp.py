@@ -14,6 +14,11 @@ ranks agree; later steps reuse cached blocks and register nothing.
 ``copy_engine=True`` / None (auto): where every rank of a shard group agrees (copy_engine.py), the
 all-gathers run on that group's copy-engine group (NCCL's CTA policy ZERO: copy engines, no SMs), their
 buffers windows of it; reduce-scatters stay on the shard group.
+
+Every all-gather and reduce-scatter here overlaps compute, so the helper declares it
+(ncclpool.prefer_nccl_symmetric_ctas) when it is made, before its first attach: NCCL's own CTA count
+for the symmetric kernels instead of ncclpool's measured default (docs/python.md, "The symmetric
+kernels' CTA count").
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from ncclpool import errors
 
 from . import MultiGroupMemPoolAllocator, ncclpool_pool
 from . import copy_engine as _copy_engine
-from .binding import binding_of as _binding, kind_for as _kind_for
+from .binding import binding_of as _binding, kind_for as _kind_for, prefer_nccl_ctas_for_training as _prefer_nccl_ctas
 
 __all__ = ["PoolAllGather", "PoolReduceScatter", "enable"]
 
@@ -39,6 +44,7 @@ class _PoolComm:
     collective = None  # the buffers' collective: an auto pool routes their segments by its profile
 
     def __init__(self, pool, groups, symmetric: bool | None = None):
+        _prefer_nccl_ctas(f"ncclpool.torch.fsdp.{type(self).__name__}")  # before this helper attaches anything
         ncclpool_pool(pool)  # fail early on a foreign MemPool
         self.pool = pool
         self.groups = list(groups)
@@ -94,7 +100,9 @@ def enable(module: torch.nn.Module, pool, groups=None, *, symmetric: bool | None
     group instead of the shard group. Copy engines need windows: copy_engine=True with a pool (or
     `symmetric`) that registers locally is an error, auto stays off there (voting as False). Every
     decision is in stats(pool)['copy_engine'] and memory_summary(pool).
+    Declares ncclpool.prefer_nccl_symmetric_ctas first (this module's docstring says why).
     Returns the number of FSDP modules configured."""
+    _prefer_nccl_ctas("ncclpool.torch.fsdp.enable()")  # before the votes and the buffers' first attach
     if copy_engine not in (None, True, False):
         raise errors.InvalidArgument(f"copy_engine must be True, False or None (auto), not {copy_engine!r}")
     windowless = _kind_for(_binding(pool), symmetric) == "local"

@@ -18,9 +18,14 @@ use). What it does:
 * every ncclpool.torch context exit commits pending windows at once, as Megatron-Core's allocator
   registers at every exit (Megatron enters ``nccl_mem`` only to allocate a new buffer): without the
   drop-in, exits commit on the pool's schedule (its first 16, then every 16th);
-* unlike Megatron's ``init()``, ncclpool never sets ``NCCL_NVLS_ENABLE``.
+* unlike Megatron's ``init()``, ncclpool never sets ``NCCL_NVLS_ENABLE``;
+* the process declares that its symmetric collectives overlap compute
+  (ncclpool.prefer_nccl_symmetric_ctas): NCCL's own CTA count for the symmetric kernels instead of
+  ncclpool's measured default, taken on decode all-reduces (docs/python.md, "The symmetric kernels'
+  CTA count"). Installed after the process's first symmetric attach, the count stays (a warning says so).
 
-``uninstall()`` puts back everything ``install()`` changed.
+``uninstall()`` puts back everything ``install()`` changed, except the CTA declaration (a process
+declares it once; its count is decided once).
 """
 from __future__ import annotations
 
@@ -67,8 +72,10 @@ def install() -> list[str]:
     """Routes Megatron's NCCL allocator to ncclpool.torch; returns (and warns with) what it replaced.
     Calling it again changes nothing more."""
     import ncclpool.torch as layer
+    import ncclpool.torch.binding as binding
     import ncclpool.torch.contexts as contexts
 
+    binding.prefer_nccl_ctas_for_training("ncclpool.torch.megatron.install()")  # before Megatron attaches anything
     replaced: list[str] = []
     original = sys.modules.get(TARGET)
     if original is layer:
@@ -112,6 +119,6 @@ def install() -> list[str]:
 
 
 def uninstall() -> None:
-    """Reverts install()."""
+    """Reverts install() (the CTA declaration stays: see the module's docstring)."""
     while _undo:
         _undo.pop()()

@@ -1,8 +1,10 @@
 // The symmetric kernels' CTA count (see SymmetricCtas in nccl.hpp). No NCCL or CUDA needed: built in
 // every configuration, so that the policy is tested on machines without GPUs; the NCCL communicator
 // calls apply_symmetric_ctas with its device's compute capability and the profile its creator looked
-// up (NcclCommunicatorOptions::profile_lookup) before registering a window. Reads no files.
+// up (NcclCommunicatorOptions::profile_lookup) before registering a window. Reads no files. Also the
+// process's declaration that its symmetric collectives overlap compute (prefer_nccl_symmetric_ctas).
 
+#include <ncclpool/errors.hpp>
 #include <ncclpool/nccl.hpp>
 
 #include "core/environment.hpp"
@@ -20,16 +22,22 @@ namespace {
 constexpr int kMaxSymmetricCtas = 64;
 
 // Measured defaults, by compute capability major. Hopper (H100/H200): 32, from the decode
-// all-reduce and `bench coll` on 2x H200 (docs/benchmarks/decode.md, coll.md) and training steps
-// measured with and without it (fsdp2.md, megatron-fsdp.md). A GPU not listed keeps NCCL's choice.
+// all-reduce and `bench coll` on 2x H200 (docs/benchmarks/decode.md, coll.md), where nothing
+// overlaps the collective. In training, where every all-gather and reduce-scatter overlaps compute,
+// it cost time at 4 GPUs (fsdp2.md, megatron-fsdp.md): the training layers declare
+// prefer_nccl_symmetric_ctas, and the default yields to NCCL's choice there. A GPU not listed keeps
+// NCCL's choice.
 int measured_default(int cc_major) { return cc_major == 9 ? 32 : 0; }
 
 std::mutex g_mutex;
-SymmetricCtas g_decided;  // guarded by g_mutex; decided once per process
+SymmetricCtas g_decided;          // guarded by g_mutex; decided once per process
+bool g_nccl_preferred = false;    // guarded by g_mutex: prefer_nccl_symmetric_ctas was called
+bool g_decided_by_default = false; // guarded by g_mutex: g_decided is ncclpool's measured default, which the declaration would have changed
 
 }  // namespace
 
-SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor, const ProfileLookup* profile) {
+SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclpool_sym_ctas, int cc_major, int cc_minor, const ProfileLookup* profile,
+                                    bool nccl_ctas_preferred) {
   SymmetricCtas out;
   out.decided = true;
   if (nccl_sym_ctas != nullptr && *nccl_sym_ctas != '\0') {
@@ -73,6 +81,12 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
   if (profile != nullptr && profile->profile)  // measured with the symmetric kernels off: no count to take
     about_profile = "; the profile " + profile->path + " measured no count (its runs had the symmetric kernels off)";
   const std::string gpu = "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
+  if (const int n = measured_default(cc_major); n > 0 && nccl_ctas_preferred) {
+    // Kept under ncclpool_features_t's 256 bytes for the source (the profile's note may be cut).
+    out.source = "NCCL's own choice: this process declared that its collectives overlap compute (ncclpool_prefer_nccl_symmetric_ctas: "
+                 "ncclpool.torch.fsdp, ncclpool.torch.megatron.install); else ncclpool's " + std::to_string(n) + " for " + gpu + about_profile;
+    return out;
+  }
   if (const int n = measured_default(cc_major); n > 0) {
     out.ctas = n;
     out.set_by_ncclpool = true;
@@ -86,7 +100,12 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
 SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const ProfileLookup* profile) {
   std::lock_guard lock(g_mutex);
   if (g_decided.decided) return g_decided;
-  SymmetricCtas d = choose_symmetric_ctas(environment::nccl_sym_ctas(), environment::ncclpool_sym_ctas(), cc_major, cc_minor, profile);
+  const char* nccl_setting = environment::nccl_sym_ctas();
+  const char* ncclpool_setting = environment::ncclpool_sym_ctas();
+  SymmetricCtas d = choose_symmetric_ctas(nccl_setting, ncclpool_setting, cc_major, cc_minor, profile, g_nccl_preferred);
+  // Whether a later declaration would have changed this decision (only the measured default yields).
+  const bool by_default = !g_nccl_preferred && d.set_by_ncclpool &&
+                          choose_symmetric_ctas(nccl_setting, ncclpool_setting, cc_major, cc_minor, profile, true).ctas != d.ctas;
   if (d.set_by_ncclpool && !environment::set_nccl_sym_ctas(d.ctas)) {
     d.ctas = 0;
     d.set_by_ncclpool = false;
@@ -94,6 +113,7 @@ SymmetricCtas apply_symmetric_ctas(int cc_major, int cc_minor, const ProfileLook
   }
   if (d.ignored_setting) std::fprintf(stderr, "ncclpool: symmetric kernels' CTAs: %s\n", d.source.c_str());
   g_decided = d;
+  g_decided_by_default = by_default && d.set_by_ncclpool;
   return d;
 }
 
@@ -103,6 +123,21 @@ SymmetricCtas symmetric_ctas() {
   SymmetricCtas undecided;
   undecided.source = "not decided yet: decided at the process's first symmetric attach of an NCCL communicator";
   return undecided;
+}
+
+void prefer_nccl_symmetric_ctas() {
+  std::lock_guard lock(g_mutex);
+  if (g_decided.decided && g_decided_by_default)
+    throw InvalidState("NCCL's own symmetric CTA count was preferred (ncclpool_prefer_nccl_symmetric_ctas) after this process decided its "
+                       "count at its first symmetric attach: " + std::to_string(g_decided.ctas) + " CTAs, " + g_decided.source +
+                       ". Call it before the first attach (create the FSDP2 helper, ncclpool.torch.fsdp.enable, or call "
+                       "ncclpool.torch.megatron.install() first), or set NCCLPOOL_SYM_CTAS=nccl on every rank");
+  g_nccl_preferred = true;
+}
+
+bool nccl_symmetric_ctas_preferred() noexcept {
+  std::lock_guard lock(g_mutex);
+  return g_nccl_preferred;
 }
 
 }  // namespace ncclpool
