@@ -418,6 +418,21 @@ TEST(Agreement, PoolsWithOtherNamesOnOtherRanksAreNamed) {
   EXPECT_TRUE(contains(errors[1], "ranks disagree at attach #0")) << errors[1];
 }
 
+// After a refused attach: the same symmetric-kernel setting on every rank (a fresh group) attaches
+// and detaches cleanly, with nothing left registered.
+void expect_the_same_setting_attaches(std::vector<Rank>& ranks, int setting) {
+  auto again = nccl_like("again", 2);
+  again->set_symmetric_kernels(-1, setting);
+  const auto fine = on_ranks(2, [&](int rank) {
+    auto comm = std::make_shared<LoopbackCommunicator>(again, rank);
+    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
+    ranks[static_cast<std::size_t>(rank)].registry->detach(*comm);
+  });
+  EXPECT_EQ(fine[0], "");
+  EXPECT_EQ(fine[1], "");
+  EXPECT_EQ(again->live_registrations(), 0);
+}
+
 // Ranks that would launch NCCL's symmetric kernels with different CTA counts (a profile on one host
 // only, NCCL_SYM_CTAS on some ranks) would hang in the first symmetric collective: the attach
 // agreement fails on every rank instead, and registers nothing.
@@ -440,17 +455,7 @@ TEST(Agreement, RanksWithDifferentSymmetricKernelSettingsFailAtAttach) {
     EXPECT_TRUE(contains(e, "different CTA counts")) << e;
   }
   EXPECT_EQ(group->live_registrations(), 0);
-  // The same setting on every rank attaches.
-  auto again = nccl_like("again", 2);
-  again->set_symmetric_kernels(-1, 32);
-  const auto fine = on_ranks(2, [&](int rank) {
-    auto comm = std::make_shared<LoopbackCommunicator>(again, rank);
-    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
-    ranks[static_cast<std::size_t>(rank)].registry->detach(*comm);
-  });
-  EXPECT_EQ(fine[0], "");
-  EXPECT_EQ(fine[1], "");
-  EXPECT_EQ(again->live_registrations(), 0);
+  expect_the_same_setting_attaches(ranks, 32);  // the same setting on every rank attaches
   for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i].pool->deallocate(blocks[i]);
 }
 
@@ -892,17 +897,7 @@ TEST(Agreement, RanksThatDeclaredOverlapDifferentlyFailAtAttach) {
     EXPECT_TRUE(contains(e, "CTA preference (ncclpool_prefer_nccl_symmetric_ctas")) << e;
   }
   EXPECT_EQ(group->live_registrations(), 0);
-  // Every rank declared: the same count, the attach goes through.
-  auto again = nccl_like("again", 2);
-  again->set_symmetric_kernels(-1, declared);
-  const auto fine = on_ranks(2, [&](int rank) {
-    auto comm = std::make_shared<LoopbackCommunicator>(again, rank);
-    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
-    ranks[static_cast<std::size_t>(rank)].registry->detach(*comm);
-  });
-  EXPECT_EQ(fine[0], "");
-  EXPECT_EQ(fine[1], "");
-  EXPECT_EQ(again->live_registrations(), 0);
+  expect_the_same_setting_attaches(ranks, declared);  // every rank declared: the same count attaches
   for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i].pool->deallocate(blocks[i]);
 }
 
