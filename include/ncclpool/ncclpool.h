@@ -120,7 +120,7 @@ typedef struct ncclpool_features {
   uint64_t symmetric_fences_skipped_in_capture; /* of them, captures where NCCL's own event-wait node orders
                                                    the collective (NCCL < 2.29, graph mixing on) */
   /* Added in 0.1 after the fence's counters (the same rule). */
-  int symmetric_ctas_nccl_preferred; /* this process called ncclpool_prefer_nccl_symmetric_ctas (its symmetric
+  int symmetric_ctas_nccl_preferred; /* this process called ncclpool_prefer_nccl_symmetric_ctas, recorded (its symmetric
                                         collectives overlap compute: NCCL's own CTA count before ncclpool's default) */
 } ncclpool_features_t;
 /* Fills *features (struct_size must be set; at least up to why_not). Loads the CUDA driver and NCCL

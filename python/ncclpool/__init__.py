@@ -60,8 +60,8 @@ def features() -> dict:
     """What ncclpool can use here: CUDA devices, NCCL library/version, symmetric-window support, and
     the CTA count of NCCL's symmetric kernels (``symmetric_ctas``, 0 = NCCL's choice; fixed at the
     process's first symmetric attach: ``symmetric_ctas_decided``; ``symmetric_ctas_source`` says why;
-    ``symmetric_ctas_nccl_preferred``: the process called :func:`prefer_nccl_symmetric_ctas`, as the
-    FSDP2 helper and ``ncclpool.torch.megatron.install()`` do).
+    ``symmetric_ctas_nccl_preferred``: the process called :func:`prefer_nccl_symmetric_ctas` and it was
+    recorded (a refused call leaves it False), as the FSDP2 helper and ``ncclpool.torch.megatron.install()`` do).
     ``nccl_other_copies``: how many other NCCL libraries are loaded in this process besides
     ``nccl_library`` (normally 0; the first is ``nccl_other_library``, version ``nccl_other_version``):
     looked for at each call. ``symmetric_kernels_enabled``: windows carry NCCL's symmetric flag, so its

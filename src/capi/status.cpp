@@ -83,7 +83,9 @@ ncclpool_status_t ncclpool_get_features(ncclpool_features_t* features) {
     out.nccl_windows = nccl.windows ? 1 : 0;
     out.nccl_reused_loaded = nccl.reused_loaded ? 1 : 0;
     auto copy = [](char* dst, std::size_t cap, const std::string& src) {
-      const std::size_t n = std::min(cap - 1, src.size());
+      std::size_t n = std::min(cap - 1, src.size());
+      if (n < src.size())  // cut before a whole UTF-8 character, never inside one (a profile's path may be any)
+        while (n > 0 && (static_cast<unsigned char>(src[n]) & 0xC0) == 0x80) --n;
       std::memcpy(dst, src.data(), n);
       dst[n] = '\0';
     };

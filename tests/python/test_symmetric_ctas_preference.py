@@ -127,6 +127,47 @@ def test_the_fsdp2_helper_warns_once_where_the_process_decided_already(fsdp, vot
     assert declarations.calls == ["prefer"]
 
 
+def test_a_refusal_under_warnings_as_errors_keeps_the_rank_in(fsdp, vote, declarations, capsys):  # noqa: F811
+    # `python -W error` turns the warning into an exception: a rank leaving enable() there would miss
+    # the copy-engine vote the other ranks make next. The text goes to stderr instead.
+    declarations.fail = errors.InvalidState("ncclpool_prefer_nccl_symmetric_ctas: after this process decided its count")
+    mempool = fsdp.pool(symmetric=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fsdp.helper.enable(fsdp.model, mempool, copy_engine=False) == 3
+    assert "ncclpool: warning: ncclpool.torch.fsdp.enable(): " in capsys.readouterr().err
+
+
+def test_the_fence_declaration_refused_under_warnings_as_errors_keeps_the_rank_in(torch_layer, monkeypatch, capsys):
+    def refuse():
+        raise errors.InvalidState("the fence was declared after this process decided its symmetric kernels")
+
+    monkeypatch.setattr(ncclpool, "prefer_symmetric_fence", refuse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch_layer.binding._declare_fence()  # what init() calls first
+    assert "ncclpool: warning: ncclpool.torch.init(): the fence was declared after" in capsys.readouterr().err
+
+
+def test_a_second_caller_waits_for_the_first_callers_declaration(torch_layer, declarations):
+    # Two helpers made at once in one process: the second must not go on (and attach, deciding
+    # ncclpool's default where the other ranks decide NCCL's count) before the declaration is made.
+    import threading
+    entered, release = threading.Event(), threading.Event()
+    declarations.on_call = lambda: (entered.set(), release.wait(5))
+    first = threading.Thread(target=torch_layer.binding.prefer_nccl_ctas_for_training, args=("first",))
+    first.start()
+    assert entered.wait(5)
+    second = threading.Thread(target=torch_layer.binding.prefer_nccl_ctas_for_training, args=("second",))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive(), "the second caller went on while the first caller's declaration was still being made"
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert declarations.calls == ["prefer"]
+
+
 def test_megatron_install_declares_once_before_it_replaces_anything(torch_layer, packages, declarations):  # noqa: F811
     packages()
     import ncclpool.torch.megatron as dropin

@@ -32,6 +32,8 @@ expect_rc 0 "$tool" info --json;          json_ok "$tmp/out"
 expect_rc 0 env NCCLPOOL_SYMMETRIC_FENCE=memset "$tool" info --json
 grep -qE '"symmetric_kernels":\{"enabled":(true|false),"hazard":(true|false),"decision":"(on|fence|guard|off)","why":' "$tmp/out" || fail "info --json: decision"
 grep -qE '"declared_decision":"(on|fence|guard|off)","declared_why":".*","fence_kind":"memset"' "$tmp/out" || fail "info --json: fence"
+# The CTA count as info's own process decides it and as a training process (the declaration) would.
+grep -qE '"symmetric_ctas_source":"[^"]+","symmetric_ctas_training":[0-9]+,"symmetric_ctas_training_source":"[^"]+"' "$tmp/out" || fail "info --json: CTAs"
 expect_rc 0 "$tool" info;                 grep -qE "^  symmetric fence +node \(NCCLPOOL_SYMMETRIC_FENCE\)" "$tmp/out" || fail "info: fence"
 expect_rc 0 "$tool" version
 # A misused command prints its own usage, not the top-level one (an unknown command gets that).

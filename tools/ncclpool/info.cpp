@@ -105,6 +105,12 @@ int cmd_info(const Args& args) {
   const SymmetricCtas ctas = gpus.empty() ? SymmetricCtas{0, true, false, false, "no GPU: no symmetric kernels"}
                                           : choose_symmetric_ctas(environment::nccl_sym_ctas(), environment::ncclpool_sym_ctas(), gpus[0].cc_major, gpus[0].cc_minor, &lookup);
   const std::string ctas_text = (ctas.ctas > 0 ? std::to_string(ctas.ctas) : std::string("NCCL's choice")) + " (" + ctas.source + ")";
+  // What a process that declares its collectives overlap compute decides (the training layers).
+  const SymmetricCtas ctas_training = gpus.empty() ? ctas
+                                                   : choose_symmetric_ctas(environment::nccl_sym_ctas(), environment::ncclpool_sym_ctas(),
+                                                                           gpus[0].cc_major, gpus[0].cc_minor, &lookup, /*nccl_ctas_preferred=*/true);
+  const std::string ctas_training_text =
+      (ctas_training.ctas > 0 ? std::to_string(ctas_training.ctas) : std::string("NCCL's choice")) + " (" + ctas_training.source + ")";
   const SymmetricKernels kernels = symmetric_kernels_on(0);
   const std::string kernels_text = gpus.empty() ? "no GPU" : kernels.why;
   // What a process that declares the fence decides (ncclpool.torch, ncclpool.sglang, bench coll, tune),
@@ -178,6 +184,7 @@ int cmd_info(const Args& args) {
     o << "],\"registration\":{\"local\":" << (local_ok ? "true" : "false") << ",\"local_why_not\":" << json_quote(local_why)
       << ",\"symmetric\":" << (symmetric_ok ? "true" : "false") << ",\"symmetric_why_not\":" << json_quote(symm_why)
       << ",\"symmetric_ctas\":" << ctas.ctas << ",\"symmetric_ctas_source\":" << json_quote(ctas.source)
+      << ",\"symmetric_ctas_training\":" << ctas_training.ctas << ",\"symmetric_ctas_training_source\":" << json_quote(ctas_training.source)
       << ",\"symmetric_kernels\":{\"enabled\":" << (kernels.enabled ? "true" : "false") << ",\"hazard\":" << (kernels.hazard ? "true" : "false")
       << ",\"decision\":" << json_quote(gpus.empty() ? "off" : kernels.decision) << ",\"why\":" << json_quote(kernels_text)
       << ",\"declared_decision\":" << json_quote(gpus.empty() ? "off" : declared.decision) << ",\"declared_why\":" << json_quote(declared_text)
@@ -241,6 +248,8 @@ int cmd_info(const Args& args) {
     std::printf("  %-24s      %s\n", "  with the fence declared", (declared_text + " (ncclpool.torch, ncclpool.sglang, bench coll, tune declare it)").c_str());
   std::printf("  %-24s      %s\n", "symmetric fence", (fence_kind + " (NCCLPOOL_SYMMETRIC_FENCE), launched where the decision is fence").c_str());
   std::printf("  %-24s      %s\n", "symmetric kernels' CTAs", ctas_text.c_str());
+  if (ctas_training_text != ctas_text)
+    std::printf("  %-24s      %s\n", "  in training", (ctas_training_text + " (the FSDP2 helper and Megatron's install() declare it)").c_str());
   std::printf("  %-24s      %s\n", "copy-engine all-gather", copy_engine_text.c_str());
   std::printf("  %-24s      %s\n", "auto pools route", routes_text.c_str());
   std::printf("\nprofile    %s\n", profile_text.c_str());

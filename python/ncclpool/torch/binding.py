@@ -6,6 +6,8 @@ table mapping MemPools to pools, their attachments and the lock are state.py's.
 """
 from __future__ import annotations
 
+import sys
+import threading
 import warnings
 
 import torch
@@ -21,6 +23,7 @@ from .copy_engine import pool_stats, summary_lines
 
 _allocator = None  # torch.cuda.memory.CUDAPluggableAllocator over ncclpool_torch_alloc/free
 _pools_created = 0     # names pools in creation order (the same on every rank)
+_ctas_lock = threading.Lock()  # guards _ctas_declared and the declaration itself
 _ctas_declared = False  # prefer_nccl_ctas_for_training ran in this process (its warning comes once)
 
 
@@ -75,7 +78,17 @@ def _declare_fence() -> None:
     try:
         _np.prefer_symmetric_fence()
     except errors.InvalidState as e:
-        warnings.warn(f"ncclpool.torch.init(): {e}", RuntimeWarning, stacklevel=3)
+        _warn(f"ncclpool.torch.init(): {e}")
+
+
+def _warn(text: str) -> None:
+    """A RuntimeWarning that never raises: under `python -W error` (or a filter turning warnings into
+    errors) warnings.warn raises, and a rank leaving here would miss the collectives the other ranks
+    make next; the text then goes to stderr instead."""
+    try:
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
+    except Exception:  # noqa: BLE001 - a warning filter set to "error" (any exception it raises)
+        print(f"ncclpool: warning: {text}", file=sys.stderr, flush=True)
 
 
 def prefer_nccl_ctas_for_training(who: str) -> None:
@@ -85,14 +98,17 @@ def prefer_nccl_ctas_for_training(who: str) -> None:
     A process that decided that default already keeps it (a slower step, never a hang): said once, as
     a warning; nothing raised here may keep this rank out of the collectives every rank makes next."""
     global _ctas_declared
-    with state.lock:
+    problem = None
+    with _ctas_lock:  # held across the declaration: no second caller goes on (and attaches) before it took effect
         if _ctas_declared:
             return
+        try:
+            _np.prefer_nccl_symmetric_ctas()
+        except Exception as e:  # noqa: BLE001 - InvalidState (decided already) above all: a preference, never a failure
+            problem = e
         _ctas_declared = True
-    try:
-        _np.prefer_nccl_symmetric_ctas()
-    except Exception as e:  # noqa: BLE001 - InvalidState (decided already) above all: a preference, never a failure
-        warnings.warn(f"{who}: {e}", RuntimeWarning, stacklevel=3)
+    if problem is not None:
+        _warn(f"{who}: {problem}")
 
 
 def _torch_nccl_version() -> int:

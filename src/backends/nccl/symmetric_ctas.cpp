@@ -82,9 +82,9 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
     about_profile = "; the profile " + profile->path + " measured no count (its runs had the symmetric kernels off)";
   const std::string gpu = "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
   if (const int n = measured_default(cc_major); n > 0 && nccl_ctas_preferred) {
-    // Kept under ncclpool_features_t's 256 bytes for the source (the profile's note may be cut).
-    out.source = "NCCL's own choice: this process declared that its collectives overlap compute (ncclpool_prefer_nccl_symmetric_ctas: "
-                 "ncclpool.torch.fsdp, ncclpool.torch.megatron.install); else ncclpool's " + std::to_string(n) + " for " + gpu + about_profile;
+    // Short: ncclpool_features_t keeps 255 bytes of the source, and a profile's note follows.
+    out.source = "NCCL's own choice (overlap declared: ncclpool_prefer_nccl_symmetric_ctas; else " + std::to_string(n) + " for " + gpu + ")" +
+                 about_profile;
     return out;
   }
   if (const int n = measured_default(cc_major); n > 0) {
