@@ -65,9 +65,10 @@ def features() -> dict:
     ``nccl_other_copies``: how many other NCCL libraries are loaded in this process besides
     ``nccl_library`` (normally 0; the first is ``nccl_other_library``, version ``nccl_other_version``):
     looked for at each call. ``symmetric_kernels_enabled``: windows carry NCCL's symmetric flag, so its
-    symmetric kernels run on them; off by default on NCCL 2.28.0-2.30.6 on Hopper and newer
+    symmetric kernels run on them; on NCCL 2.28.0-2.30.6 on Hopper and newer
     (``symmetric_kernels_hazard``: those kernels can read their input before the kernel before them on
-    the stream wrote it); ``symmetric_kernels_why`` says why, ``NCCLPOOL_SYMMETRIC_KERNELS=auto|on|off|fence``
+    the stream wrote it) on by default only where the process declared the fence (ncclpool.torch and
+    ncclpool.sglang do), else off (the guard); ``symmetric_kernels_why`` says why, ``NCCLPOOL_SYMMETRIC_KERNELS=auto|on|off|fence``
     decides (docs/python.md, "NCCL versions"). ``symmetric_kernels_decision``: ``on``, ``fence`` (the
     kernels on, every collective on windows that ncclpool launches or wraps fenced: ``auto`` in a process
     that declared it, ``symmetric_fence_declared``, as ncclpool.torch does), ``guard`` (off because of
