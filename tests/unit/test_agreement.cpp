@@ -435,17 +435,24 @@ void expect_the_same_setting_attaches(std::vector<Rank>& ranks, int setting) {
 }
 
 // Ranks that would launch NCCL's symmetric kernels with different CTA counts (a profile on one host
-// only, NCCL_SYM_CTAS on some ranks) would hang in the first symmetric collective: the attach
-// agreement fails on every rank instead, and registers nothing.
+// only, NCCL_SYM_CTAS on some ranks, prefer_nccl_symmetric_ctas declared on some ranks only) would
+// hang in the first symmetric collective: the attach agreement fails on every rank instead, and
+// registers nothing. Ranks here are threads of one process, which has one decision: each rank's word is
+// the one a process that declared (rank 1) or not (rank 0) decides on Hopper, given to the simulated
+// communicator.
 TEST(Agreement, RanksWithDifferentSymmetricKernelSettingsFailAtAttach) {
+  const int undeclared = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, false).ctas;
+  const int declared = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, true).ctas;
+  ASSERT_EQ(undeclared, 32);
+  ASSERT_EQ(declared, 0);
   auto group = nccl_like("world", 2);
   std::vector<Rank> ranks;
   ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
   ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
   std::vector<void*> blocks;
   for (auto& r : ranks) blocks.push_back(r.pool->allocate(MiB));  // a segment that attach would register
-  group->set_symmetric_kernels(0, 32);
-  group->set_symmetric_kernels(1, 0);
+  group->set_symmetric_kernels(0, undeclared);
+  group->set_symmetric_kernels(1, declared);
   const auto errors = on_ranks(2, [&](int rank) {
     auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
     ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
@@ -454,6 +461,7 @@ TEST(Agreement, RanksWithDifferentSymmetricKernelSettingsFailAtAttach) {
     EXPECT_TRUE(contains(e, "ranks disagree at attach #0")) << e;
     EXPECT_TRUE(contains(e, "symmetric kernels' CTAs 32") && contains(e, "symmetric kernels' CTAs NCCL's choice")) << e;
     EXPECT_TRUE(contains(e, "different CTA counts")) << e;
+    EXPECT_TRUE(contains(e, "CTA preference (ncclpool_prefer_nccl_symmetric_ctas")) << e;
   }
   EXPECT_EQ(group->live_registrations(), 0);
   expect_the_same_setting_attaches(ranks, 32);  // the same setting on every rank attaches
@@ -869,37 +877,6 @@ TEST(SymmetricCtasDeathTest, TheDeclarationAfterAnExplicitCountIsOnlyRecorded) {
       return wrong;
     });
   }
-}
-
-// Ranks that declared differently (one process of the training layers beside one that is not) decide
-// different counts on Hopper: the attach agreement fails on every rank, as for any other difference.
-// Ranks here are threads of one process, which has one declaration: each rank's decision word is the
-// one a process that declared (or not) decides, given to the simulated communicator.
-TEST(Agreement, RanksThatDeclaredOverlapDifferentlyFailAtAttach) {
-  const int declared = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, true).ctas;
-  const int undeclared = choose_symmetric_ctas(nullptr, nullptr, 9, 0, nullptr, false).ctas;
-  ASSERT_NE(declared, undeclared);
-  auto group = nccl_like("world", 2);
-  std::vector<Rank> ranks;
-  ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
-  ranks.push_back(make_rank(true, 2 * MiB, 0, "p"));
-  std::vector<void*> blocks;
-  for (auto& r : ranks) blocks.push_back(r.pool->allocate(MiB));  // a segment that attach would register
-  group->set_symmetric_kernels(0, declared);
-  group->set_symmetric_kernels(1, undeclared);
-  const auto errors = on_ranks(2, [&](int rank) {
-    auto comm = std::make_shared<LoopbackCommunicator>(group, rank);
-    ranks[static_cast<std::size_t>(rank)].registry->attach(comm, RegistrationKind::symmetric);
-  });
-  for (const std::string& e : errors) {
-    EXPECT_TRUE(contains(e, "ranks disagree at attach #0")) << e;
-    EXPECT_TRUE(contains(e, "symmetric kernels' CTAs 32") && contains(e, "symmetric kernels' CTAs NCCL's choice")) << e;
-    EXPECT_TRUE(contains(e, "different CTA counts")) << e;
-    EXPECT_TRUE(contains(e, "CTA preference (ncclpool_prefer_nccl_symmetric_ctas")) << e;
-  }
-  EXPECT_EQ(group->live_registrations(), 0);
-  expect_the_same_setting_attaches(ranks, declared);  // every rank declared: the same count attaches
-  for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i].pool->deallocate(blocks[i]);
 }
 
 // The C ABI keeps 255 bytes of the source: a longer one (a profile's path in its note) is cut before
