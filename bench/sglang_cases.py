@@ -174,7 +174,7 @@ def pdl(torch, api, group, rank, world, events, launches=200, delay_us=300, kib=
     wrong results of this rank out of `launches`, and the fences ncclpool launched meanwhile."""
     import ncclpool
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "torch"))
-    from pdl_producer import Producer
+    from pdl_producer import Producer, count_wrong
     producer = Producer()
     with api.use_symmetric_memory(group):
         x = torch.empty(kib * 1024 // 4, dtype=torch.float32, device="cuda")
@@ -201,14 +201,7 @@ def pdl(torch, api, group, rank, world, events, launches=200, delay_us=300, kib=
                     with torch.cuda.graph(g, stream=stream):
                         step(all_reduce)
                 torch.cuda.synchronize()
-            wrong, example = 0, None
-            for _ in range(launches):
-                g.replay() if graph else step(all_reduce)
-                torch.cuda.synchronize()
-                bad = x != expected
-                if bool(bad.any()):
-                    wrong += 1
-                    example = float(x[bad.nonzero()[0]].item())
+            wrong, example = count_wrong(x, expected, launches, g.replay if graph else lambda: step(all_reduce))
             rows.append(dict(call=how, graph=graph, wrong=wrong, launches=launches, example=example,
                              fences=ncclpool.features()["symmetric_fences_launched"] - before))
             del g

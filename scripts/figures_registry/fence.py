@@ -157,6 +157,16 @@ def speed(path, sz, pool, setting, base="on"):
     return b / _med(path, pool, sz, setting)
 
 
+def speeds(path, setting, base="on", keep=lambda sz: True):
+    """setting's speed relative to base's (speed()) at every size `keep` admits, in both pools."""
+    return [speed(path, sz, p, setting, base) for sz in _sizes(path) if keep(sz) for p in POOLS]
+
+
+def cost_us(path, setting, pool="symmetric"):
+    """What `setting` adds per all-reduce over the unfenced kernels: its median minus on's, every size."""
+    return span([_med(path, pool, sz, setting) - _med(path, pool, sz, "on") for sz in _sizes(path)], 2) + " us"
+
+
 def _vs_on(path, sz, pool):
     return speed(path, sz, pool, "fence")
 
@@ -184,28 +194,20 @@ figure("fence.decode.mix_table", MIX)(lambda: _decode_table(MIX))
 figure("fence.decode.nomix_table", NOMIX)(lambda: _decode_table(NOMIX))
 
 
-def _vs_on_all(path, keep=lambda sz: True):
-    return [_vs_on(path, sz, p) for sz in _sizes(path) if keep(sz) for p in POOLS]
+figure("fence.decode.mix_vs_on", MIX)(lambda: span(speeds(MIX, "fence"), 2))
+figure("fence.decode.nomix_vs_on", NOMIX)(lambda: span(speeds(NOMIX, "fence"), 2))
+figure("fence.decode.nomix_vs_on_small", NOMIX)(lambda: span(speeds(NOMIX, "fence", keep=lambda sz: sz <= MIB), 2))
+figure("fence.decode.nomix_vs_on_big", NOMIX)(lambda: span(speeds(NOMIX, "fence", keep=lambda sz: sz > MIB), 2))
 
 
-figure("fence.decode.mix_vs_on", MIX)(lambda: span(_vs_on_all(MIX), 2))
-figure("fence.decode.nomix_vs_on", NOMIX)(lambda: span(_vs_on_all(NOMIX), 2))
-figure("fence.decode.nomix_vs_on_small", NOMIX)(lambda: span(_vs_on_all(NOMIX, lambda sz: sz <= MIB), 2))
-figure("fence.decode.nomix_vs_on_big", NOMIX)(lambda: span(_vs_on_all(NOMIX, lambda sz: sz > MIB), 2))
-
-
-def _cost(pool):
-    """What the fence adds per all-reduce with graph mixing off: fence's median minus on's, every size."""
-    return span([_med(NOMIX, pool, sz, "fence") - _med(NOMIX, pool, sz, "on") for sz in _sizes(NOMIX)], 2) + " us"
-
-
-figure("fence.decode.nomix_cost_us", NOMIX)(lambda: _cost("symmetric"))
-figure("fence.decode.nomix_cost_auto_us", NOMIX)(lambda: _cost("auto"))
+# What the fence adds per all-reduce with graph mixing off.
+figure("fence.decode.nomix_cost_us", NOMIX)(lambda: cost_us(NOMIX, "fence"))
+figure("fence.decode.nomix_cost_auto_us", NOMIX)(lambda: cost_us(NOMIX, "fence", "auto"))
 
 
 @figure("fence.decode.vs_plain", MIX, NOMIX)
 def _fence_vs_plain():
-    return span([_vs_plain(path, sz, p) for path in (MIX, NOMIX) for sz in _sizes(path) for p in POOLS], 2) + "x"
+    return span(speeds(MIX, "fence", "plain") + speeds(NOMIX, "fence", "plain"), 2) + "x"
 
 
 @figure("fence.decode.nomix_target_sizes", NOMIX)

@@ -37,10 +37,9 @@ def _decisions(path, want):
 # ---- decode in a CUDA graph at 4 GPUs ----
 
 figure("fence4.decode.mix_table", MIX)(lambda: _fence._decode_table(MIX))
-figure("fence4.decode.mix_vs_on", MIX)(lambda: span(_fence._vs_on_all(MIX), 2))
-figure("fence4.decode.mix_vs_plain", MIX)(lambda: span([_speed(MIX, sz, p, "fence", "plain") for sz in sizes(MIX) for p in POOLS], 2) + "x")
-figure("fence4.decode.mix_guard_vs_plain", MIX)(
-    lambda: span([_speed(MIX, sz, p, "guard", "plain") for sz in sizes(MIX) for p in POOLS], 2) + "x")
+figure("fence4.decode.mix_vs_on", MIX)(lambda: span(_fence.speeds(MIX, "fence"), 2))
+figure("fence4.decode.mix_vs_plain", MIX)(lambda: span(_fence.speeds(MIX, "fence", "plain"), 2) + "x")
+figure("fence4.decode.mix_guard_vs_plain", MIX)(lambda: span(_fence.speeds(MIX, "guard", "plain"), 2) + "x")
 
 NODE_DECISIONS = {"guard": ["off"], "fence": ["fence (kernel)"], "fence-node": ["fence (node)"], "on": ["on"]}
 
@@ -63,17 +62,15 @@ def _nomix_table():
 
 def _nomix(setting, keep=lambda sz: True, base="on"):
     _decisions(NODE, NODE_DECISIONS)
-    return [_speed(NODE, sz, p, setting, base) for sz in sizes(NODE) if keep(sz) for p in POOLS]
+    return _fence.speeds(NODE, setting, base, keep)
 
 
 figure("fence4.decode.node_vs_on", NODE)(lambda: span(_nomix("fence-node"), 2))
 figure("fence4.decode.node_vs_on_from_64k", NODE)(lambda: span(_nomix("fence-node", lambda sz: sz >= 64 << 10), 2))
 figure("fence4.decode.kernel_vs_on", NODE)(lambda: span(_nomix("fence"), 2))
 figure("fence4.decode.node_vs_plain", NODE)(lambda: span(_nomix("fence-node", base="plain"), 2) + "x")
-figure("fence4.decode.node_cost_us", NODE)(lambda: span(
-    [med(NODE, "symmetric", sz, "fence-node") - med(NODE, "symmetric", sz, "on") for sz in sizes(NODE)], 2) + " us")
-figure("fence4.decode.kernel_cost_us", NODE)(lambda: span(
-    [med(NODE, "symmetric", sz, "fence") - med(NODE, "symmetric", sz, "on") for sz in sizes(NODE)], 2) + " us")
+figure("fence4.decode.node_cost_us", NODE)(lambda: _fence.cost_us(NODE, "fence-node"))
+figure("fence4.decode.kernel_cost_us", NODE)(lambda: _fence.cost_us(NODE, "fence"))
 
 
 @figure("fence4.decode.node_target_sizes", NODE)
@@ -100,8 +97,7 @@ def _memset_table():
                   "memset's speed / plain's"], body, [Run(MEMSET)])
 
 
-figure("fence4.decode.memset_cost_us", MEMSET)(lambda: span(
-    [med(MEMSET, "symmetric", sz, "fence-memset") - med(MEMSET, "symmetric", sz, "on") for sz in sizes(MEMSET)], 2) + " us")
+figure("fence4.decode.memset_cost_us", MEMSET)(lambda: _fence.cost_us(MEMSET, "fence-memset"))
 
 
 # ---- the PDL positive control at 4 GPUs, every fence kind ----

@@ -87,7 +87,7 @@ NODE2_DECISIONS = {"fence": ["fence (node)"], "fence-kernel": ["fence (kernel)"]
 def _node2(setting, base="on"):
     if data(NODE2)["decisions"] != NODE2_DECISIONS:
         raise ValueError(f"{NODE2}: decisions {data(NODE2)['decisions']}")
-    return [_fence.speed(NODE2, sz, p, setting, base) for sz in _fence._sizes(NODE2) for p in _fence.POOLS]
+    return _fence.speeds(NODE2, setting, base)
 
 
 @figure("pdl_paths.decode2.table", NODE2)
@@ -106,5 +106,4 @@ def _decode2_table():
 figure("pdl_paths.decode2.node_vs_on", NODE2)(lambda: span(_node2("fence"), 2))
 figure("pdl_paths.decode2.kernel_vs_on", NODE2)(lambda: span(_node2("fence-kernel"), 2))
 figure("pdl_paths.decode2.node_vs_plain", NODE2)(lambda: span(_node2("fence", "plain"), 2) + "x")
-figure("pdl_paths.decode2.node_cost_us", NODE2)(lambda: span(
-    [_fence._med(NODE2, "symmetric", sz, "fence") - _fence._med(NODE2, "symmetric", sz, "on") for sz in _fence._sizes(NODE2)], 2) + " us")
+figure("pdl_paths.decode2.node_cost_us", NODE2)(lambda: _fence.cost_us(NODE2, "fence"))

@@ -81,13 +81,13 @@ SymmetricCtas choose_symmetric_ctas(const char* nccl_sym_ctas, const char* ncclp
   if (profile != nullptr && profile->profile)  // measured with the symmetric kernels off: no count to take
     about_profile = "; the profile " + profile->path + " measured no count (its runs had the symmetric kernels off)";
   const std::string gpu = "compute capability " + std::to_string(cc_major) + "." + std::to_string(cc_minor);
-  if (const int n = measured_default(cc_major); n > 0 && nccl_ctas_preferred) {
-    // Short: ncclpool_features_t keeps 255 bytes of the source, and a profile's note follows.
-    out.source = "NCCL's own choice (overlap declared: ncclpool_prefer_nccl_symmetric_ctas; else " + std::to_string(n) + " for " + gpu + ")" +
-                 about_profile;
-    return out;
-  }
   if (const int n = measured_default(cc_major); n > 0) {
+    if (nccl_ctas_preferred) {  // the declaration: the measured default yields
+      // Short: ncclpool_features_t keeps 255 bytes of the source, and a profile's note follows.
+      out.source = "NCCL's own choice (overlap declared: ncclpool_prefer_nccl_symmetric_ctas; else " + std::to_string(n) + " for " + gpu + ")" +
+                   about_profile;
+      return out;
+    }
     out.ctas = n;
     out.set_by_ncclpool = true;
     out.source = "ncclpool's default for " + gpu + " (measured on H200; NCCLPOOL_SYM_CTAS=nccl keeps NCCL's choice)" + about_profile;

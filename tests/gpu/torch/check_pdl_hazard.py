@@ -40,7 +40,7 @@ import ncclpool.torch as nccl_allocator  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pdl_verdict  # noqa: E402
-from pdl_producer import Producer  # noqa: E402
+from pdl_producer import Producer, count_wrong  # noqa: E402
 
 
 def torch_symmetric_tensor(numel, group):
@@ -70,29 +70,18 @@ def run_mode(tensor, producer, rank, world, launches, delay_ns, graph, all_reduc
         producer.launch(tensor, float(rank + 1), delay_ns, torch.cuda.current_stream())
         all_reduce(tensor)
 
-    wrong = 0
-    example = None
-    if graph:
-        g = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(stream)
-        with torch.cuda.stream(side):
-            step()  # warm-up outside the capture (NCCL's first use of the buffer)
-        stream.wait_stream(side)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g):
-            step()
-    for _ in range(launches):
-        if graph:
-            g.replay()
-        else:
-            step()
-        torch.cuda.synchronize()
-        bad = tensor != expected
-        if bool(bad.any()):
-            wrong += 1
-            example = float(tensor[bad.nonzero()[0]].item())
-    return wrong, example
+    if not graph:
+        return count_wrong(tensor, expected, launches, step)
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(stream)
+    with torch.cuda.stream(side):
+        step()  # warm-up outside the capture (NCCL's first use of the buffer)
+    stream.wait_stream(side)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        step()
+    return count_wrong(tensor, expected, launches, g.replay)
 
 
 def main():

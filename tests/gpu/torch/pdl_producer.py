@@ -1,7 +1,7 @@
 """The PDL producer of the torch-level PDL checks (check_pdl_hazard.py, bench/sglang_cases.py's ``pdl``
 case): ncclpool_trigger_then_write from tests/gpu/pdl_producer.ptx, a kernel that lets its dependents
 start at once and writes its output after a delay, launched through the driver API (ctypes, no torch
-extension to build) on a given stream."""
+extension to build) on a given stream; and count_wrong, the checks' launch loop."""
 import ctypes
 import os
 
@@ -41,3 +41,18 @@ class Producer:
         args = (ctypes.c_void_p * 4)(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in (buf, count, val, delay)])
         self._check(self.cuda.cuLaunchKernel(self.function, self.ctas, 1, 1, 256, 1, 1, 0, ctypes.c_void_p(stream.cuda_stream), args, None),
                     "cuLaunchKernel")
+
+
+def count_wrong(tensor, expected, launches, run_once):
+    """Runs `run_once` (a producer launch and the collective, or a graph replay) `launches` times, each
+    waited for; returns how many left `tensor` anything but `expected`, and one wrong value seen."""
+    import torch
+    wrong, example = 0, None
+    for _ in range(launches):
+        run_once()
+        torch.cuda.synchronize()
+        bad = tensor != expected
+        if bool(bad.any()):
+            wrong += 1
+            example = float(tensor[bad.nonzero()[0]].item())
+    return wrong, example

@@ -61,10 +61,10 @@ def judge_sglang(cases):
         decided = {(r.get("decision"), r.get("hazard")) for r in ranks if "pdl" in r}
         if any(d == "on" and hazard for d, hazard in decided):
             continue  # the kernels forced on, unfenced: the same exposure as SGLang's allocator
-        missing = [r["rank"] for r in ranks if "pdl" not in r]
+        missing = [r for r in ranks if "pdl" not in r]
         if len(ranks) < world or not ranks or missing:
             broken.append(f"{case['name']}: {len(ranks) - len(missing)} of {world or '?'} rank(s) reported rows"
-                          + (f" (rank {missing[0]}: {[r for r in ranks if r['rank'] == missing[0]][0]['outcome'][:200]})" if missing else ""))
+                          + (f" (rank {missing[0]['rank']}: {missing[0]['outcome'][:200]})" if missing else ""))
             continue
         for (call, graph), (wrong, launches) in counts.items():
             if call == "as SGLang calls it" and wrong:
