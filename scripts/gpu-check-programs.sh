@@ -45,7 +45,7 @@ if want decode; then
     row "decode: symmetric/plain per size" "rc=$rc; $(decode_text "$OUT/decode.txt")"
     if [ -n "${DECODE_SYM_CTAS:-}" ]; then  # the symmetric kernels' CTA count, one run per value and round
       NCCLPOOL_LIBRARY="$PWD/$BUILD/src/libncclpool.so" timeout "$(within 900)" python3 bench/decode_bench.py --sym-ctas "$DECODE_SYM_CTAS" \
-        --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-ctas.json" >"$OUT/decode-ctas.txt" 2>&1
+        --nproc "${DECODE_NPROC:-2}" --rounds "${DECODE_ROUNDS:-3}" --json "$OUT/decode-ctas.json" >"$OUT/decode-ctas.txt" 2>&1
       rc=$?
       cat "$OUT/decode-ctas.txt" >>"$LOG"
       tables+=("$(sed -n '/^decode all-reduce/,$p' "$OUT/decode-ctas.txt")" "(decode CTA sweep rc=$rc)")
