@@ -249,6 +249,9 @@ def main():
 
         f = ncclpool.features()
         result["ncclpool"]["symmetric_kernels_enabled"] = f.get("symmetric_kernels_enabled")
+        # Which CTA count the symmetric kernels took (install() declares training: NCCL's own).
+        result["ncclpool"]["symmetric_ctas"] = f["symmetric_ctas"] if f["symmetric_ctas_decided"] else None
+        result["ncclpool"]["symmetric_ctas_source"] = f["symmetric_ctas_source"]
     if rank == 0:
         print("BENCH " + json.dumps(result), flush=True)
     ce_common.destroy_with_watchdog(dist, args.teardown_timeout)

@@ -112,6 +112,11 @@ for k, rs in groups.items():
             bad.append(f"{k}: losses differ by {rel:.2e} (relative) from the first configuration")
 print(f"losses: step 1 {rows[0]['result']['losses'][0]:.6f}, last {rows[0]['result']['losses'][-1]:.6f}; "
       f"largest relative difference across all runs {worst:.2e}; bitwise equal within each kind and group setting: {'yes' if not bad else 'NO'}")
+for k, rs in groups.items():  # the symmetric kernels' CTA count ncclpool's runs reported
+    for count, source in sorted({(r["ncclpool"].get("symmetric_ctas"), r["ncclpool"].get("symmetric_ctas_source"))
+                                 for r in rs if k[1] == "symmetric" and "ncclpool" in r}, key=str):
+        if source is not None:
+            print(f"  {' '.join(k)}: symmetric kernels' CTAs {count if count else 'NCCL choice'}: {source}")
 for b in bad:
     print("  " + b)
 for line in unavailable:

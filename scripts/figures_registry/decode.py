@@ -302,3 +302,44 @@ for _sz, _n in ((16 * KIB, "16k"), (64 * KIB, "64k"), (MIB, "1m"), (4 * MIB, "4m
 def _r697_captured():
     """plain / captured of each run's medians, every size."""
     return span([ratio(p, "captured", sz) for p in R697 for sz in sizes(p)], 2) + "x"
+
+
+# ---- 22b8592: the CTA count at 4 GPUs (issue 46, data/2026-11-28-gpu-check-issue46-s3) ----
+
+CTAS4 = "2026-11-28-gpu-check-issue46-s3/call1-4xh200-megatron-decodectas-22b8592/decode-ctas.json"
+CTA4_COLS = [("nccl", "NCCL's"), ("ncclpool", "ncclpool's")]
+
+
+def _cta4_best(sz):
+    if data(CTAS4)["nproc"] != 4:
+        raise ValueError(f"{CTAS4}: {data(CTAS4)['nproc']} ranks, not 4")
+    return min(CTA4_COLS, key=lambda c: med(CTAS4, "symmetric", sz, ctas=c[0]))
+
+
+@figure("decode.ctas4.table", CTAS4)
+def _ctas4_table():
+    body = []
+    for sz in sizes(CTAS4):
+        best = _cta4_best(sz)
+        row = [size(sz), cell(CTAS4, "plain", sz, "[", "]")]
+        for ctas, _ in CTA4_COLS:
+            c = cell(CTAS4, "symmetric", sz, "[", "]", ctas=ctas)
+            row.append("**" + c.replace(" [", "** [", 1) if ctas == best[0] else c)
+        row.append(f"{fmt(med(CTAS4, 'plain', sz) / med(CTAS4, 'symmetric', sz, ctas=best[0]), 2)}x ({best[1]})")
+        body.append(row)
+    return table(["size, 4 GPUs", "plain", "symmetric, NCCL's count", "symmetric, ncclpool's default (32 on Hopper)",
+                  "plain / best"], body, [Run(CTAS4)])
+
+
+@figure("decode.ctas4.ncclpool_speed", CTAS4)
+def _ctas4_speed():
+    """ncclpool's count's speed over NCCL's count's, per size."""
+    return span([med(CTAS4, "symmetric", sz, ctas="nccl") / med(CTAS4, "symmetric", sz, ctas="ncclpool") for sz in sizes(CTAS4)], 2)
+
+
+figure("decode.ctas4.fastest_ncclpool", CTAS4)(
+    lambda: f"{sum(_cta4_best(sz)[0] == 'ncclpool' for sz in sizes(CTAS4))} of {len(sizes(CTAS4))}")
+figure("decode.ctas4.nccl_vs_plain", CTAS4)(
+    lambda: span([med(CTAS4, "plain", sz) / med(CTAS4, "symmetric", sz, ctas="nccl") for sz in sizes(CTAS4)], 2) + "x")
+figure("decode.ctas4.nccl_slower_sizes", CTAS4)(
+    lambda: ", ".join(size(sz) for sz in sizes(CTAS4) if med(CTAS4, "symmetric", sz, ctas="nccl") > med(CTAS4, "plain", sz)))
