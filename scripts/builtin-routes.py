@@ -50,6 +50,33 @@ def picks(table):
     return list(zip(sizes, out))
 
 
+def any_picks(tables, per):
+    """[(bytes, kind or None)]: the kind for buffers that name no collective, where the collectives'
+    picks differ (None where they agree: the library takes theirs). The kind whose worst time over the
+    collectives, each against that collective's fastest kind, is the smallest, a tie going to the
+    cheaper kind (tune's rule, tools/ncclpool/tune_profile.cpp). No 2% margin for the cheaper kind
+    here: it would keep a worst case up to 2% above the smallest, which is what this pick is for."""
+    sizes = [b for b, _ in per[COLLECTIVES[0]]]
+    if any([b for b, _ in per[c]] != sizes for c in COLLECTIVES):
+        raise SystemExit("builtin-routes: the collectives' tables have different sizes")
+    out = []
+    for i, b in enumerate(sizes):
+        if len({per[c][i][1] for c in COLLECTIVES}) == 1:
+            out.append((b, None))
+            continue
+        chosen, chosen_worst = None, float("inf")
+        for kind in KINDS:
+            worst = 0.0
+            for c in COLLECTIVES:
+                rows = [r for r in tables[c]["rows"] if r["bytes"] == b]
+                times = {k: sum(r[f"{k}_us"] for r in rows) for k in KINDS if all(f"{k}_us" in r for r in rows)}
+                worst = max(worst, times[kind] / min(times.values()) if kind in times else float("inf"))
+            if worst < chosen_worst:
+                chosen, chosen_worst = kind, worst
+        out.append((b, chosen))
+    return out
+
+
 def profile_from(doc, source):
     facts = doc.get("facts", {})
     tables = {}
@@ -61,15 +88,22 @@ def profile_from(doc, source):
     if missing:
         raise SystemExit(f"builtin-routes: {source}: no table for {', '.join(missing)}")
     per = {c: picks(tables[c]) for c in COLLECTIVES}
-    # One class per size where any collective's pick changes; the first class covers everything below.
-    changes = sorted({b for c in COLLECTIVES for i, (b, k) in enumerate(per[c]) if i == 0 or per[c][i - 1][1] != k})
+    anys = any_picks(tables, per)
+    # One class per size where any collective's pick, or the pick for no collective, changes; the
+    # first class covers everything below.
+    series = list(per.values()) + [anys]
+    changes = sorted({b for s in series for i, (b, k) in enumerate(s) if i == 0 or s[i - 1][1] != k})
     classes = []
     for b in changes:
         kinds = {}
         for c in COLLECTIVES:
             at = [k for size, k in per[c] if size <= b]
             kinds[c] = at[-1] if at else per[c][0][1]
-        classes.append({"min_bytes": 0 if not classes else b, "kind": kinds})
+        cls = {"min_bytes": 0 if not classes else b, "kind": kinds}
+        any_kind = [k for size, k in anys if size <= b]
+        if any_kind and any_kind[-1] is not None:
+            cls["any"] = any_kind[-1]
+        classes.append(cls)
     ranks = int(facts.get("rank_count") or re.search(r"\((\d+) ranks\)", doc["tables"][0]["title"]).group(1))
     cc = facts.get("compute_capability", "")
     if not cc:

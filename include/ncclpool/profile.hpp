@@ -26,6 +26,11 @@ namespace ncclpool {
 struct ProfileClass {
   std::size_t min_bytes = 0;
   std::map<std::string, RegistrationKind, std::less<>> kind;
+  /// The kind for a buffer that names no collective (Collective::any), where the collectives' kinds
+  /// differ: the one whose worst time over the collectives, each against its fastest kind, was the
+  /// smallest (a tie: the cheaper kind). JSON "any", a member of the class beside
+  /// "kind" (libraries before it ignore it); absent: the kind most collectives picked (routes.hpp).
+  std::optional<RegistrationKind> any = std::nullopt;
 };
 
 struct Profile {

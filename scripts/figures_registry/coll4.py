@@ -6,8 +6,11 @@ A row is one (collective, size): the bench's own pool / best (out-of-place + in-
 pool's over the fastest single kind's) and the larger spread of its two placements (coll._points).
 """
 
-from . import Run, data, figure, fmt, span, table
-from .coll import _compare_ratios, _nt_lines, _points, size
+import json
+import os
+
+from . import _ROOT, Run, data, figure, fmt, span, table
+from .coll import _compare_ratios, _nt_lines, _points, op_rows, size
 
 D4 = "2026-11-28-gpu-check-4xh200-issue46/"
 RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
@@ -81,3 +84,69 @@ def _nt4_table():
 
 figure("coll4.nccltests.big_ratios", *NT4_COMPARE.values())(lambda: ", ".join(
     f"{span(_compare_ratios(p, k), 3)} ({k})" for k, p in NT4_COMPARE.items()))
+
+
+# ---- The pick for buffers naming no collective: the smallest worst case (since the majority's 1.09) ----
+
+def _builtin_any(ranks):
+    """[(min_bytes, kind)]: what the built-in routes of `ranks` ranks (src/routing/builtin/, made from
+    a bench coll run by scripts/builtin-routes.py, checked against it in CI) give a buffer that names
+    no collective: a class's "any", else its collectives' kind (they agree there)."""
+    with open(os.path.join(_ROOT[0], "src", "routing", "builtin", f"sm90-{ranks}ranks.json"), encoding="utf-8") as f:
+        classes = json.load(f)["classes"]
+    out = []
+    for c in classes:
+        kinds = set(c["kind"].values())
+        if "any" not in c and len(kinds) != 1:
+            raise ValueError(f"sm90-{ranks}ranks.json, class from {c['min_bytes']}: the collectives differ and no \"any\"")
+        out.append((c["min_bytes"], c.get("any") or kinds.pop()))
+    return out
+
+
+def _any_projection(path, ranks):
+    """[(op, bytes, kind's time / best kind's, spread %)] from FROM: a buffer naming no collective under
+    today's built-in "any" pick, from the single kinds' times the run measured (out + in place)."""
+    routes = _builtin_any(ranks)
+    out = []
+    for (op, b), p in sorted(_points(path, FROM, 1 << 62).items()):
+        kind = [k for lo, k in routes if lo <= b][-1]
+        rows = [r for r in op_rows(path, op) if r["bytes"] == b]
+        times = {k: sum(r[f"{k}_us"] for r in rows) for k in ("none", "local", "symmetric")}
+        out.append((op, b, times[kind] / min(times.values()), p["spread"], kind))
+    return out
+
+
+def _projected_worst(path, ranks):
+    quiet = [r for r in _any_projection(path, ranks) if r[3] < QUIET]
+    op, b, ratio, _, kind = max(quiet, key=lambda r: r[2])
+    return f"{fmt(ratio, 3)} ({op.replace('_', '-')} {size(b)} on {kind})"
+
+
+figure("coll4.any_new_eager_worst", RUNS[2][3])(lambda: _projected_worst(RUNS[2][3], 4))
+figure("coll4.any_new_graph_worst", RUNS[3][3])(lambda: _projected_worst(RUNS[3][3], 4))
+BUILTIN4_SOURCE = D4 + "call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json"  # sm90-4ranks.json's "source"
+
+
+@figure("coll4.any_new_routes", BUILTIN4_SOURCE)
+def _any_new_routes():
+    merged = []
+    for lo, kind in _builtin_any(4):
+        if not merged or merged[-1][1] != kind:
+            merged.append((lo, kind))
+    return ", ".join(f"{k} {'below ' + size(merged[i + 1][0]) if i == 0 and len(merged) > 1 else 'from ' + size(lo) if i else 'at every size'}"
+                     for i, (lo, k) in enumerate(merged))
+
+
+@figure("coll4.any_no_single_kind", BUILTIN4_SOURCE)
+def _any_no_single_kind():
+    """The sizes from 64 KiB where no single kind serves all three collectives within 1.03 of each
+    one's best (the routes' own run): the best any route can do there is above the target."""
+    worst = {}
+    for (op, b) in _points(BUILTIN4_SOURCE, FROM, 1 << 62):
+        rows = [r for r in op_rows(BUILTIN4_SOURCE, op) if r["bytes"] == b]
+        times = {k: sum(r[f"{k}_us"] for r in rows) for k in ("none", "local", "symmetric")}
+        for k, t in times.items():
+            worst[(b, k)] = max(worst.get((b, k), 0.0), t / min(times.values()))
+    sizes = sorted({b for b, _ in worst})
+    over = [(b, min(worst[(b, k)] for k in ("none", "local", "symmetric"))) for b in sizes]
+    return ", ".join(f"{size(b)} ({fmt(w, 3)})" for b, w in over if w > 1.03)

@@ -87,6 +87,11 @@ Profile parse_profile(std::string_view text, const std::string& name) {
       if (!k) throw InvalidArgument(at + ": the kind for " + op + " must be \"none\", \"local\" or \"symmetric\"");
       pc.kind.emplace(op, *k);
     }
+    if (const Json* any = c.find("any"); any != nullptr) {
+      const std::optional<RegistrationKind> k = any->type == Json::Type::string ? registration_kind_from_string(any->string) : std::nullopt;
+      if (!k) throw InvalidArgument(at + ": \"any\" (the kind for buffers that name no collective) must be \"none\", \"local\" or \"symmetric\"");
+      pc.any = *k;
+    }
     p.classes.push_back(std::move(pc));
   }
   return p;
@@ -106,7 +111,9 @@ std::string profile_to_json(const Profile& p) {
       o << (first ? "" : ", ") << json_quote(op) << ": " << json_quote(to_string(kind));
       first = false;
     }
-    o << "}}";
+    o << "}";
+    if (p.classes[i].any) o << ", \"any\": " << json_quote(to_string(*p.classes[i].any));
+    o << "}";
   }
   o << "\n ]\n}\n";
   return o.str();

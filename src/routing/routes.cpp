@@ -26,11 +26,16 @@ std::string short_bytes(std::size_t bytes) {
   return std::to_string(bytes) + " " + kUnits[unit];
 }
 
-// A profile class's pick for `collective`: its own, else (Collective::any, or a class without it)
-// the kind most collectives picked, a tie going to all_reduce's pick, else to the costlier kind.
+// A profile class's pick for `collective`: its own; for Collective::any the class's measured "any"
+// (the smallest worst case over the collectives); else (an older profile, or a class without the
+// collective) the kind most collectives picked, a tie going to all_reduce's pick, else to the
+// costlier kind.
 RegistrationKind pick_of(const ProfileClass& c, Collective collective) {
-  if (collective != Collective::any)
+  if (collective != Collective::any) {
     if (const auto own = c.kind.find(to_string(collective)); own != c.kind.end()) return own->second;
+  } else if (c.any) {
+    return *c.any;
+  }
   std::array<int, 3> votes{};
   for (const auto& [op, kind] : c.kind) ++votes[static_cast<int>(kind)];
   const auto all_reduce = c.kind.find("all_reduce");

@@ -12,6 +12,7 @@
 #include <ncclpool/errors.hpp>
 #include <ncclpool/pool.hpp>
 #include <ncclpool/registry.hpp>
+#include <ncclpool/routes.hpp>
 
 #include <gtest/gtest.h>
 
@@ -21,6 +22,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -247,6 +250,33 @@ TEST(Tune, ProfileFromRecordedRuns) {
   EXPECT_NE(report.text().find("symmetric CTAs: 32"), std::string::npos) << report.text();
   // The profile reads back as the library will read it.
   EXPECT_EQ(ncclpool::parse_profile(ncclpool::profile_to_json(p), "t").classes.size(), 9u);
+}
+
+// A buffer that names no collective serves them all: where their kinds differ, the profile's "any"
+// is the kind with the smallest worst case over them (the bench coll run on 4x H200 that made the
+// 4-rank built-in routes: from 512 MiB all-gather wants local, reduce-scatter symmetric, all-reduce
+// none; the majority pick put such buffers on none, 1.09x all-gather's best there).
+TEST(Tune, BuffersNamingNoCollectiveGetTheSmallestWorstCase) {
+  const std::filesystem::path path = std::filesystem::path(NCCLPOOL_TEST_DATA) /
+      "../../docs/benchmarks/data/2026-11-28-gpu-check-4xh200-issue46/call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json";
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  Report report;
+  const ncclpool::Profile p = build_profile({{"32", parse_json(text.str())}}, {"NVIDIA H200", 22809, 4}, report);
+  std::map<std::size_t, std::optional<ncclpool::RegistrationKind>> any;
+  for (const auto& c : p.classes) {
+    const auto first = c.kind.begin()->second;
+    const bool agree = std::all_of(c.kind.begin(), c.kind.end(), [&](const auto& k) { return k.second == first; });
+    EXPECT_EQ(c.any.has_value(), !agree) << c.min_bytes;  // written only where the collectives differ
+    any[c.min_bytes] = c.any;
+  }
+  EXPECT_EQ(any.at(512u << 20), ncclpool::RegistrationKind::local) << report.text();
+  EXPECT_EQ(any.at(1u << 30), ncclpool::RegistrationKind::local) << report.text();
+  // The library reads it back and routes buffers that name no collective by it.
+  const ncclpool::Profile back = ncclpool::parse_profile(ncclpool::profile_to_json(p), "t");
+  EXPECT_EQ(ncclpool::routes_from_profile(back, true).for_request(512u << 20), ncclpool::RegistrationKind::local);
+  EXPECT_NE(report.text().find("name no collective"), std::string::npos) << report.text();
 }
 
 // The count is judged where the runs resolve it: a setting that looks faster only at sizes whose runs

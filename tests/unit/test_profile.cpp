@@ -45,6 +45,26 @@ struct ProfileFile {
   }
 };
 
+// "any" (the kind for buffers that name no collective) is a member of the class beside "kind", so a
+// library that predates it reads the profile and takes the majority instead.
+TEST(Profile, AClassesAnyKindRoundTripsAndIsChecked) {
+  Profile p = h200();
+  p.classes.front().any = RegistrationKind::local;
+  const std::string json = profile_to_json(p);
+  EXPECT_TRUE(contains(json, "}, \"any\": \"local\"}")) << json;
+  const Profile back = parse_profile(json, "test");
+  EXPECT_EQ(back.classes.front().any, RegistrationKind::local);
+  EXPECT_FALSE(back.classes.back().any.has_value());
+  std::string bad = json;
+  bad.replace(bad.find("\"any\": \"local\""), 14, "\"any\": \"fast\"");
+  try {
+    (void)parse_profile(bad, "bad.json");
+    ADD_FAILURE() << "an unknown kind for any was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "bad.json, class 0: \"any\"")) << e.what();
+  }
+}
+
 TEST(Profile, JsonRoundTrip) {
   const Profile p = h200();
   const Profile back = parse_profile(profile_to_json(p), "test");

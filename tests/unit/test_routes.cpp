@@ -113,6 +113,19 @@ TEST(RoutesFromProfile, MostCollectivesWinTiesGoToAllReduce) {
   EXPECT_EQ(builtin_routes(false), SizeRoutes(RegistrationKind::local));
 }
 
+// A class's measured "any" (tune: the smallest worst case over the collectives) routes the buffers
+// that name no collective; the collectives keep their own picks; a class without it: the majority.
+TEST(RoutesFromProfile, AClassesAnyKindServesBuffersNamingNoCollective) {
+  Profile p = sim_profile(2);
+  p.classes.push_back({64 * MiB, {{"all_gather", RegistrationKind::local}, {"all_reduce", RegistrationKind::none}, {"reduce_scatter", RegistrationKind::symmetric}}});
+  EXPECT_EQ(routes_from_profile(p, true).for_request(64 * MiB), RegistrationKind::none);  // the tie goes to all_reduce's
+  p.classes.back().any = RegistrationKind::local;
+  EXPECT_EQ(routes_from_profile(p, true).describe(), "none below 64 KiB, local from 64 KiB to below 1 MiB, symmetric from 1 MiB to below 64 MiB, local from 64 MiB");
+  EXPECT_EQ(routes_from_profile(p, true, Collective::all_reduce).for_request(64 * MiB), RegistrationKind::none);
+  p.classes.back().any = RegistrationKind::symmetric;  // without windows a symmetric "any" becomes local, as every pick does
+  EXPECT_EQ(routes_from_profile(p, false).for_request(64 * MiB), RegistrationKind::local);
+}
+
 TEST(RoutesFromProfile, ACollectiveGetsItsOwnPicks) {
   const Profile p = sim_profile(2);
   EXPECT_EQ(routes_from_profile(p, true, Collective::reduce_scatter), SizeRoutes(RegistrationKind::symmetric));

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -322,6 +323,42 @@ std::pair<std::string, const std::vector<double>*> cheapest_kind(const Kinds& ki
   return {chosen, chosen_runs};
 }
 
+// The kind for a buffer that names no collective at `bytes`, where the collectives' kinds (`c`)
+// differ: the one whose worst median over the collectives, each against that collective's fastest
+// kind, is the smallest, a tie going to the cheaper kind. No 2% margin for the cheaper kind (as
+// cheapest_kind has): it would keep a worst case up to 2% above the smallest, which is what this pick
+// is for. Where they agree: none (pick_of takes their kind). The majority pick this
+// replaces cost up to 9% at 4 ranks, where all-gather, reduce-scatter and all-reduce each want
+// another kind from 512 MiB (docs/benchmarks/coll.md).
+std::optional<RegistrationKind> any_kind(const Samples& samples, std::size_t bytes, const ProfileClass& c, const std::string& best_ctas) {
+  const RegistrationKind first = c.kind.begin()->second;
+  if (std::all_of(c.kind.begin(), c.kind.end(), [&](const auto& op_kind) { return op_kind.second == first; })) return std::nullopt;
+  std::optional<RegistrationKind> chosen;
+  double chosen_worst = INFINITY;
+  for (int k = 0; k < kRegistrationKinds; ++k) {
+    double worst = 0;
+    for (const auto& [op, sizes] : samples) {
+      const auto at = sizes.find(bytes);
+      if (at == sizes.end()) continue;
+      double fastest = INFINITY, own = INFINITY;
+      for (int j = 0; j < kRegistrationKinds; ++j) {
+        const auto it = at->second.find(kind_key(to_string(static_cast<RegistrationKind>(j)), best_ctas));
+        if (it == at->second.end()) continue;
+        const double us = median(it->second);
+        fastest = std::min(fastest, us);
+        if (j == k) own = us;
+      }
+      worst = std::max(worst, own / fastest);
+    }
+    if (!std::isfinite(worst)) continue;  // a collective lacks this kind's times
+    if (worst < chosen_worst) {
+      chosen = static_cast<RegistrationKind>(k);
+      chosen_worst = worst;
+    }
+  }
+  return chosen;
+}
+
 // Per op and size the kind (profile.classes) and its table. Returns the note on the run-to-run noise
 // of what was chosen (the report's last).
 std::string choose_kinds(const Measured& m, const std::string& best, Profile& profile, Report& report) {
@@ -347,7 +384,10 @@ std::string choose_kinds(const Measured& m, const std::string& best, Profile& pr
     }
     report.tables.push_back(std::move(t));
   }
-  for (auto& [bytes, c] : classes) profile.classes.push_back(std::move(c));
+  for (auto& [bytes, c] : classes) {
+    c.any = any_kind(m.samples, bytes, c, best);
+    profile.classes.push_back(std::move(c));
+  }
   auto pct = [](const std::vector<double>& v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f%%", median(v) * 100);
@@ -401,6 +441,8 @@ Profile build_profile(const std::vector<CollRun>& runs, const MachineFacts& give
   report.facts.push_back({"machine", m.machine.gpu + ", NCCL " + std::to_string(m.machine.nccl_version) + ", " + std::to_string(m.machine.ranks) + " ranks"});
   report.facts.push_back({"runs", std::to_string(runs.size()) + " bench coll runs, CTA settings " + std::to_string(m.ctas_values.size())});
   report.notes.push_back("kind per op and size: the cheapest to hold (none < local < symmetric) unless a costlier one's median is >= 2% faster");
+  report.notes.push_back("kind for buffers that name no collective (\"any\"), where the ops' kinds differ: the smallest worst time over the ops, "
+                         "each against its fastest kind (a tie: the cheaper kind)");
   report.notes.push_back(noise);
   return profile;
 }
