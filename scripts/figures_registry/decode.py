@@ -219,19 +219,25 @@ def _cta_best(sz):
     return min(CTA_COLS, key=lambda c: _cta_med(sz, c[0]))
 
 
+def _cta_table(path, cols, best_of, head):
+    """Per size: plain, symmetric at each CTA setting of cols ([(value, label)], the best in bold), and
+    plain / best; best_of(sz) gives the best (value, label)."""
+    body = []
+    for sz in sizes(path):
+        best = best_of(sz)
+        row = [size(sz), cell(path, "plain", sz, "[", "]")]
+        for ctas, _ in cols:
+            c = cell(path, "symmetric", sz, "[", "]", ctas=ctas)
+            row.append("**" + c.replace(" [", "** [", 1) if ctas == best[0] else c)
+        row.append(f"{fmt(med(path, 'plain', sz) / med(path, 'symmetric', sz, ctas=best[0]), 2)}x ({best[1]})")
+        body.append(row)
+    return table(head, body, [Run(path)])
+
+
 @figure("decode.ctas.table", CTAS)
 def _ctas_table():
-    body = []
-    for sz in sizes(CTAS):
-        best = _cta_best(sz)
-        row = [size(sz), cell(CTAS, "plain", sz, "[", "]")]
-        for ctas, _ in CTA_COLS:
-            c = cell(CTAS, "symmetric", sz, "[", "]", ctas=ctas)
-            row.append("**" + c.replace(" [", "** [", 1) if ctas == best[0] else c)
-        row.append(f"{fmt(med(CTAS, 'plain', sz) / _cta_med(sz, best[0]), 2)}x ({best[1]})")
-        body.append(row)
-    return table(["size", "plain", "symmetric, NCCL's count", "symmetric, 16 CTAs", "symmetric, 32 CTAs",
-                  "plain / best"], body, [Run(CTAS)])
+    return _cta_table(CTAS, CTA_COLS, _cta_best, ["size", "plain", "symmetric, NCCL's count", "symmetric, 16 CTAs",
+                                                   "symmetric, 32 CTAs", "plain / best"])
 
 
 def _cta_ratios(ctas):
@@ -318,17 +324,8 @@ def _cta4_best(sz):
 
 @figure("decode.ctas4.table", CTAS4)
 def _ctas4_table():
-    body = []
-    for sz in sizes(CTAS4):
-        best = _cta4_best(sz)
-        row = [size(sz), cell(CTAS4, "plain", sz, "[", "]")]
-        for ctas, _ in CTA4_COLS:
-            c = cell(CTAS4, "symmetric", sz, "[", "]", ctas=ctas)
-            row.append("**" + c.replace(" [", "** [", 1) if ctas == best[0] else c)
-        row.append(f"{fmt(med(CTAS4, 'plain', sz) / med(CTAS4, 'symmetric', sz, ctas=best[0]), 2)}x ({best[1]})")
-        body.append(row)
-    return table(["size, 4 GPUs", "plain", "symmetric, NCCL's count", "symmetric, ncclpool's default (32 on Hopper)",
-                  "plain / best"], body, [Run(CTAS4)])
+    return _cta_table(CTAS4, CTA4_COLS, _cta4_best, ["size, 4 GPUs", "plain", "symmetric, NCCL's count",
+                                                     "symmetric, ncclpool's default (32 on Hopper)", "plain / best"])
 
 
 @figure("decode.ctas4.ncclpool_speed", CTAS4)
