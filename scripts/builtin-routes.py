@@ -50,27 +50,40 @@ def picks(table):
     return list(zip(sizes, out))
 
 
+def _at_or_below(series, b):
+    """The entry of [(bytes, x)] (ascending) at the largest size <= b, else the first."""
+    at = [x for size, x in series if size <= b]
+    return at[-1] if at else series[0][1]
+
+
 def any_picks(tables, per):
-    """[(bytes, kind or None)]: the kind for buffers that name no collective, where the collectives'
-    picks differ (None where they agree: the library takes theirs). The kind whose worst time over the
-    collectives, each against that collective's fastest kind, is the smallest, a tie going to the
-    cheaper kind (tune's rule, tools/ncclpool/tune_profile.cpp). No 2% margin for the cheaper kind
-    here: it would keep a worst case up to 2% above the smallest, which is what this pick is for."""
-    sizes = [b for b, _ in per[COLLECTIVES[0]]]
-    if any([b for b, _ in per[c]] != sizes for c in COLLECTIVES):
-        raise SystemExit("builtin-routes: the collectives' tables have different sizes")
+    """[(bytes, kind or None)] over every collective's sizes: the kind for buffers that name no
+    collective, where the collectives' picks differ (None where they agree: the library takes theirs).
+    The kind whose worst time over the collectives, each against that collective's fastest kind, is
+    the smallest, a tie going to the cheaper kind (tune's rule, tools/ncclpool/tune_profile.cpp). No 2%
+    margin for the cheaper kind here: it would keep a worst case up to 2% above the smallest, which is
+    what this pick is for. At rank counts that are no power of two all-gather's and reduce-scatter's
+    sizes (multiples of 4 x ranks) fall between all-reduce's: each collective counts at its nearest
+    size at or below. A kind with a missing or null time at that size is not a candidate."""
+    times = {}
+    for c in COLLECTIVES:
+        by_size = {}
+        for r in tables[c]["rows"]:
+            by_size.setdefault(r["bytes"], []).append(r)
+        times[c] = [(b, {k: sum(r[f"{k}_us"] for r in rows) for k in KINDS
+                         if all(isinstance(r.get(f"{k}_us"), (int, float)) for r in rows)})
+                    for b, rows in sorted(by_size.items())]
     out = []
-    for i, b in enumerate(sizes):
-        if len({per[c][i][1] for c in COLLECTIVES}) == 1:
+    for b in sorted({size for c in COLLECTIVES for size, _ in per[c]}):
+        if len({_at_or_below(per[c], b) for c in COLLECTIVES}) == 1:
             out.append((b, None))
             continue
         chosen, chosen_worst = None, float("inf")
         for kind in KINDS:
             worst = 0.0
             for c in COLLECTIVES:
-                rows = [r for r in tables[c]["rows"] if r["bytes"] == b]
-                times = {k: sum(r[f"{k}_us"] for r in rows) for k in KINDS if all(f"{k}_us" in r for r in rows)}
-                worst = max(worst, times[kind] / min(times.values()) if kind in times else float("inf"))
+                t = _at_or_below(times[c], b)
+                worst = max(worst, t[kind] / min(t.values()) if kind in t else float("inf"))
             if worst < chosen_worst:
                 chosen, chosen_worst = kind, worst
         out.append((b, chosen))
@@ -95,14 +108,9 @@ def profile_from(doc, source):
     changes = sorted({b for s in series for i, (b, k) in enumerate(s) if i == 0 or s[i - 1][1] != k})
     classes = []
     for b in changes:
-        kinds = {}
-        for c in COLLECTIVES:
-            at = [k for size, k in per[c] if size <= b]
-            kinds[c] = at[-1] if at else per[c][0][1]
-        cls = {"min_bytes": 0 if not classes else b, "kind": kinds}
-        any_kind = [k for size, k in anys if size <= b]
-        if any_kind and any_kind[-1] is not None:
-            cls["any"] = any_kind[-1]
+        cls = {"min_bytes": 0 if not classes else b, "kind": {c: _at_or_below(per[c], b) for c in COLLECTIVES}}
+        if _at_or_below(anys, b) is not None:
+            cls["any"] = _at_or_below(anys, b)
         classes.append(cls)
     ranks = int(facts.get("rank_count") or re.search(r"\((\d+) ranks\)", doc["tables"][0]["title"]).group(1))
     cc = facts.get("compute_capability", "")

@@ -58,11 +58,11 @@ class NCCLPOOL_API SizeRoutes {
   std::vector<SizeRoute> classes_;
 };
 
-/// @brief The routes a profile measured for `collective`: per size class, its pick there; for
-/// Collective::any the class's "any" kind (ProfileClass::any: the smallest worst case over the
-/// collectives), and where a class has none (profiles written before it, or a class without the
-/// collective) the kind that most collectives pick (a tie goes to all_reduce's pick, else the
-/// costlier kind). Without windows (`windows_possible` false)
+/// @brief The routes a profile measured for `collective`: per size class, its pick there (a class
+/// without the collective: its pick in the nearest class before that names it); for Collective::any
+/// the class's "any" kind (ProfileClass::any: the smallest worst case over the collectives), and
+/// where a class has none (profiles written before it) the kind that most collectives pick there (a
+/// tie goes to all_reduce's pick, else the costlier kind). Without windows (`windows_possible` false)
 /// symmetric picks become local.
 NCCLPOOL_API SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Collective collective = Collective::any);
 

@@ -124,9 +124,16 @@ std::uint64_t SizeRoutes::digest() const noexcept {
 SizeRoutes routes_from_profile(const Profile& profile, bool windows_possible, Collective collective) {
   if (profile.classes.empty()) return builtin_routes(windows_possible);
   std::vector<SizeRoute> out;
+  // A class that lacks a collective keeps that collective's kind from the classes before it: at rank
+  // counts that are no power of two all-gather's and reduce-scatter's sizes (multiples of 4 x ranks)
+  // fall between all-reduce's, and `ncclpool tune` before 0.1.0 wrote a class per size with only the
+  // collectives measured there.
+  ProfileClass carried;
   for (std::size_t i = 0; i < profile.classes.size(); ++i) {
     const ProfileClass& c = profile.classes[i];
-    out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick_of(c, collective)});  // the first class covers everything below it too
+    for (const auto& [op, kind] : c.kind) carried.kind.insert_or_assign(op, kind);
+    carried.any = c.any;
+    out.push_back(SizeRoute{i == 0 ? 0 : c.min_bytes, pick_of(carried, collective)});  // the first class covers everything below it too
   }
   const SizeRoutes routes(std::move(out));
   return windows_possible ? routes : routes.without_windows();

@@ -279,6 +279,34 @@ TEST(Tune, BuffersNamingNoCollectiveGetTheSmallestWorstCase) {
   EXPECT_NE(report.text().find("name no collective"), std::string::npos) << report.text();
 }
 
+// At rank counts that are no power of two all-gather's and reduce-scatter's sizes (multiples of 4 x
+// ranks) fall between all-reduce's: every class still names every collective (its kind carried from
+// the classes before), and "any" weighs each collective at its nearest size below.
+TEST(Tune, CollectivesMeasuredAtOtherSizesKeepTheirKindsInEveryClass) {
+  std::ifstream in(std::filesystem::path(NCCLPOOL_TEST_DATA) /
+                   "../../docs/benchmarks/data/2026-11-28-gpu-check-4xh200-issue46/call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json");
+  std::ostringstream text;
+  text << in.rdbuf();
+  Json doc = parse_json(text.str());
+  for (Json& table : doc.object["tables"].array) {  // as at 3 ranks: 64 MiB is 67108860 bytes for these two
+    const std::string& title = table.object["title"].string;
+    if (title.rfind("all_gather", 0) != 0 && title.rfind("reduce_scatter", 0) != 0) continue;
+    for (Json& row : table.object["rows"].array)
+      if (row.object.count("bytes")) row.object["bytes"].integer -= 4;
+  }
+  Report report;
+  const ncclpool::Profile p = build_profile({{"32", doc}}, {"NVIDIA H200", 22809, 4}, report);
+  for (const auto& c : p.classes) {
+    if (c.min_bytes < 1024) continue;  // below all-reduce's first size only the other two were measured
+    EXPECT_EQ(c.kind.size(), 3u) << c.min_bytes;
+  }
+  // Between 256 MiB - 4 (all-gather's class) and 256 MiB (all-reduce's) all-gather keeps its own kind.
+  const auto ag = ncclpool::routes_from_profile(p, true, ncclpool::Collective::all_gather);
+  EXPECT_EQ(ag.for_request(100u << 20), ncclpool::RegistrationKind::symmetric) << ag.describe();
+  EXPECT_EQ(ncclpool::routes_from_profile(p, true).for_request(600u << 20), ncclpool::RegistrationKind::local)
+      << ncclpool::routes_from_profile(p, true).describe();
+}
+
 // The count is judged where the runs resolve it: a setting that looks faster only at sizes whose runs
 // spread by tens of percent (eager small sizes) does not win over one faster where they agree.
 TEST(Tune, TheCtaCountIsJudgedWhereTheRunsAgree) {

@@ -330,6 +330,8 @@ std::pair<std::string, const std::vector<double>*> cheapest_kind(const Kinds& ki
 // is for. Where they agree: none (pick_of takes their kind). The majority pick this
 // replaces cost up to 9% at 4 ranks, where all-gather, reduce-scatter and all-reduce each want
 // another kind from 512 MiB (docs/benchmarks/coll.md).
+// Each collective's times are those of its nearest measured size at or below `bytes` (its sizes differ
+// from the others' at rank counts that are no power of two).
 std::optional<RegistrationKind> any_kind(const Samples& samples, std::size_t bytes, const ProfileClass& c, const std::string& best_ctas) {
   const RegistrationKind first = c.kind.begin()->second;
   if (std::all_of(c.kind.begin(), c.kind.end(), [&](const auto& op_kind) { return op_kind.second == first; })) return std::nullopt;
@@ -338,8 +340,9 @@ std::optional<RegistrationKind> any_kind(const Samples& samples, std::size_t byt
   for (int k = 0; k < kRegistrationKinds; ++k) {
     double worst = 0;
     for (const auto& [op, sizes] : samples) {
-      const auto at = sizes.find(bytes);
-      if (at == sizes.end()) continue;
+      auto at = sizes.upper_bound(bytes);
+      if (at == sizes.begin()) continue;  // this collective's sizes start above: not measured here
+      --at;
       double fastest = INFINITY, own = INFINITY;
       for (int j = 0; j < kRegistrationKinds; ++j) {
         const auto it = at->second.find(kind_key(to_string(static_cast<RegistrationKind>(j)), best_ctas));
@@ -384,7 +387,13 @@ std::string choose_kinds(const Measured& m, const std::string& best, Profile& pr
     }
     report.tables.push_back(std::move(t));
   }
+  // Every class names every collective measured at or below it: at rank counts that are no power of
+  // two the collectives' sizes differ, and a class made at one collective's size carries the others'
+  // kinds from the classes before it.
+  std::map<std::string, RegistrationKind, std::less<>> carried;
   for (auto& [bytes, c] : classes) {
+    for (const auto& [op, kind] : c.kind) carried.insert_or_assign(op, kind);
+    c.kind = carried;
     c.any = any_kind(m.samples, bytes, c, best);
     profile.classes.push_back(std::move(c));
   }
