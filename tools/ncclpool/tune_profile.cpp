@@ -327,11 +327,10 @@ std::pair<std::string, const std::vector<double>*> cheapest_kind(const Kinds& ki
 // differ: the one whose worst median over the collectives, each against that collective's fastest
 // kind, is the smallest, a tie going to the cheaper kind. No 2% margin for the cheaper kind (as
 // cheapest_kind has): it would keep a worst case up to 2% above the smallest, which is what this pick
-// is for. Where they agree: none (pick_of takes their kind). The majority pick this
-// replaces cost up to 9% at 4 ranks, where all-gather, reduce-scatter and all-reduce each want
-// another kind from 512 MiB (docs/benchmarks/coll.md).
-// Each collective's times are those of its nearest measured size at or below `bytes` (its sizes differ
-// from the others' at rank counts that are no power of two).
+// is for. Where they agree: none (pick_of takes their kind). Each collective's times are those of its
+// nearest measured size at or below `bytes` (its sizes differ from the others' at rank counts that are
+// no power of two). The majority pick this replaces cost up to 9% at 4 ranks, where all-gather,
+// reduce-scatter and all-reduce each want another kind from 512 MiB (docs/benchmarks/coll.md).
 std::optional<RegistrationKind> any_kind(const Samples& samples, std::size_t bytes, const ProfileClass& c, const std::string& best_ctas) {
   const RegistrationKind first = c.kind.begin()->second;
   if (std::all_of(c.kind.begin(), c.kind.end(), [&](const auto& op_kind) { return op_kind.second == first; })) return std::nullopt;
