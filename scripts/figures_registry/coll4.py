@@ -11,6 +11,7 @@ import os
 
 from . import _ROOT, Run, data, figure, fmt, span, table
 from .coll import _compare_ratios, _nt_lines, _points, op_rows, size
+from .routes import _describe, any_kind_of
 
 D4 = "2026-11-28-gpu-check-4xh200-issue46/"
 RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
@@ -92,15 +93,12 @@ def _builtin_any(ranks):
     """[(min_bytes, kind)]: what the built-in routes of `ranks` ranks (src/routing/builtin/, made from
     a bench coll run by scripts/builtin-routes.py, checked against it in CI) give a buffer that names
     no collective: a class's "any", else its collectives' kind (they agree there)."""
+    return [(c["min_bytes"], any_kind_of(c)) for c in _builtin_classes(ranks)]
+
+
+def _builtin_classes(ranks):
     with open(os.path.join(_ROOT[0], "src", "routing", "builtin", f"sm90-{ranks}ranks.json"), encoding="utf-8") as f:
-        classes = json.load(f)["classes"]
-    out = []
-    for c in classes:
-        kinds = set(c["kind"].values())
-        if "any" not in c and len(kinds) != 1:
-            raise ValueError(f"sm90-{ranks}ranks.json, class from {c['min_bytes']}: the collectives differ and no \"any\"")
-        out.append((c["min_bytes"], c.get("any") or kinds.pop()))
-    return out
+        return json.load(f)["classes"]
 
 
 def _any_projection(path, ranks):
@@ -127,14 +125,7 @@ figure("coll4.any_new_graph_worst", RUNS[3][3])(lambda: _projected_worst(RUNS[3]
 BUILTIN4_SOURCE = D4 + "call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json"  # sm90-4ranks.json's "source"
 
 
-@figure("coll4.any_new_routes", BUILTIN4_SOURCE)
-def _any_new_routes():
-    merged = []
-    for lo, kind in _builtin_any(4):
-        if not merged or merged[-1][1] != kind:
-            merged.append((lo, kind))
-    return ", ".join(f"{k} {'below ' + size(merged[i + 1][0]) if i == 0 and len(merged) > 1 else 'from ' + size(lo) if i else 'at every size'}"
-                     for i, (lo, k) in enumerate(merged))
+figure("coll4.any_new_routes", BUILTIN4_SOURCE)(lambda: _describe(_builtin_classes(4), "any"))
 
 
 @figure("coll4.any_no_single_kind", BUILTIN4_SOURCE)

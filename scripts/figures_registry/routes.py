@@ -23,6 +23,15 @@ def _files():
     return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".json")) if os.path.isdir(folder) else []
 
 
+def any_kind_of(c):
+    """A class's kind for a buffer that names no collective: its "any", else its collectives' kind
+    (builtin-routes.py writes "any" wherever they differ)."""
+    kinds = set(c["kind"].values())
+    if "any" not in c and len(kinds) != 1:
+        raise ValueError(f"class from {c['min_bytes']}: the collectives differ and no \"any\"")
+    return c.get("any") or kinds.pop()
+
+
 def _describe(classes, op):
     """'symmetric from 0 B, none from 32 MiB' as size ranges of one collective's picks."""
     def size(b):
@@ -32,7 +41,7 @@ def _describe(classes, op):
         return f"{b} B"
     parts, last = [], None
     for c in classes:
-        kind = c["kind"][op]
+        kind = any_kind_of(c) if op == "any" else c["kind"][op]
         if kind != last:
             parts.append(kind if not parts else f"{kind} from {size(c['min_bytes'])}")
             last = kind
@@ -52,6 +61,7 @@ def _builtin_table():
         cc = made["builtin"]["compute_capability"]
         body.append([f"{cc // 10}.{cc % 10}", made["ranks"], made["gpu"], made["nccl_version"],
                      _describe(made["classes"], "all_gather"), _describe(made["classes"], "reduce_scatter"),
-                     _describe(made["classes"], "all_reduce")])
+                     _describe(made["classes"], "all_reduce"), _describe(made["classes"], "any")])
         runs.append(Run(source[len("data/"):]))
-    return table(["compute capability", "ranks", "measured on", "NCCL", "all-gather", "reduce-scatter", "all-reduce"], body, runs)
+    return table(["compute capability", "ranks", "measured on", "NCCL", "all-gather", "reduce-scatter", "all-reduce",
+                  "a buffer naming no collective"], body, runs)
