@@ -45,12 +45,18 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 // {local, none, symmetric} (a tie: all_reduce's none), from 1 MiB {symmetric, local, symmetric}
 // (symmetric). Every rank uses every part whatever class 1's "any" says, so an "any" there changes the
 // routes of Collective::any and nothing else: not the parts, not the collectives' routes.
-Profile three_classes(int ranks, std::optional<RegistrationKind> any_at_64k) {
+// A simulator profile of `ranks` ranks without classes.
+Profile sim_profile(int ranks) {
   Profile p;
   p.gpu = "ncclpool simulator";
   p.nccl_version = 0;
   p.ranks = ranks;
   p.measured = "attack";
+  return p;
+}
+
+Profile three_classes(int ranks, std::optional<RegistrationKind> any_at_64k) {
+  Profile p = sim_profile(ranks);
   p.classes.push_back({0, {{"all_gather", RegistrationKind::none}, {"all_reduce", RegistrationKind::none}, {"reduce_scatter", RegistrationKind::symmetric}}});
   p.classes.push_back({64 * KiB, {{"all_gather", RegistrationKind::local}, {"all_reduce", RegistrationKind::none}, {"reduce_scatter", RegistrationKind::symmetric}}, any_at_64k});
   p.classes.push_back({MiB, {{"all_gather", RegistrationKind::symmetric}, {"all_reduce", RegistrationKind::local}, {"reduce_scatter", RegistrationKind::symmetric}}});
@@ -61,11 +67,7 @@ Profile three_classes(int ranks, std::optional<RegistrationKind> any_at_64k) {
 // `any` routes have 13 classes, more than the routes record carries (11), and the last class (all_gather
 // local, all_reduce none: a tie, none) takes `any_last`. A difference there is in the digest only.
 Profile thirteen_classes(int ranks, std::optional<RegistrationKind> any_last) {
-  Profile p;
-  p.gpu = "ncclpool simulator";
-  p.nccl_version = 0;
-  p.ranks = ranks;
-  p.measured = "attack";
+  Profile p = sim_profile(ranks);
   for (int i = 0; i < 12; ++i) {
     const RegistrationKind k = i % 2 ? RegistrationKind::local : RegistrationKind::none;
     p.classes.push_back({i == 0 ? 0 : KiB << i, {{"all_gather", k}, {"all_reduce", k}, {"reduce_scatter", RegistrationKind::symmetric}}});
@@ -360,17 +362,14 @@ TEST(RoutesAnyAttack, AnyRoundTripsAndIsHonouredWhereverItIs) {
   EXPECT_EQ(routes_from_profile(parse_profile(profile_to_json(no_classes), "t"), true), builtin_routes(true));
 }
 
-// FOUND (pre-existing, and inherited by "any"): at a rank count that is not a power of two, bench
-// coll's all-gather and reduce-scatter sizes are multiples of 4 * ranks (points_for: 64 MiB is
-// 67108860 bytes at 3 ranks) while all-reduce's are not, so `ncclpool tune` writes one class per op
-// group: {all_gather, reduce_scatter} at 67108860, {all_reduce} at 67108864, and so on. A class without
-// a collective takes the majority of the collectives it has, so from 67108864 to 134217720 all-gather
-// buffers follow all-reduce's lone kind (none here) instead of all-gather's measured symmetric, and
-// tune's any_kind judges "the worst case over the collectives" over the one or two ops of each class.
-// The shape below is what `ncclpool tune --from` wrote for the 4-rank run of sm90-4ranks.json with its
-// sizes set as 3 ranks make them (scripts/builtin-routes.py refuses that run outright: "the
-// collectives' tables have different sizes"). Disabled: it fails until tune (or the library) carries
-// each collective's own kind across the classes of the others.
+// Found by this attack (older than "any", which inherited it): at a rank count that is no power of
+// two, bench coll's all-gather and reduce-scatter sizes are multiples of 4 * ranks (64 MiB is 67108860
+// bytes at 3 ranks) while all-reduce's are not, and `ncclpool tune` wrote one class per op group:
+// {all_gather, reduce_scatter} at 67108860, {all_reduce} at 67108864, and so on. A class without a
+// collective took the majority of those it had, so all-gather buffers followed all-reduce's lone kind
+// (none) instead of their own measured symmetric. The shape below is what tune wrote for the 4-rank
+// run relabelled with 3 ranks' sizes; the library now carries each collective's kind across the
+// classes of the others (and tune writes every collective in every class).
 TEST(RoutesAnyAttack, ACollectiveKeepsItsOwnKindAcrossClassesOfOtherCollectives) {
   Profile p;
   p.gpu = "NVIDIA H200";
