@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 namespace ncclpool {
@@ -121,6 +123,17 @@ std::string profile_to_json(const Profile& p) {
 
 namespace {
 
+// A profile file that exists but does not parse is a mistake someone will want to hear of (a profile
+// from a newer ncclpool, a hand edit): one line on stderr per path and process. The lookup still falls
+// back (the built-in routes, the default CTA count) and its why_not says the same; no rank's part in a
+// collective depends on the line.
+void say_once_not_used(const std::string& path, const std::string& why) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (said.insert(path).second) std::fprintf(stderr, "ncclpool: %s (remove it or run `ncclpool tune` again)\n", why.c_str());
+}
+
 ProfileLookup read_profile_at(std::string path) {
   ProfileLookup out;
   out.path = std::move(path);
@@ -144,6 +157,7 @@ ProfileLookup read_profile_at(std::string path) {
     out.profile = parse_profile(text.str(), out.path);
   } catch (const std::exception& e) {
     out.why_not = std::string(e.what()) + ": not used";
+    say_once_not_used(out.path, out.why_not);
   }
   return out;
 }

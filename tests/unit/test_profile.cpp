@@ -141,9 +141,15 @@ TEST(Profile, LookupUsesOnlyAProfileOfThisMachine) {
   EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22703, 2).why_not, "NCCL 22809, this is 22703"));
   EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22809, 4).why_not, "2 ranks, this communicator has 4"));
   std::ofstream(file.path) << "{";
+  testing::internal::CaptureStderr();
   const ProfileLookup broken = find_profile("NVIDIA H200", 22809, 2);
+  (void)find_profile("NVIDIA H200", 22809, 2);
+  const std::string said = testing::internal::GetCapturedStderr();
   EXPECT_FALSE(broken.profile.has_value());
   EXPECT_TRUE(contains(broken.why_not, "not used")) << broken.why_not;
+  // A file that is there but does not parse is said on stderr, once per path.
+  EXPECT_TRUE(contains(said, "ncclpool: " + broken.why_not)) << said;
+  EXPECT_EQ(said.find("ncclpool:"), said.rfind("ncclpool:")) << said;
   std::filesystem::remove(file.path);
   EXPECT_TRUE(contains(find_profile("NVIDIA H200", 22809, 2).why_not, "no profile at")) << find_profile("NVIDIA H200", 22809, 2).why_not;
 }
