@@ -411,7 +411,8 @@ def test_divergent_ranks_raise_agreement_error_on_every_rank():
 
 
 def test_ranks_that_would_launch_symmetric_kernels_differently_fail_at_attach():
-    # NCCL_SYM_CTAS or a profile on some ranks only: their first symmetric kernel would hang.
+    # NCCL_SYM_CTAS or a profile on some ranks only, or ncclpool.prefer_nccl_symmetric_ctas() declared
+    # on some (on Hopper: NCCL's count there, 32 elsewhere): their first symmetric kernel would hang.
     world = ncclpool.SimGroup("world", 2, timeout_ms=3000)
     world.set_symmetric_kernels(0, 32)
     world.set_symmetric_kernels(1, 0)
@@ -421,6 +422,7 @@ def test_ranks_that_would_launch_symmetric_kernels_differently_fail_at_attach():
         with pytest.raises(errors.AgreementError, match="different CTA counts") as info:
             p.attach_sim(world, r)
         assert "symmetric kernels' CTAs 32" in str(info.value) and "CTAs NCCL's choice" in str(info.value)
+        assert "ncclpool_prefer_nccl_symmetric_ctas" in str(info.value)  # the message names the declaration
         assert p.communicators == []  # nothing attached, nothing registered
         p.close()
         return True

@@ -4,7 +4,8 @@ training layers that declare it (the FSDP2 helper, ncclpool.torch.megatron.insta
 attach anything, their warning (never an exception) where the process decided already, and the
 decode paths that do not declare it. The precedence itself and the refusal after ncclpool's measured
 default are proven in C++ (tests/unit/test_agreement.cpp, SymmetricCtas*): only an NCCL communicator
-decides the count."""
+decides the count. Ranks that decided differently (declared on some only): test_capi.py's
+test_ranks_that_would_launch_symmetric_kernels_differently_fail_at_attach."""
 import os
 import subprocess
 import sys
@@ -16,11 +17,9 @@ import pytest
 import ncclpool
 from ncclpool import errors
 
-from ranks import run_ranks
 from test_megatron_dropin import packages  # noqa: F401 - the fixture
 from test_torch_copy_engine import fsdp, vote  # noqa: F401 - the fixtures
 
-MiB = 1 << 20
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -50,27 +49,6 @@ def test_the_declaration_is_in_the_api_and_features():
     assert "prefer_nccl_symmetric_ctas" in ncclpool.__all__
     assert ncclpool.prefer_nccl_symmetric_ctas() is None  # no NCCL attach decided anything here
     assert ncclpool.features()["symmetric_ctas_nccl_preferred"] is True
-
-
-def test_ranks_that_declared_differently_fail_at_attach_naming_the_declaration():
-    # On Hopper a rank that declared decides NCCL's count (0), one that did not 32: the simulated
-    # communicators report those decisions, and the attach fails on every rank.
-    world = ncclpool.SimGroup("world", 2, timeout_ms=3000)
-    world.set_symmetric_kernels(0, 0)
-    world.set_symmetric_kernels(1, 32)
-
-    def rank(r):
-        p = ncclpool.Pool(source="sim", registration="symmetric", name="ctas-preferred", growth_chunk=4 * MiB)
-        with pytest.raises(errors.AgreementError, match="different CTA counts") as info:
-            p.attach_sim(world, r)
-        assert "ncclpool_prefer_nccl_symmetric_ctas" in str(info.value)
-        assert p.communicators == []
-        p.close()
-        return True
-
-    _, failures = run_ranks(2, rank)
-    assert failures == [None, None], failures
-    assert world.live_registrations == 0
 
 
 # ---- the training layers declare it, before they attach anything ----

@@ -187,17 +187,27 @@ TEST(BenchGpu, WithoutGpusTheGpuPartsSayWhy) {
 // `ncclpool tune` from the bench coll runs recorded on 2x H200 (docs/benchmarks/coll.md: seven runs
 // with NCCL's symmetric CTA count, five with 32, alternating).
 namespace {
+const std::filesystem::path kRecorded = std::filesystem::path(NCCLPOOL_TEST_DATA) / "../../docs/benchmarks/data";
+
+Json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_json(text.str());
+}
+
 std::vector<CollRun> recorded_coll_runs() {
-  const std::filesystem::path dir = std::filesystem::path(NCCLPOOL_TEST_DATA) / "../../docs/benchmarks/data/2026-11-23-coll-symctas-2xh200-237829c";
   std::vector<CollRun> runs;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::ifstream in(entry.path());
-    std::ostringstream text;
-    text << in.rdbuf();
+  for (const auto& entry : std::filesystem::directory_iterator(kRecorded / "2026-11-23-coll-symctas-2xh200-237829c")) {
     const std::string name = entry.path().filename().string();
-    runs.push_back({name.find("ncclpool") != std::string::npos ? "32" : "nccl", parse_json(text.str())});
+    runs.push_back({name.find("ncclpool") != std::string::npos ? "32" : "nccl", read_json_file(entry.path())});
   }
   return runs;
+}
+
+// The bench coll run on 4x H200 that src/routing/builtin/sm90-4ranks.json was made from (32 CTAs).
+Json recorded_4rank_coll_run() {
+  return read_json_file(kRecorded / "2026-11-28-gpu-check-4xh200-issue46/call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json");
 }
 }  // namespace
 
@@ -257,13 +267,8 @@ TEST(Tune, ProfileFromRecordedRuns) {
 // 4-rank built-in routes: from 512 MiB all-gather wants local, reduce-scatter symmetric, all-reduce
 // none; the majority pick put such buffers on none, 1.09x all-gather's best there).
 TEST(Tune, BuffersNamingNoCollectiveGetTheSmallestWorstCase) {
-  const std::filesystem::path path = std::filesystem::path(NCCLPOOL_TEST_DATA) /
-      "../../docs/benchmarks/data/2026-11-28-gpu-check-4xh200-issue46/call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json";
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
   Report report;
-  const ncclpool::Profile p = build_profile({{"32", parse_json(text.str())}}, {"NVIDIA H200", 22809, 4}, report);
+  const ncclpool::Profile p = build_profile({{"32", recorded_4rank_coll_run()}}, {"NVIDIA H200", 22809, 4}, report);
   std::map<std::size_t, std::optional<ncclpool::RegistrationKind>> any;
   for (const auto& c : p.classes) {
     const auto first = c.kind.begin()->second;
@@ -283,11 +288,7 @@ TEST(Tune, BuffersNamingNoCollectiveGetTheSmallestWorstCase) {
 // ranks) fall between all-reduce's: every class still names every collective (its kind carried from
 // the classes before), and "any" weighs each collective at its nearest size below.
 TEST(Tune, CollectivesMeasuredAtOtherSizesKeepTheirKindsInEveryClass) {
-  std::ifstream in(std::filesystem::path(NCCLPOOL_TEST_DATA) /
-                   "../../docs/benchmarks/data/2026-11-28-gpu-check-4xh200-issue46/call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json");
-  std::ostringstream text;
-  text << in.rdbuf();
-  Json doc = parse_json(text.str());
+  Json doc = recorded_4rank_coll_run();
   for (Json& table : doc.object["tables"].array) {  // as at 3 ranks: 64 MiB is 67108860 bytes for these two
     const std::string& title = table.object["title"].string;
     if (title.rfind("all_gather", 0) != 0 && title.rfind("reduce_scatter", 0) != 0) continue;

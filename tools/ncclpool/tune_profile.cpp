@@ -9,6 +9,7 @@
 #include <ncclpool/registration.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 namespace ncclpool::tool {
 namespace {
@@ -334,26 +336,27 @@ std::pair<std::string, const std::vector<double>*> cheapest_kind(const Kinds& ki
 std::optional<RegistrationKind> any_kind(const Samples& samples, std::size_t bytes, const ProfileClass& c, const std::string& best_ctas) {
   const RegistrationKind first = c.kind.begin()->second;
   if (std::all_of(c.kind.begin(), c.kind.end(), [&](const auto& op_kind) { return op_kind.second == first; })) return std::nullopt;
+  // Per collective measured at or below `bytes`: each kind's median over its fastest kind's (INFINITY: not measured).
+  std::vector<std::array<double, kRegistrationKinds>> ratios;
+  for (const auto& [op, sizes] : samples) {
+    auto at = sizes.upper_bound(bytes);
+    if (at == sizes.begin()) continue;  // this collective's sizes start above: not measured here
+    --at;
+    std::array<double, kRegistrationKinds> us;
+    for (int k = 0; k < kRegistrationKinds; ++k) {
+      const auto it = at->second.find(kind_key(to_string(static_cast<RegistrationKind>(k)), best_ctas));
+      us[static_cast<std::size_t>(k)] = it == at->second.end() ? INFINITY : median(it->second);
+    }
+    const double fastest = *std::min_element(us.begin(), us.end());
+    for (double& u : us) u /= fastest;
+    ratios.push_back(us);
+  }
   std::optional<RegistrationKind> chosen;
   double chosen_worst = INFINITY;
   for (int k = 0; k < kRegistrationKinds; ++k) {
     double worst = 0;
-    for (const auto& [op, sizes] : samples) {
-      auto at = sizes.upper_bound(bytes);
-      if (at == sizes.begin()) continue;  // this collective's sizes start above: not measured here
-      --at;
-      double fastest = INFINITY, own = INFINITY;
-      for (int j = 0; j < kRegistrationKinds; ++j) {
-        const auto it = at->second.find(kind_key(to_string(static_cast<RegistrationKind>(j)), best_ctas));
-        if (it == at->second.end()) continue;
-        const double us = median(it->second);
-        fastest = std::min(fastest, us);
-        if (j == k) own = us;
-      }
-      worst = std::max(worst, own / fastest);
-    }
-    if (!std::isfinite(worst)) continue;  // a collective lacks this kind's times
-    if (worst < chosen_worst) {
+    for (const auto& r : ratios) worst = std::max(worst, r[static_cast<std::size_t>(k)]);
+    if (worst < chosen_worst) {  // INFINITY (a collective lacks this kind's times) never is
       chosen = static_cast<RegistrationKind>(k);
       chosen_worst = worst;
     }
