@@ -256,8 +256,11 @@ if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   # two measurements is not lost in launch jitter at small sizes.
   # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none);
   # --rounds 3: every point three times, the kinds in rotated order, medians and each row's spread.
+  # TOOLBENCH_POOL_FOR=any: the pool column's buffers name no collective (the routes' `any`: what
+  # ncclpool.torch's allocations get) instead of their op, in coll and graph.
   parts=" ${TOOLBENCH_PARTS:-alloc scope coll graph tune} "
-  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool --iters 100 --warmup 10 --rounds 3"; do
+  pool_for="--pool-for ${TOOLBENCH_POOL_FOR:-op}"
+  for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool $pool_for --iters 100 --warmup 10 --rounds 3"; do
     set -- $suite
     name=$1
     [[ "$parts" == *" $name "* ]] || continue
@@ -302,7 +305,7 @@ for n in j["notes"]: print("*", n)' "$OUT/bench-$name.json"; } >>"$LOG" 2>&1
   fi
   # coll with CUDA graphs: captured launches replayed, no host launch cost (what resolves small sizes).
   if [[ "$parts" == *" graph "* ]]; then
-  timeout "$(within 300)" $T bench coll --graph --auto-pool --factor 4 --min 16K --iters 30 --replays 5 --rounds 3 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
+  timeout "$(within 300)" $T bench coll --graph --auto-pool $pool_for --factor 4 --min 16K --iters 30 --replays 5 --rounds 3 --json >"$OUT/bench-coll-graph.json" 2>>"$LOG"
   rc=$?
   row "ncclpool bench coll --graph" "rc=$rc; $(python3 scripts/bench-report.py summary "$OUT/bench-coll-graph.json" 2>&1 | head -c 500)"
   fi

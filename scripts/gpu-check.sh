@@ -18,6 +18,7 @@
 #   TOOLBENCH_PARTS="scope"         picks toolbench's parts (default: alloc scope coll graph tune; also tunece:
 #                                   tune --copy-engine;
 #                                   scopeab: bench scope of NCCLPOOL_AB_BUILD and this build alternated)
+#   TOOLBENCH_POOL_FOR=any          coll and graph: the auto pool's buffers name no collective (default op)
 #   NCCL_TESTS_TIMEOUT_S=300        bounds each run of the NCCL registry and lockstep suites
 #
 # NCCL's symmetric kernels: every section runs with NCCLPOOL_SYMMETRIC_KERNELS=on unless it is set

@@ -81,10 +81,15 @@ TEST(BenchArgs, SizesAndLists) {
 
 TEST(BenchArgs, CollOptionsAreChecked) {
   auto parse = [](std::vector<std::string> argv) {
-    return parse_coll_options(Args::parse(argv, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks"}, {"no-check", "auto", "auto-pool"}));
+    return parse_coll_options(Args::parse(argv, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "pool-for"}, {"no-check", "auto", "auto-pool"}));
   };
   const CollOptions d = parse({});
   EXPECT_FALSE(d.auto_pool);
+  EXPECT_FALSE(d.pool_for_any);  // the pool's buffers are asked for their op unless told
+  EXPECT_TRUE(parse({"--auto-pool", "--pool-for", "any"}).pool_for_any);
+  EXPECT_FALSE(parse({"--auto-pool", "--pool-for", "op"}).pool_for_any);
+  EXPECT_THROW(parse({"--auto-pool", "--pool-for", "all_reduce"}), UsageError);
+  EXPECT_THROW(parse({"--pool-for", "any"}), UsageError);  // without --auto-pool it would measure nothing
   EXPECT_EQ(d.min_bytes, 1024u);
   EXPECT_EQ(d.max_bytes, 1ull << 30);
   EXPECT_EQ(d.warmup, 5);  // nccl-tests' defaults

@@ -132,6 +132,7 @@ struct CollOptions {
   bool check = true;                    // nccl-tests' -c 1
   bool auto_kind = false;
   bool auto_pool = false;               // measure buffers from the library's auto pool (AutoPool)
+  bool pool_for_any = false;            // auto pool buffers name no collective (the profile's `any` route), not their op
   bool graph = false;                   // time `iters` launches captured in a CUDA graph, replayed
   int replays = 5;                      // graph replays timed (with graph)
   int rounds = 1;                       // every point measured once per round, kinds in rotated order; medians reported

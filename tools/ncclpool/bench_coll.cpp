@@ -15,8 +15,8 @@ namespace {
 constexpr const char* kHelp =
     "usage: ncclpool bench coll [--ops all_gather,reduce_scatter,all_reduce] [--kinds none,local,symmetric[,ce]]\n"
     "                           [--min 1K] [--max 1G] [--factor 2] [--warmup 5] [--iters 20] [--ranks N]\n"
-    "                           [--no-check] [--auto] [--auto-pool] [--graph [--replays 5]] [--rounds 1] [--compute]\n"
-    "                           [--json]\n"
+    "                           [--no-check] [--auto] [--auto-pool [--pool-for op]] [--graph [--replays 5]] [--rounds 1]\n"
+    "                           [--compute] [--json]\n"
     "\n"
     "Bus bandwidth and time of collectives on ncclpool memory, one thread per GPU, with no registration,\n"
     "local registration (ncclCommRegister) and symmetric windows, measured with nccl-tests' conventions\n"
@@ -24,7 +24,9 @@ constexpr const char* kHelp =
     "--auto adds the kind ncclpool would choose for each size class (the cheapest kind to hold unless a\n"
     "costlier one measured >= 2% faster there), measured again. --auto-pool adds buffers allocated from the\n"
     "library's auto pool (registration 'auto': routed by size to a none, local or symmetric part as this\n"
-    "machine's profile or the built-in routes say), with its ratio to the best kind and to none. --graph captures the --iters launches in a\n"
+    "machine's profile or the built-in routes say), with its ratio to the best kind and to none; its buffers are\n"
+    "asked for their op (ncclpool_alloc_for), or with --pool-for any for no collective (ncclpool_alloc: what torch's\n"
+    "allocations through ncclpool.torch get, the profile's 'any' route). --graph captures the --iters launches in a\n"
     "CUDA graph and times --replays replays of it: no host launch cost, so small sizes are resolved (NCCL\n"
     "may register captured buffers itself, NCCL_GRAPH_REGISTER). --rounds N measures every point N times, the kinds in\n"
     "an order rotated each round, and reports medians and each row's spread (max - min over rounds / median): ratios\n"
@@ -75,6 +77,10 @@ CollOptions parse_coll_options(const Args& a) {
     throw UsageError("--auto picks the fastest of none, local and symmetric: name at least one of them in --kinds (ce is another "
                      "communicator, not a registration kind)");
   o.auto_pool = a.has("auto-pool");
+  const std::string pool_for = a.get("pool-for", "op");
+  if (pool_for != "op" && pool_for != "any") throw UsageError("--pool-for: '" + pool_for + "' is not one of op, any");
+  if (a.has("pool-for") && !o.auto_pool) throw UsageError("--pool-for says how --auto-pool's buffers are asked for: add --auto-pool");
+  o.pool_for_any = pool_for == "any";
   o.graph = a.has("graph");
   o.replays = static_cast<int>(a.get_int("replays", 5, 1, 100000));
   o.rounds = static_cast<int>(a.get_int("rounds", 1, 1, 1000));

@@ -113,10 +113,11 @@ std::string RankRunner::auto_routes() const {
 }
 
 // Both placements of one op on buffers the auto pool serves for `op`'s messages of `size` bytes (the
-// library's routing for that collective, as ncclpool_alloc_for asks it; nothing chosen here); returns
-// the part they came from. Collective (the pool commits its windows before the first launch).
+// library's routing for that collective, as ncclpool_alloc_for asks it, or with --pool-for any for no
+// collective, as ncclpool_alloc; nothing chosen here); returns the part they came from. Collective
+// (the pool commits its windows before the first launch).
 std::string RankRunner::measure_auto_pool(const std::string& op, std::size_t count, std::size_t size, Measurement& out_of_place, Measurement& in_place, RankBarrier& sync) {
-  const Collective collective = collective_from_string(op).value_or(Collective::any);
+  const Collective collective = o_.pool_for_any ? Collective::any : collective_from_string(op).value_or(Collective::any);
   void* send = auto_pool_->allocate_for_messages(size, reinterpret_cast<stream_t>(stream_), size, size, collective);
   void* recv = nullptr;
   try {

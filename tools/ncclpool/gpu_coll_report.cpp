@@ -209,14 +209,16 @@ void add_auto_notes(const CollOptions& o, Sweep& sweep, const Findings& f, Repor
                          "faster (out-of-place + in-place time), measured again");
 }
 
-void add_pool_notes(const Sweep& sweep, const Findings& f, Report& report) {
+void add_pool_notes(const CollOptions& o, const Sweep& sweep, const Findings& f, Report& report) {
   report.facts.push_back({"auto_pool_routes", sweep.pool_routes});
-  char buf[400];
+  report.facts.push_back({"auto_pool_buffers", o.pool_for_any ? "any" : "op"});
+  const char* asked = o.pool_for_any ? "naming no collective: ncclpool_alloc, the routes' 'any'" : "for the op: ncclpool_alloc_for";
+  char buf[440];
   std::snprintf(buf, sizeof buf,
-                "auto pool (buffers from the library's auto pool, routed by message size for the op: ncclpool_alloc_for) vs the best single kind per size class "
+                "auto pool (buffers from the library's auto pool, routed by message size %s) vs the best single kind per size class "
                 "(out-of-place + in-place time): worst %.3f (%s) from 64 KiB, %.3f (%s) below; vs none: worst %.3f (%s) from 64 KiB; "
                 "> 1 = the pool slower",
-                f.worst_pool, f.worst_pool_at.c_str(), f.worst_pool_small, f.worst_pool_small_at.c_str(), f.worst_pool_vs_none, f.worst_pool_vs_none_at.c_str());
+                asked, f.worst_pool, f.worst_pool_at.c_str(), f.worst_pool_small, f.worst_pool_small_at.c_str(), f.worst_pool_vs_none, f.worst_pool_vs_none_at.c_str());
   report.notes.push_back(buf);
 }
 
@@ -281,7 +283,7 @@ void report_sweep(const CollOptions& o, Sweep& sweep, Report& report) {
   }
   report.tables.push_back(bus_bandwidth_summary(o, sweep, measured));
   if (o.auto_kind) add_auto_notes(o, sweep, f, report);
-  if (o.auto_pool) add_pool_notes(sweep, f, report);
+  if (o.auto_pool) add_pool_notes(o, sweep, f, report);
   add_method_notes(o, sweep, f, report);
   add_kernel_facts_and_check(sweep.ranks, f, report);
 }

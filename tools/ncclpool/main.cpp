@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       }
       if (suite == "coll") {
         usage = kBenchCollUsage;
-        return cmd_bench_coll(no_positional(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays", "rounds"}, {"help", "no-check", "auto", "auto-pool", "graph", "compute"}), "bench coll"));
+        return cmd_bench_coll(no_positional(Args::parse(rest, {"ops", "kinds", "min", "max", "factor", "warmup", "iters", "ranks", "replays", "rounds", "pool-for"}, {"help", "no-check", "auto", "auto-pool", "graph", "compute"}), "bench coll"));
       }
       throw UsageError("unknown bench suite '" + suite + "' (available: alloc, scope, coll, memory)");
     }
