@@ -11,17 +11,33 @@ import os
 
 from . import _ROOT, Run, data, figure, fmt, span, table
 from .coll import _compare_ratios, _nt_lines, _points, op_rows, size
-from .routes import _describe, any_kind_of
+from .routes import _describe
 
 D4 = "2026-11-28-gpu-check-4xh200-issue46/"
+S4 = "2026-11-28-gpu-check-issue46-s4/"
+MAJORITY = "any: the majority's kind (before `any`)"
+OP = "for the op (`ncclpool_alloc_for`)"
+ANY = "no collective (`ncclpool_alloc`: the routes' `any`)"
 RUNS = (  # (GPUs, launch, how the pool's buffers were asked for, bench JSON)
     (2, "eager", "any (one route for every op)", "2026-11-27-gpu-check-2xh200-s4/call3-toolbench/bench-coll.json"),
     (2, "graph", "any (one route for every op)", "2026-11-27-gpu-check-2xh200-s5/call1-wheel-toolbench/bench-coll-graph.json"),
-    (4, "eager", "any (one route for every op)", D4 + "call2-decode-coll-graph-68d05f6/bench-coll.json"),
-    (4, "graph", "any (one route for every op)", D4 + "call2-decode-coll-graph-68d05f6/bench-coll-graph.json"),
-    (4, "eager", "for the op (`ncclpool_alloc_for`)", D4 + "call3-cuda-pdl-fsdp2-decode-nomix-coll-graph-468b5b1/bench-coll.json"),
-    (4, "graph", "for the op (`ncclpool_alloc_for`)", D4 + "call3-cuda-pdl-fsdp2-decode-nomix-coll-graph-468b5b1/bench-coll-graph.json"),
+    (4, "eager", MAJORITY, D4 + "call2-decode-coll-graph-68d05f6/bench-coll.json"),
+    (4, "graph", MAJORITY, D4 + "call2-decode-coll-graph-68d05f6/bench-coll-graph.json"),
+    (4, "eager", OP, S4 + "call1-4xh200-coll-graph-6e9534d/bench-coll.json"),
+    (4, "graph", OP, S4 + "call1-4xh200-coll-graph-6e9534d/bench-coll-graph.json"),
+    (4, "eager", OP, S4 + "call12-4xh200-coll-graph-6e9534d/bench-coll.json"),
+    (4, "graph", OP, S4 + "call12-4xh200-coll-graph-6e9534d/bench-coll-graph.json"),
+    (4, "eager", ANY, S4 + "call13-4xh200-coll-graph-any-becb914/bench-coll.json"),
+    (4, "graph", ANY, S4 + "call13-4xh200-coll-graph-any-becb914/bench-coll-graph.json"),
+    (4, "eager", ANY, S4 + "call14-4xh200-coll-graph-any-becb914/bench-coll.json"),
+    (4, "graph", ANY, S4 + "call14-4xh200-coll-graph-any-becb914/bench-coll-graph.json"),
 )
+
+
+def _paths(asked, launch):
+    return [p for g, l, a, p in RUNS if g == 4 and a == asked and l == launch]
+
+
 FROM = 64 << 10
 QUIET = 3.0  # % spread over rounds under which a row counts
 
@@ -53,18 +69,25 @@ def _pool_table():
 
 
 def _worst_quiet(path):
-    return max(r[2] for r in _rows(path) if r[3] < QUIET)
+    return max((r for r in _rows(path) if r[3] < QUIET), key=lambda r: r[2])
 
 
-figure("coll4.op_eager_worst", RUNS[4][3])(lambda: fmt(_worst_quiet(RUNS[4][3]), 3))
-figure("coll4.op_graph_worst", RUNS[5][3])(lambda: fmt(_worst_quiet(RUNS[5][3]), 3))
-figure("coll4.any_eager_worst", RUNS[2][3])(lambda: fmt(_worst_quiet(RUNS[2][3]), 3))
-figure("coll4.any_graph_worst", RUNS[3][3])(lambda: fmt(_worst_quiet(RUNS[3][3]), 3))
+def _worst_quiet_span(paths):
+    """'lo-hi' of the runs' worst quiet ratios, and where the worst of them was."""
+    worst = [_worst_quiet(p) for p in paths]
+    op, b, _, _, part = max(worst, key=lambda r: r[2])
+    return f"{span([r[2] for r in worst], 3)} ({op.replace('_', '-')} {size(b)} on {part})"
 
 
-@figure("coll4.routes", RUNS[4][3])
+for _launch in ("eager", "graph"):
+    figure(f"coll4.op_{_launch}_worst", *_paths(OP, _launch))(lambda l=_launch: span([_worst_quiet(p)[2] for p in _paths(OP, l)], 3))
+    figure(f"coll4.any_{_launch}_worst", *_paths(MAJORITY, _launch))(lambda l=_launch: fmt(_worst_quiet(_paths(MAJORITY, l)[0])[2], 3))
+    figure(f"coll4.any_new_{_launch}_worst", *_paths(ANY, _launch))(lambda l=_launch: _worst_quiet_span(_paths(ANY, l)))
+
+
+@figure("coll4.routes", _paths(OP, "eager")[-1])
 def _routes():
-    return data(RUNS[4][3])["facts"]["auto_pool_routes"].split(" (built-in")[0]
+    return data(_paths(OP, "eager")[-1])["facts"]["auto_pool_routes"].split(" (built-in")[0]
 
 
 # ---- nccl-tests beside bench coll at 4 GPUs (scripts/nccl-tests.sh: both at NCCL's own symmetric CTA count) ----
@@ -89,55 +112,52 @@ figure("coll4.nccltests.big_ratios", *NT4_COMPARE.values())(lambda: ", ".join(
 
 # ---- The pick for buffers naming no collective: the smallest worst case (since the majority's 1.09) ----
 
-def _builtin_any(ranks):
-    """[(min_bytes, kind)]: what the built-in routes of `ranks` ranks (src/routing/builtin/, made from
-    a bench coll run by scripts/builtin-routes.py, checked against it in CI) give a buffer that names
-    no collective: a class's "any", else its collectives' kind (they agree there)."""
-    return [(c["min_bytes"], any_kind_of(c)) for c in _builtin_classes(ranks)]
-
-
 def _builtin_classes(ranks):
     with open(os.path.join(_ROOT[0], "src", "routing", "builtin", f"sm90-{ranks}ranks.json"), encoding="utf-8") as f:
         return json.load(f)["classes"]
 
 
-def _any_projection(path, ranks):
-    """[(op, bytes, kind's time / best kind's, spread %)] from FROM: a buffer naming no collective under
-    today's built-in "any" pick, from the single kinds' times the run measured (out + in place)."""
-    routes = _builtin_any(ranks)
-    out = []
-    for (op, b), p in sorted(_points(path, FROM, 1 << 62).items()):
-        kind = [k for lo, k in routes if lo <= b][-1]
+def _single_kind_worst(path):
+    """{(bytes, kind): the kind's worst time over the collectives, each against its fastest kind}
+    from FROM up (out + in place): what one route for every op costs at a size, in a run."""
+    worst = {}
+    for (op, b) in _points(path, FROM, 1 << 62):
         rows = [r for r in op_rows(path, op) if r["bytes"] == b]
         times = {k: sum(r[f"{k}_us"] for r in rows) for k in ("none", "local", "symmetric")}
-        out.append((op, b, times[kind] / min(times.values()), p["spread"], kind))
+        for k, t in times.items():
+            worst[(b, k)] = max(worst.get((b, k), 0.0), t / min(times.values()))
+    return worst
+
+
+def _floor_over(path, limit=1.03):
+    """[(bytes, the best single kind there, its worst)] where even that one is above `limit`."""
+    worst = _single_kind_worst(path)
+    out = []
+    for b in sorted({b for b, _ in worst}):
+        kind = min(("none", "local", "symmetric"), key=lambda k: worst[(b, k)])
+        if worst[(b, kind)] > limit:
+            out.append((b, kind, worst[(b, kind)]))
     return out
 
 
-def _projected_worst(path, ranks):
-    quiet = [r for r in _any_projection(path, ranks) if r[3] < QUIET]
-    op, b, ratio, _, kind = max(quiet, key=lambda r: r[2])
-    return f"{fmt(ratio, 3)} ({op.replace('_', '-')} {size(b)} on {kind})"
+@figure("coll4.any_floor", *_paths(ANY, "eager"), *_paths(ANY, "graph"))
+def _any_floor():
+    """Per size above 1.03 in any of the `any` runs: the best single kind's worst case, as a span over
+    the runs (eager and graphs), and which kind that was."""
+    found = {}
+    for p in _paths(ANY, "eager") + _paths(ANY, "graph"):
+        for b, kind, w in _floor_over(p):
+            found.setdefault(b, ([], set()))
+            found[b][0].append(w)
+            found[b][1].add(kind)
+    return ", ".join(f"{size(b)} {span(ws, 3)} ({'/'.join(sorted(kinds))})" for b, (ws, kinds) in sorted(found.items()))
 
 
-figure("coll4.any_new_eager_worst", RUNS[2][3])(lambda: _projected_worst(RUNS[2][3], 4))
-figure("coll4.any_new_graph_worst", RUNS[3][3])(lambda: _projected_worst(RUNS[3][3], 4))
 BUILTIN4_SOURCE = D4 + "call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json"  # sm90-4ranks.json's "source"
 
 
 figure("coll4.any_new_routes", BUILTIN4_SOURCE)(lambda: _describe(_builtin_classes(4), "any"))
 
 
-@figure("coll4.any_no_single_kind", BUILTIN4_SOURCE)
-def _any_no_single_kind():
-    """The sizes from 64 KiB where no single kind serves all three collectives within 1.03 of each
-    one's best (the routes' own run): the best any route can do there is above the target."""
-    worst = {}
-    for (op, b) in _points(BUILTIN4_SOURCE, FROM, 1 << 62):
-        rows = [r for r in op_rows(BUILTIN4_SOURCE, op) if r["bytes"] == b]
-        times = {k: sum(r[f"{k}_us"] for r in rows) for k in ("none", "local", "symmetric")}
-        for k, t in times.items():
-            worst[(b, k)] = max(worst.get((b, k), 0.0), t / min(times.values()))
-    sizes = sorted({b for b, _ in worst})
-    over = [(b, min(worst[(b, k)] for k in ("none", "local", "symmetric"))) for b in sizes]
-    return ", ".join(f"{size(b)} ({fmt(w, 3)})" for b, w in over if w > 1.03)
+figure("coll4.any_no_single_kind", BUILTIN4_SOURCE)(lambda: ", ".join(
+    f"{size(b)} ({fmt(w, 3)})" for b, _, w in _floor_over(BUILTIN4_SOURCE)))

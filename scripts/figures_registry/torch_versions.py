@@ -1,5 +1,6 @@
-"""Figures of the torch versions (issue 45): gpu-check's `torchversions` section on 2x H200 under torch
-2.11, 2.14.1 and 2.15.0 (nccl2 and classic), and tests/gpu/torch/probe_nccl2_hook.py on 2.15's nccl2.
+"""Figures of the torch versions (issue 45): gpu-check's `torchversions` section under torch 2.11 (2x H200)
+and 2.14.1 and 2.15.0 (nccl2 and classic; first on 2x H200 at a4d67eb, the current rows run again at
+6e9534d on a 4x H200 host, two ranks a configuration), and tests/gpu/torch/probe_nccl2_hook.py on 2.15's nccl2.
 Quoted by README.md, docs/python.md ("Torch versions") and docs/gpu-check.md.
 """
 
@@ -12,10 +13,13 @@ from . import Run, data, figure, fmt, span, table
 TV = "2026-11-27-torch-versions-2xh200-a4d67eb"
 CALL2 = f"{TV}/call2-three-versions"
 CALL3 = f"{TV}/call3-nccl2-refusal-2.11"
-J2, J3 = f"{CALL2}/torchversions.json", f"{CALL3}/torchversions.json"
-PROBE = f"{CALL2}/torchversions-2.15.0/probe.json"
-# Each configuration: the call whose run of it stands (2.14.1-nccl2's run in call2 was cut by the budget).
-CONFIGS = [("2.11", J3), ("2.14.1", J2), ("2.14.1-nccl2", J3), ("2.15.0", J2), ("2.15.0-classic", J2)]
+CALL4 = "2026-11-28-gpu-check-issue46-s4/call10-4xh200-torchversions-6e9534d"  # every change of the torch layer since
+J2, J3, J4 = f"{CALL2}/torchversions.json", f"{CALL3}/torchversions.json", f"{CALL4}/torchversions.json"
+# Each configuration: the call whose run of it stands, the latest (2.11's: the host's torch, which every other
+# GPU check runs too).
+CONFIGS = [("2.11", J3), ("2.14.1", J4), ("2.14.1-nccl2", J4), ("2.15.0", J4), ("2.15.0-classic", J4)]
+SOURCES = sorted({p for _, p in CONFIGS})
+PROBE = f"{CALL4}/torchversions-2.15.0/probe.json"  # nccl2's
 LABEL = {"2.11": "2.11.0", "2.14.1": "2.14.1", "2.14.1-nccl2": "2.14.1, `TORCH_DIST_USE_NCCL2=1`",
          "2.15.0": "2.15.0 (its default)", "2.15.0-classic": "2.15.0, `TORCH_DIST_USE_NCCL2=0`"}
 NCCL_230 = ("2.14.1", "2.15.0", "2.15.0-classic")  # the configurations on NCCL 2.30.7 with a decode run
@@ -23,8 +27,11 @@ MIB = 1 << 20
 
 
 def _decode(cfg):
-    folder = CALL3 if dict(CONFIGS)[cfg] == J3 else CALL2
-    return f"{folder}/torchversions-{cfg}/decode.json"
+    return f"{dict(CONFIGS)[cfg].rsplit('/', 1)[0]}/torchversions-{cfg}/decode.json"
+
+
+def _probe_of(cfg):
+    return f"{dict(CONFIGS)[cfg].rsplit('/', 1)[0]}/torchversions-{cfg}/probe.json"
 
 
 def _config(cfg):
@@ -38,12 +45,12 @@ def _config(cfg):
 def _versions(cfg):
     """torch, its CUDA build, NCCL built/loaded and the class "nccl" made, from the config's versions line."""
     v = _config(cfg)["versions"]
-    m = re.match(r"torch (\S+) \(CUDA ([\d.]+), built with NCCL ([\d.]+)\), nccl makes (\w+), NCCL loaded (\d+)", v)
+    m = re.match(r"torch (\S+) \(CUDA ([\d.]+), built with NCCL ([\d.]+)\), nccl makes (\w+), NCCL loaded (\d+), (\d+) GPUs", v)
     if not m:
         raise ValueError(f"versions line of {cfg}: {v!r}")
     loaded = int(m.group(5))
     return {"torch": m.group(1), "cuda": m.group(2), "built": m.group(3), "made": m.group(4),
-            "loaded": f"{loaded // 10000}.{loaded // 100 % 100}.{loaded % 100}", "code": loaded}
+            "loaded": f"{loaded // 10000}.{loaded // 100 % 100}.{loaded % 100}", "code": loaded, "gpus": int(m.group(6))}
 
 
 def _kernels_default(code):
@@ -117,14 +124,16 @@ def _cell(cfg, what):
             return f"refused on {sum(r['refused'] for r in ranks)} of {len(ranks)} ranks" + (
                 ", naming `TORCH_DIST_USE_NCCL2=0`" if named else "")
         if c["probe"]:
-            return "hook probe: " + ("ok" if c["probe"]["result"] == "RESULT ok" else c["probe"]["result"]) + " (below)"
+            ok = "hook probe: " + ("ok" if c["probe"]["result"] == "RESULT ok" else c["probe"]["result"])
+            hook = data(_probe_of(cfg))["summary"]["hook_registrations_on_ncclpool_segments"]
+            return ok + ("; torch registered none of ncclpool's segments" if not any(hook.values()) else " (below)")
         return "-"
     if what == "seconds":
         return f"{c['seconds']} s"
     raise KeyError(what)
 
 
-@figure("torchversions.matrix", J2, J3, *[_decode(c) for c, _ in CONFIGS if c != "2.14.1-nccl2"])
+@figure("torchversions.matrix", *SOURCES, *[_decode(c) for c, _ in CONFIGS if c != "2.14.1-nccl2"])
 def _matrix():
     cfgs = [c for c, _ in CONFIGS]
     v = {c: _versions(c) for c in cfgs}
@@ -142,7 +151,7 @@ def _matrix():
         ["time"] + [_cell(c, "seconds") for c in cfgs],
         ["call"] + [dict(CONFIGS)[c].split("/")[1] for c in cfgs],
     ]
-    return table(["torch"] + [LABEL[c] for c in cfgs], body, [Run(J2), Run(J3)])
+    return table(["torch"] + [LABEL[c] for c in cfgs], body, [Run(p) for p in SOURCES])
 
 
 def _ran(cfg):
@@ -157,31 +166,35 @@ def _ran(cfg):
             f"SGLang failure cases: {'all ok' if ok else 'see the matrix'}")
 
 
-@figure("torchversions.support", J2, J3)
+def _where(cfg):
+    """The run a configuration's row comes from and on how many of its GPUs."""
+    return f"{Run(dict(CONFIGS)[cfg]).label()}, {_versions(cfg)['gpus']} GPUs"
+
+
+@figure("torchversions.support", *SOURCES)
 def _support():
     v = {c: _versions(c) for c, _ in CONFIGS}
-    run = Run(J2).label()
     body = [
         ["2.11.0", v["2.11"]["loaded"], "classic", "yes", _kernels_default(v["2.11"]["code"]),
-         f"every GPU test and figure of the project (H100, H200); {run}: {_ran('2.11')}; the CPU matrix"],
+         f"every GPU test and figure of the project (H100, H200); {_where('2.11')}: {_ran('2.11')}; the CPU matrix"],
         ["2.12.1, 2.13.0", "2.29.7", "classic", "yes", _kernels_default(22907), "the CPU matrix only"],
         ["2.14.1", v["2.14.1"]["loaded"], "classic", "yes", _kernels_default(v["2.14.1"]["code"]),
-         f"{run}: {_ran('2.14.1')}; the CPU matrix"],
+         f"{_where('2.14.1')}: {_ran('2.14.1')}; the CPU matrix"],
         ["2.14.1, `TORCH_DIST_USE_NCCL2=1`", v["2.14.1-nccl2"]["loaded"], "nccl2 (no `_comm_ptr`)",
-         "**refused** (`Unsupported` naming `TORCH_DIST_USE_NCCL2=0`)", "-", f"{run}: {_ran('2.14.1-nccl2')}"],
+         "**refused** (`Unsupported` naming `TORCH_DIST_USE_NCCL2=0`)", "-", f"{_where('2.14.1-nccl2')}: {_ran('2.14.1-nccl2')}"],
         ["2.15.0", v["2.15.0"]["loaded"], "**nccl2**", "yes (its hook registers ncclpool's segments too)",
-         _kernels_default(v["2.15.0"]["code"]), f"{run}: {_ran('2.15.0')}; the nccl2 {_cell('2.15.0', 'nccl2').replace(' (below)', '')}; the CPU matrix"],
+         _kernels_default(v["2.15.0"]["code"]), f"{_where('2.15.0')}: {_ran('2.15.0')}; the nccl2 {_cell('2.15.0', 'nccl2').replace(' (below)', '')}; the CPU matrix"],
         ["2.15.0, `TORCH_DIST_USE_NCCL2=0`", v["2.15.0-classic"]["loaded"], "classic", "yes",
-         _kernels_default(v["2.15.0-classic"]["code"]), f"{run}: {_ran('2.15.0-classic')}"],
+         _kernels_default(v["2.15.0-classic"]["code"]), f"{_where('2.15.0-classic')}: {_ran('2.15.0-classic')}"],
     ]
     return table(["torch", "NCCL", '`init_process_group("nccl")` makes', "ncclpool.torch",
-                  "symmetric kernels by default", "ran where"], body, [Run(J2), Run(J3)])
+                  "symmetric kernels by default", "ran where"], body, [Run(p) for p in SOURCES])
 
 
-@figure("torchversions.calls", J2, J3)
+@figure("torchversions.calls", J2, J3, J4)
 def _calls():
     body = []
-    for path in (J2, J3):
+    for path in (J2, J3, J4):
         d = data(path)
         cfgs = ", ".join(f"{c['config']} {c['seconds']} s" for c in d["configs"])
         fails = d["failed_rows"]
@@ -201,7 +214,7 @@ def _calls():
                 skipped.append(f"{cfg} {parts[0]}: {parts[1]}")
         body.append([f"`{path.split('/')[1]}`", cfgs, "; ".join(failed + skipped) or "all rows ok"])
     return table(["call", "configurations (time each)", "rows failed or not run (every other row ok)"], body,
-                 [Run(J2), Run(J3)])
+                 [Run(J2), Run(J3), Run(J4)])
 
 
 # ---- the decode observation under NCCL 2.30.7 ----
@@ -335,6 +348,6 @@ def _probe_trim():
             f"was dropped too, the trim returned {after} MiB")
 
 
-@figure("torchversions.run", J2)
+@figure("torchversions.run", J4)
 def _run():
-    return Run(J2).label()
+    return Run(J4).label()
