@@ -38,12 +38,23 @@ def _paths(asked, launch):
     return [p for g, l, a, p in RUNS if g == 4 and a == asked and l == launch]
 
 
+def _check_asked(asked, path):
+    """A run made with --pool-for says how its pool's buffers were asked (the fact came with the
+    option; older runs have none): it must be what RUNS says."""
+    said = data(path)["facts"].get("auto_pool_buffers")
+    if (asked == ANY and said != "any") or (asked == OP and said not in (None, "op")):
+        raise ValueError(f"{path}: its pool's buffers were asked as {said!r}, RUNS says {asked!r}")
+
+
 FROM = 64 << 10
 QUIET = 3.0  # % spread over rounds under which a row counts
 
 
 def _rows(path):
     """[(op, bytes, pool/best, spread %, pool part)] from FROM up."""
+    for _, _, asked, p in RUNS:
+        if p == path:
+            _check_asked(asked, path)
     out = [(op, b, p["pool_vs_best"], p["spread"], p["pool_part"]) for (op, b), p in sorted(_points(path, FROM, 1 << 62).items())]
     if not out:
         raise ValueError(f"{path}: no pool rows from 64 KiB")
