@@ -121,6 +121,12 @@ TEST(SymmetricFenceGpu, EveryKindLaunchesEagerlyAndAsOneGraphNode) {
                                      : CUDA_VERSION >= 12030              ? CU_GRAPH_NODE_TYPE_EMPTY
                                                                           : CU_GRAPH_NODE_TYPE_KERNEL;  // older headers: the kernel
     EXPECT_EQ(nodes[0], expected) << to_string(kind);
+    // The caller's answer to "capturing?" (symmetric_fence asks once and passes it on) is used as given.
+    cuda::launch_fence(dev.stream, kind, false);
+    cuda::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+    const std::vector<CUgraphNodeType> told = captured_nodes(dev.stream, [&] { cuda::launch_fence(dev.stream, kind, true); });
+    ASSERT_EQ(told.size(), 1u) << to_string(kind);
+    EXPECT_EQ(told[0], expected) << to_string(kind) << ", capturing told";
   }
 #if CUDA_VERSION >= 12030
   // Between two kernels (the second a stand-in for the collective's): the empty node joins them, and

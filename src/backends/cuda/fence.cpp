@@ -118,12 +118,15 @@ CUresult add_empty_node(CUstream stream) {
 #endif
 }
 
-CUresult enqueue(const ContextFence& f, CUstream stream, SymmetricFenceKind kind) {
+CUresult enqueue(const ContextFence& f, CUstream stream, SymmetricFenceKind kind, std::optional<bool> capturing) {
   const Driver& d = driver();
   if (kind == SymmetricFenceKind::node) {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (CUresult r = d.cuStreamIsCapturing(stream, &capture); r != CUDA_SUCCESS) return r;
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    if (!capturing) {
+      CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+      if (CUresult r = d.cuStreamIsCapturing(stream, &capture); r != CUDA_SUCCESS) return r;
+      capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    if (*capturing) {
       const CUresult r = add_empty_node(stream);
       if (r != CUDA_ERROR_NOT_SUPPORTED) return r;
     }
@@ -152,19 +155,19 @@ void prepare_fence(CUcontext context, SymmetricFenceKind kind) {
   set_up(entry_of(context), kind);
 }
 
-void launch_fence(CUstream stream, SymmetricFenceKind kind) {
+void launch_fence(CUstream stream, SymmetricFenceKind kind, std::optional<bool> capturing) {
   const Driver& d = driver();
   CUcontext context = nullptr;
   check(d.cuStreamGetCtx(stream, &context), "symmetric fence: cuStreamGetCtx");
   std::lock_guard lock(g_mutex);
   ContextFence* f = &entry_of(context);
   set_up(*f, kind);
-  CUresult r = enqueue(*f, stream, kind);
+  CUresult r = enqueue(*f, stream, kind, capturing);
   if (r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_CONTEXT_IS_DESTROYED) {  // a new context at an old address: once more
     drop(context);
     f = &entry_of(context);
     set_up(*f, kind);
-    r = enqueue(*f, stream, kind);
+    r = enqueue(*f, stream, kind, capturing);
   }
   check(r, std::string("symmetric fence: ") + (kind == SymmetricFenceKind::kernel ? "cuLaunchKernel" : kind == SymmetricFenceKind::memset ? "cuMemsetD8Async" : "an empty graph node (or cuLaunchKernel)"));
 }

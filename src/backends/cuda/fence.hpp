@@ -10,14 +10,18 @@
 #include <ncclpool/export.hpp>
 #include <ncclpool/nccl.hpp>
 
+#include <optional>
+
 namespace ncclpool::cuda {
 
 // Enqueues one fence of `kind` on `stream` (nullptr: the legacy default stream), in the stream's
 // context, a node of the graph when the stream is capturing. Sets up the context's module or scratch
 // byte at its first use there (in relaxed capture mode: another thread's global capture does not
-// refuse it). @throws BackendError with the CUDA error text; a set-up that fails is undone, so the
-// next call tries again.
-NCCLPOOL_INTERNAL void launch_fence(CUstream stream, SymmetricFenceKind kind);
+// refuse it). `capturing`: whether the stream is capturing, where the caller has just asked
+// (cuStreamIsCapturing once per fenced collective, not twice); asked here when absent.
+// @throws BackendError with the CUDA error text; a set-up that fails is undone, so the next call
+// tries again.
+NCCLPOOL_INTERNAL void launch_fence(CUstream stream, SymmetricFenceKind kind, std::optional<bool> capturing = std::nullopt);
 
 // Sets up what launch_fence needs in `context` for `kind` now (before any capture), so that the first
 // fence needs no module load or allocation. @throws BackendError as launch_fence.

@@ -26,7 +26,7 @@ bool symmetric_fence(::CUstream_st* stream) {
       return false;
     }
   }
-  cuda::launch_fence(stream, static_cast<SymmetricFenceKind>(state.kind.load(std::memory_order_relaxed)));
+  cuda::launch_fence(stream, static_cast<SymmetricFenceKind>(state.kind.load(std::memory_order_relaxed)), capturing);
   state.launched.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
