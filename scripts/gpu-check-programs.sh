@@ -257,7 +257,7 @@ if want toolbench && [ -x "$BUILD/tools/ncclpool" ]; then
   # --auto-pool: buffers from the library's auto pool beside the single kinds (pool/best, pool/none);
   # --rounds 3: every point three times, the kinds in rotated order, medians and each row's spread.
   # TOOLBENCH_POOL_FOR=any: the pool column's buffers name no collective (the routes' `any`: what
-  # ncclpool.torch's allocations get) instead of their op, in coll and graph.
+  # ncclpool.torch's allocations get outside a collective scope) instead of their op, in coll and graph.
   parts=" ${TOOLBENCH_PARTS:-alloc scope coll graph tune} "
   pool_for="--pool-for ${TOOLBENCH_POOL_FOR:-op}"
   for suite in "alloc" "scope --segments 1,8,64 --groups 1,2,4" "coll --auto --auto-pool $pool_for --iters 100 --warmup 10 --rounds 3"; do

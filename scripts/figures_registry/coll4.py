@@ -42,7 +42,8 @@ def _check_asked(asked, path):
     """A run made with --pool-for says how its pool's buffers were asked (the fact came with the
     option; older runs have none): it must be what RUNS says."""
     said = data(path)["facts"].get("auto_pool_buffers")
-    if (asked == ANY and said != "any") or (asked == OP and said not in (None, "op")):
+    expected = "any" if asked == ANY else "op" if asked == OP else None  # older labels: runs before the fact
+    if said != expected and not (asked == OP and said is None):
         raise ValueError(f"{path}: its pool's buffers were asked as {said!r}, RUNS says {asked!r}")
 
 
@@ -130,38 +131,40 @@ def _builtin_classes(ranks):
 
 def _single_kind_worst(path):
     """{(bytes, kind): the kind's worst time over the collectives, each against its fastest kind}
-    from FROM up (out + in place): what one route for every op costs at a size, in a run."""
-    worst = {}
-    for (op, b) in _points(path, FROM, 1 << 62):
+    from FROM up (out + in place), at the sizes where every collective's row is quiet (spread under
+    QUIET): what one route for every op costs at a size, in a run."""
+    worst, noisy = {}, set()
+    for (op, b), p in _points(path, FROM, 1 << 62).items():
+        if p["spread"] >= QUIET:
+            noisy.add(b)
         rows = [r for r in op_rows(path, op) if r["bytes"] == b]
         times = {k: sum(r[f"{k}_us"] for r in rows) for k in ("none", "local", "symmetric")}
         for k, t in times.items():
             worst[(b, k)] = max(worst.get((b, k), 0.0), t / min(times.values()))
-    return worst
+    return {key: w for key, w in worst.items() if key[0] not in noisy}
 
 
-def _floor_over(path, limit=1.03):
-    """[(bytes, the best single kind there, its worst)] where even that one is above `limit`."""
+def _floor(path):
+    """{bytes: (the best single kind there, its worst)}: the least any one route for every op can cost."""
     worst = _single_kind_worst(path)
-    out = []
+    out = {}
     for b in sorted({b for b, _ in worst}):
         kind = min(("none", "local", "symmetric"), key=lambda k: worst[(b, k)])
-        if worst[(b, kind)] > limit:
-            out.append((b, kind, worst[(b, kind)]))
+        out[b] = (kind, worst[(b, kind)])
     return out
 
 
 @figure("coll4.any_floor", *_paths(ANY, "eager"), *_paths(ANY, "graph"))
 def _any_floor():
-    """Per size above 1.03 in any of the `any` runs: the best single kind's worst case, as a span over
-    the runs (eager and graphs), and which kind that was."""
-    found = {}
-    for p in _paths(ANY, "eager") + _paths(ANY, "graph"):
-        for b, kind, w in _floor_over(p):
-            found.setdefault(b, ([], set()))
-            found[b][0].append(w)
-            found[b][1].add(kind)
-    return ", ".join(f"{size(b)} {span(ws, 3)} ({'/'.join(sorted(kinds))})" for b, (ws, kinds) in sorted(found.items()))
+    """Each size where the floor is above 1.03 in one of the `any` runs (eager and graphs): the floor as
+    a span over every one of those runs that measured the size quietly, and which kind it was."""
+    floors = [_floor(p) for p in _paths(ANY, "eager") + _paths(ANY, "graph")]
+    over = sorted({b for f in floors for b, (_, w) in f.items() if w > 1.03})
+    out = []
+    for b in over:
+        found = [f[b] for f in floors if b in f]
+        out.append(f"{size(b)} {span([w for _, w in found], 3)} ({'/'.join(sorted({k for k, _ in found}))})")
+    return ", ".join(out)
 
 
 BUILTIN4_SOURCE = D4 + "call1-cuda-pdl-torch-sglang-tool-coll-9b78ee8/bench-coll.json"  # sm90-4ranks.json's "source"
@@ -171,4 +174,4 @@ figure("coll4.any_new_routes", BUILTIN4_SOURCE)(lambda: _describe(_builtin_class
 
 
 figure("coll4.any_no_single_kind", BUILTIN4_SOURCE)(lambda: ", ".join(
-    f"{size(b)} ({fmt(w, 3)})" for b, _, w in _floor_over(BUILTIN4_SOURCE)))
+    f"{size(b)} ({fmt(w, 3)})" for b, (_, w) in _floor(BUILTIN4_SOURCE).items() if w > 1.03))

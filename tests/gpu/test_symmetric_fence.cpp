@@ -129,6 +129,16 @@ TEST(SymmetricFenceGpu, EveryKindLaunchesEagerlyAndAsOneGraphNode) {
     EXPECT_EQ(told[0], expected) << to_string(kind) << ", capturing told";
   }
 #if CUDA_VERSION >= 12030
+  // Told the opposite of the truth, the node kind believes it (so the answer is not asked again): in a
+  // capture told "not capturing" it launches the kernel, a kernel node; eagerly told "capturing" it
+  // looks for the capture to add its node to and fails with the driver's error.
+  const std::vector<CUgraphNodeType> believed = captured_nodes(dev.stream, [&] { cuda::launch_fence(dev.stream, SymmetricFenceKind::node, false); });
+  ASSERT_EQ(believed.size(), 1u);
+  EXPECT_EQ(believed[0], CU_GRAPH_NODE_TYPE_KERNEL);
+  EXPECT_THROW(cuda::launch_fence(dev.stream, SymmetricFenceKind::node, true), BackendError);
+  cuda::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+#endif
+#if CUDA_VERSION >= 12030
   // Between two kernels (the second a stand-in for the collective's): the empty node joins them, and
   // the graph runs.
   const std::vector<CUgraphNodeType> chain = captured_nodes(dev.stream, [&] {

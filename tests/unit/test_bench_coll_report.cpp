@@ -52,3 +52,31 @@ TEST(BenchCollReport, CopyEngineIsAnAllGatherColumnOnly) {
     EXPECT_NE(line, "reduce_scatter ce") << summary.text();
   }
 }
+
+// --auto-pool's report says how the pool's buffers were asked (the fact auto_pool_buffers and the
+// note's wording): for their op by default, naming no collective with --pool-for any.
+TEST(BenchCollReport, AutoPoolSaysHowItsBuffersWereAsked) {
+  for (const bool any : {false, true}) {
+    CollOptions o;
+    o.ops = {"all_reduce"};
+    o.kinds = {"none", "symmetric"};
+    o.auto_pool = true;
+    o.pool_for_any = any;
+    Sweep sweep;
+    sweep.ranks = 2;
+    sweep.kinds = {kNone, kSymmetric};
+    sweep.sizes = {1u << 20};
+    sweep.pool_routes = "symmetric (built-in routes)";
+    fill(sweep, "all_reduce", {"none", "symmetric", "pool"}, 20e-6);
+    sweep.pool_part["all_reduce/" + std::to_string(1u << 20)] = "symmetric";
+    Report report;
+    report_sweep(o, sweep, report);
+    std::string said;
+    for (const auto& [key, value] : report.facts)
+      if (key == "auto_pool_buffers") said = value;
+    EXPECT_EQ(said, any ? "any" : "op");
+    const std::string wording = any ? "naming no collective: ncclpool_alloc" : "for the op: ncclpool_alloc_for";
+    EXPECT_TRUE(std::any_of(report.notes.begin(), report.notes.end(), [&](const std::string& n) { return n.find(wording) != std::string::npos; }))
+        << "no note says '" << wording << "'";
+  }
+}
