@@ -42,8 +42,8 @@ def _check_asked(asked, path):
     """A run made with --pool-for says how its pool's buffers were asked (the fact came with the
     option; older runs have none): it must be what RUNS says."""
     said = data(path)["facts"].get("auto_pool_buffers")
-    expected = "any" if asked == ANY else "op" if asked == OP else None  # older labels: runs before the fact
-    if said != expected and not (asked == OP and said is None):
+    allowed = {ANY: {"any"}, OP: {"op", None}}.get(asked, {None})  # the older labels: runs before the fact
+    if said not in allowed:
         raise ValueError(f"{path}: its pool's buffers were asked as {said!r}, RUNS says {asked!r}")
 
 

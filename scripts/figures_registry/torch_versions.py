@@ -19,19 +19,23 @@ J2, J3, J4 = f"{CALL2}/torchversions.json", f"{CALL3}/torchversions.json", f"{CA
 # GPU check runs too).
 CONFIGS = [("2.11", J3), ("2.14.1", J4), ("2.14.1-nccl2", J4), ("2.15.0", J4), ("2.15.0-classic", J4)]
 SOURCES = sorted({p for _, p in CONFIGS})
-PROBE = f"{CALL4}/torchversions-2.15.0/probe.json"  # nccl2's
 LABEL = {"2.11": "2.11.0", "2.14.1": "2.14.1", "2.14.1-nccl2": "2.14.1, `TORCH_DIST_USE_NCCL2=1`",
          "2.15.0": "2.15.0 (its default)", "2.15.0-classic": "2.15.0, `TORCH_DIST_USE_NCCL2=0`"}
 NCCL_230 = ("2.14.1", "2.15.0", "2.15.0-classic")  # the configurations on NCCL 2.30.7 with a decode run
 MIB = 1 << 20
 
 
+def _file(cfg, name):
+    """A file of the configuration's own folder, beside the torchversions.json its row comes from."""
+    return f"{dict(CONFIGS)[cfg].rsplit('/', 1)[0]}/torchversions-{cfg}/{name}"
+
+
 def _decode(cfg):
-    return f"{dict(CONFIGS)[cfg].rsplit('/', 1)[0]}/torchversions-{cfg}/decode.json"
+    return _file(cfg, "decode.json")
 
 
-def _probe_of(cfg):
-    return f"{dict(CONFIGS)[cfg].rsplit('/', 1)[0]}/torchversions-{cfg}/probe.json"
+PROBE = _file("2.15.0", "probe.json")  # nccl2's
+PROBED = ("2.15.0", "2.15.0-classic")  # the configurations with a hook probe
 
 
 def _config(cfg):
@@ -125,7 +129,7 @@ def _cell(cfg, what):
                 ", naming `TORCH_DIST_USE_NCCL2=0`" if named else "")
         if c["probe"]:
             ok = "hook probe: " + ("ok" if c["probe"]["result"] == "RESULT ok" else c["probe"]["result"])
-            hook = data(_probe_of(cfg))["summary"]["hook_registrations_on_ncclpool_segments"]
+            hook = data(_file(cfg, "probe.json"))["summary"]["hook_registrations_on_ncclpool_segments"]
             return ok + ("; torch registered none of ncclpool's segments" if not any(hook.values()) else " (below)")
         return "-"
     if what == "seconds":
@@ -133,7 +137,7 @@ def _cell(cfg, what):
     raise KeyError(what)
 
 
-@figure("torchversions.matrix", *SOURCES, *[_decode(c) for c, _ in CONFIGS if c != "2.14.1-nccl2"])
+@figure("torchversions.matrix", *SOURCES, *[_decode(c) for c, _ in CONFIGS if c != "2.14.1-nccl2"], *[_file(c, "probe.json") for c in PROBED])
 def _matrix():
     cfgs = [c for c, _ in CONFIGS]
     v = {c: _versions(c) for c in cfgs}
