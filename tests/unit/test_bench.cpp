@@ -195,10 +195,7 @@ namespace {
 const std::filesystem::path kRecorded = std::filesystem::path(NCCLPOOL_TEST_DATA) / "../../docs/benchmarks/data";
 
 Json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_json(text.str());
+  return parse_json(read_input_file(path.string(), "recorded bench coll run"));  // a missing file says so
 }
 
 std::vector<CollRun> recorded_coll_runs() {
